@@ -1,0 +1,2 @@
+"""Hardware layout constructors (being written)."""
+__all__: list[str] = []

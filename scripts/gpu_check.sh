@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The project's one GPU check. Later issues add their checks here (as pytest tests marked
+# `gpu`, or as rows of scripts/gpu_smoke.py), so that one call on a GPU machine runs them all.
+#
+#   bash scripts/gpu_check.sh
+#
+# - No GPU (nvidia-smi lists none and torch.cuda.is_available() is False): prints
+#   "SKIPPED: no GPU" and exits 0, so it is safe anywhere.
+# - Else: scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch), then
+#   `python3 -m pytest -m gpu -q tests`. The PASS/FAIL table goes to stdout and, when $OUT is
+#   set, to $OUT/gpu_check.md (logs beside it: gpu_smoke.log, gpu_pytest.log).
+# - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
+#   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
+# - Exit status: 0 when nothing FAILed, else 1.
+#
+# Env: PYTHON (default python3), GPU_CHECK_SMOKE_TIMEOUT (s, default 180),
+#      GPU_CHECK_PYTEST_TIMEOUT (s, default 300). Both stay well inside a 600 s device call.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 1
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+PY="${PYTHON:-python3}"
+
+# --- is there a GPU? -------------------------------------------------------------------------
+seen=""
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  seen="nvidia-smi"
+fi
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  seen="${seen:+$seen and }torch"
+fi
+if [ -z "$seen" ]; then
+  echo "SKIPPED: no GPU (nvidia-smi lists none and torch.cuda.is_available() is False)"
+  exit 0
+fi
+echo "GPU seen by $seen"
+command -v nvidia-smi >/dev/null 2>&1 &&
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>&1
+
+# --- where results go --------------------------------------------------------------------------
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+if [ -n "${OUT:-}" ] && mkdir -p "$OUT" 2>/dev/null; then LOGS="$OUT"; else LOGS="$TMP"; fi
+REPORT="$LOGS/gpu_check.md"
+rm -f "$REPORT"
+export GPU_CHECK_REPORT="$REPORT"   # gpu_smoke.py writes versions and its table there
+
+row() {  # row CHECK RESULT DETAIL: append a table row (writing the header if smoke did not)
+  if [ ! -s "$REPORT" ]; then
+    printf '# tilejit GPU check\n\n## Checks\n\n| check | result | detail |\n| --- | --- | --- |\n' >"$REPORT"
+  fi
+  printf '| %s | %s | %s |\n' "$1" "$2" "${3//|//}" >>"$REPORT"
+}
+
+# --- 1. smoke --------------------------------------------------------------------------------
+echo "== scripts/gpu_smoke.py =="
+timeout "${GPU_CHECK_SMOKE_TIMEOUT:-180}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
+smoke_rc=${PIPESTATUS[0]}
+case "$smoke_rc" in
+  0) ;;
+  1) [ -s "$REPORT" ] || row "gpu_smoke.py" FAIL "exited 1 before writing its table" ;;
+  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-180} s" ;;
+  *) row "gpu_smoke.py" FAIL "crashed with exit status $smoke_rc (see gpu_smoke.log)" ;;
+esac
+
+# --- 2. GPU tests ------------------------------------------------------------------------------
+echo "== python3 -m pytest -m gpu -q tests =="
+# --continue-on-collection-errors: a test module that can't import here (a package this
+# machine lacks) must not hide the GPU tests that can run; it still counts as an error.
+timeout "${GPU_CHECK_PYTEST_TIMEOUT:-300}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+  --continue-on-collection-errors --junitxml="$TMP/gpu_tests.xml" tests 2>&1 |
+  tee "$LOGS/gpu_pytest.log"
+pytest_rc=${PIPESTATUS[0]}
+counts="$("$PY" - "$TMP/gpu_tests.xml" <<'EOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+s = root if root.tag == "testsuite" else root.find("testsuite")
+n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
+EOF
+)"
+case "$pytest_rc" in
+  0) row "pytest -m gpu" PASS "${counts:-passed}" ;;
+  5) row "pytest -m gpu" PASS "no tests marked gpu were collected" ;;
+  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-300} s; ${counts:-no counts}" ;;
+  *) row "pytest -m gpu" FAIL "exit status $pytest_rc; ${counts:-no counts} (see gpu_pytest.log)" ;;
+esac
+
+# --- verdict -----------------------------------------------------------------------------------
+if grep -q '| FAIL |' "$REPORT"; then verdict=FAIL; else verdict=PASS; fi
+printf '\n**Overall: %s**\n' "$verdict" >>"$REPORT"
+echo
+echo "== GPU check report =="
+cat "$REPORT"
+echo "GPU CHECK: $verdict"
+[ "$verdict" = PASS ]

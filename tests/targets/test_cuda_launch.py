@@ -1,0 +1,309 @@
+"""Loading and launching with the CUDA driver API. Argument packing is tested everywhere;
+launches need a GPU (``-m gpu``; run by scripts/gpu_check.sh on a GPU machine)."""
+import ctypes
+import enum
+import struct
+
+import pytest
+
+from tilejit.errors import LaunchError
+from tilejit.targets.cuda import driver as drv
+from tilejit.targets.cuda.nvrtc import compile_cuda, nvrtc_unavailable_reason, nvrtc_version
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not _cuda_available(),
+                               reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
+needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
+                                 reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
+
+AXPB = r"""
+extern "C" __global__ void axpb(float* out, const float* a, const float* b, float x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] * x + b[i];
+}
+extern "C" __global__ void fill64(long long* out, long long v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = v + i;
+}
+extern "C" __global__ void reverse_smem(float* out, const float* in, int m) {
+  extern __shared__ float buf[];  // m floats: more than the 48 KiB a block gets by default
+  for (int j = threadIdx.x; j < m; j += blockDim.x) buf[j] = in[blockIdx.x * m + j];
+  __syncthreads();
+  for (int j = threadIdx.x; j < m; j += blockDim.x) out[blockIdx.x * m + j] = buf[m - 1 - j];
+}
+"""
+
+
+# --- argument packing: no GPU needed ---------------------------------------------------------
+
+def test_pack_scalars_at_the_parameters_sizes():
+    np = pytest.importorskip("numpy")
+    p = drv.pack_args([1, 2.5, np.float64(3.0), b"\x01\x02", -1, 3_000_000_000, ctypes.c_int16(7)],
+                      param_sizes=(4, 4, 8, 2, 8, 4, 2))
+    assert p.raw == [struct.pack("<i", 1), struct.pack("<f", 2.5), struct.pack("<d", 3.0),
+                     b"\x01\x02", struct.pack("<q", -1), struct.pack("<I", 3_000_000_000),
+                     struct.pack("<h", 7)]
+    # The void** really points at those bytes (what cuLaunchKernel reads).
+    ptrs = (ctypes.c_void_p * len(p.raw)).from_address(p.address)
+    for ptr, raw in zip(ptrs, p.raw):
+        assert ctypes.string_at(ptr, len(raw)) == raw
+
+
+def test_pack_defaults_without_sizes():
+    p = drv.pack_args([5, 1.5])
+    assert p.raw == [struct.pack("<i", 5), struct.pack("<f", 1.5)]  # int32, float32
+    assert drv.pack_args([]).address == 0
+    with pytest.raises(LaunchError, match="numpy.int64"):
+        drv.pack_args([1 << 40])
+
+
+def test_pack_errors():
+    with pytest.raises(LaunchError, match="takes 2 arguments, got 1"):
+        drv.pack_args([1], param_sizes=(4, 4))
+    with pytest.raises(LaunchError, match="argument 0 is 3 bytes; the kernel's parameter is 4"):
+        drv.pack_args([b"abc"], param_sizes=(4,))
+    with pytest.raises(LaunchError, match="does not fit"):
+        drv.pack_args([300], param_sizes=(1,))
+    with pytest.raises(LaunchError, match="can't pass a dict"):
+        drv.pack_args([{}])
+
+
+def test_pack_rejects_cpu_tensor():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(LaunchError, match="argument 0 is a tensor on cpu"):
+        drv.pack_args([torch.zeros(4)])
+
+
+def test_dims_are_checked():
+    assert drv._dim3(7, "grid") == (7, 1, 1)
+    assert drv._dim3((2, 3), "grid") == (2, 3, 1)
+    for bad in (0, (1, 2, 3, 4), (1.5,), ()):
+        with pytest.raises(LaunchError, match="grid must be"):
+            drv._dim3(bad, "grid")
+
+
+@pytest.mark.skipif(drv.driver_unavailable_reason() is None, reason="a CUDA driver is present")
+def test_loading_without_a_driver_is_a_launch_error():
+    with pytest.raises(LaunchError, match="cuda-python is not installed|CUDA driver unavailable"):
+        drv.load_module(b"\x7fELF")
+
+
+# --- the launch path against a fake driver: checks the calls we make, without a GPU ------------
+
+class _Handle:
+    def __init__(self, v):
+        self.v = int(v)
+
+    def __int__(self):
+        return self.v
+
+
+class _FakeDriver:
+    """Mimics the cuda.bindings.driver calls driver.py makes: (CUresult, *values) tuples."""
+
+    class CUresult(enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_NOT_FOUND = 500
+
+    class CUfunction_attribute(enum.IntEnum):
+        CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    OK = (CUresult.CUDA_SUCCESS,)
+
+    def __init__(self, param_sizes):
+        self.param_sizes, self.current, self.launches, self.set_attrs = param_sizes, 0, [], []
+        self.CUstream = _Handle
+
+    def cuInit(self, flags):
+        return self.OK
+
+    def cuDeviceGet(self, ordinal):
+        return (*self.OK, ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return (*self.OK, _Handle(1000 + dev))
+
+    def cuCtxGetCurrent(self):
+        return (*self.OK, _Handle(self.current))
+
+    def cuCtxSetCurrent(self, ctx):
+        self.current = int(ctx)
+        return self.OK
+
+    def cuModuleLoadData(self, image):
+        assert isinstance(image, int) and ctypes.string_at(image, 4) in (b"\x7fELF", b"fake")
+        return (*self.OK, _Handle(7))
+
+    def cuModuleGetFunction(self, hmod, name):
+        assert isinstance(name, bytes)
+        if name != b"axpb":
+            return (self.CUresult.CUDA_ERROR_NOT_FOUND, None)
+        return (*self.OK, _Handle(8))
+
+    def cuGetErrorString(self, err):
+        return (*self.OK, b"named symbol not found")
+
+    def cuFuncGetAttribute(self, attrib, hfunc):
+        return (*self.OK, 12)
+
+    def cuFuncSetAttribute(self, hfunc, attrib, value):
+        self.set_attrs.append((attrib.name, value))
+        return self.OK
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        assert self.current == 1000, "launch without the primary context current"
+        ptrs = (ctypes.c_void_p * len(self.param_sizes)).from_address(params)
+        raw = [ctypes.string_at(p, n) for p, n in zip(ptrs, self.param_sizes)]
+        self.launches.append(((gx, gy, gz), (bx, by, bz), shared, int(stream), raw, extra))
+        return self.OK
+
+
+class _FakeTensor:
+    is_cuda = True
+
+    class device:
+        index = 0
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def _fake(monkeypatch, param_sizes):
+    fake = _FakeDriver(param_sizes)
+    monkeypatch.setattr(drv, "_import_driver", lambda: fake)
+    monkeypatch.setattr(drv, "_initialized", [])
+    monkeypatch.setattr(drv, "_contexts", {})
+    return fake
+
+
+@pytest.mark.parametrize("use_cubin", [False, True])
+def test_launch_path_with_a_fake_driver(monkeypatch, use_cubin):
+    sizes = (8, 8, 8, 4, 4)
+    fake = _fake(monkeypatch, sizes)
+    if use_cubin:  # then param sizes come from the CUBIN's .nv.info
+        if nvrtc_unavailable_reason() is not None:
+            pytest.skip(f"needs NVRTC: {nvrtc_unavailable_reason()}")
+        image = compile_cuda(AXPB, "sm_90a")
+    else:
+        image = b"fake image"
+    mod = drv.load_module(image, device=0)
+    f = mod["axpb"]
+    assert f.param_sizes == (sizes if use_cubin else None)
+    assert f.attribute("NUM_REGS") == 12
+    a, b, out = _FakeTensor(0x1000), _FakeTensor(0x2000), _FakeTensor(0x3000)
+    f(out, a, b, 1.75, 99, grid=(3, 2), block=128, shared_mem=100_000, stream=0x55)
+    grid, block, shared, stream, raw, extra = fake.launches[-1]
+    assert (grid, block, shared, stream, extra) == ((3, 2, 1), (128, 1, 1), 100_000, 0x55, 0)
+    assert raw == [struct.pack("<Q", 0x3000), struct.pack("<Q", 0x1000), struct.pack("<Q", 0x2000),
+                   struct.pack("<f", 1.75), struct.pack("<i", 99)]
+    assert fake.set_attrs == [("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 100_000)]
+    f(out, a, b, 1.0, 1, grid=1, block=1, shared_mem=50_000, stream=0x55)
+    assert len(fake.set_attrs) == 1  # the opt-in is remembered
+    with pytest.raises(LaunchError, match="CUDA_ERROR_NOT_FOUND: named symbol not found"):
+        mod.get_function("missing")
+    with pytest.raises(LaunchError, match="more than 1024 threads"):
+        f(out, a, b, 1.0, 1, grid=1, block=(64, 32))
+
+
+# --- on a GPU -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def module():
+    prog = compile_cuda(AXPB, drv.device_arch(), name="launch_test.cu")
+    return prog, drv.load_module(prog)
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_axpb_matches_torch(module):
+    import torch
+    _, mod = module
+    n = 1_000_003  # not a multiple of the block
+    a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty_like(a)
+    mod["axpb"](out, a, b, 1.75, n, grid=(n + 255) // 256, block=256)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, a * 1.75 + b)
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_launch_on_a_side_stream_and_int64_param(module):
+    import torch
+    _, mod = module
+    n = 4097
+    out = torch.zeros(n, dtype=torch.int64, device="cuda")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # default stream = torch's current one
+        mod["fill64"](out, 1 << 40, n, grid=(n + 127) // 128, block=128)
+    s.synchronize()
+    assert torch.equal(out, (1 << 40) + torch.arange(n, device="cuda"))
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_dynamic_shared_memory_above_48k(module):
+    import torch
+    _, mod = module
+    m, blocks = 40_000, 3  # 160 000 bytes per block
+    x = torch.randn(blocks * m, device="cuda")
+    out = torch.empty_like(x)
+    mod["reverse_smem"](out, x, m, grid=blocks, block=512, shared_mem=4 * m)
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(blocks, m), x.view(blocks, m).flip(1))
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_function_attributes_match_cubin(module):
+    prog, mod = module
+    res = prog.resources()["axpb"]
+    f = mod["axpb"]
+    assert f.attribute("NUM_REGS") == res.registers
+    assert f.attribute("SHARED_SIZE_BYTES") == res.shared_bytes == 0
+    assert f.param_sizes == (8, 8, 8, 4, 4)
+    with pytest.raises(LaunchError, match="takes 5 arguments, got 1"):
+        f(1, grid=1, block=1)
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_missing_function_names_the_cuda_error(module):
+    _, mod = module
+    with pytest.raises(LaunchError, match="CUDA_ERROR_NOT_FOUND"):
+        mod.get_function("no_such_kernel")
+
+
+@gpu
+@needs_gpu
+@needs_nvrtc
+def test_ptx_is_jit_compiled_by_the_driver():
+    import torch
+    if nvrtc_version() > drv.driver_version():
+        pytest.skip(f"NVRTC {nvrtc_version()} emits PTX newer than driver {drv.driver_version()} reads")
+    prog = compile_cuda(AXPB, drv.device_arch().replace("sm_", "compute_"))
+    f = drv.load_module(prog.ptx)["axpb"]  # param sizes then come from cuFuncGetParamInfo
+    n = 1000
+    a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = torch.empty_like(a)
+    f(out, a, b, -2.0, n, grid=4, block=256)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, a * -2.0 + b)

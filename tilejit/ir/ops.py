@@ -1,0 +1,17 @@
+"""The op catalogue: one declarative ``OpDef`` per op, looked up by name.
+
+The entries live in ``ops_native.py`` (scalar, memory, sync), ``ops_control.py``
+(for/if/while, terminators, team) and ``ops_tile.py`` (tile primitives); importing this
+module registers them all. ``OPS`` maps op name -> ``OpDef``.
+"""
+from __future__ import annotations
+
+from . import ops_control, ops_native, ops_tile  # noqa: F401  (registers the entries)
+from .opdef import EXPLICIT, OPS, OpDef, OpDefError, OpGroup, OperandSpec, RegionSpec, get_opdef
+
+__all__ = ["OPS", "OpDef", "OpGroup", "OperandSpec", "RegionSpec", "EXPLICIT", "OpDefError",
+           "get_opdef", "ops_in_group"]
+
+
+def ops_in_group(group: OpGroup) -> list[str]:
+    return [name for name, opdef in OPS.items() if opdef.group is group]

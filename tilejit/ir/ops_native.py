@@ -1,0 +1,174 @@
+"""Catalogue entries: native scalar ops, memory ops and synchronization."""
+from __future__ import annotations
+
+import math
+
+from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
+from .opdef import OpGroup, register
+from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i1, i32, i64
+
+NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
+
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min",
+              "and", "or", "xor", "shl", "shr")
+BITWISE_OPS = ("and", "or", "xor", "shl", "shr")
+CMP_PREDS = ("eq", "ne", "lt", "le", "gt", "ge")
+UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
+             "sin", "cos", "tanh", "floor", "ceil")
+FLOAT_UNARY_OPS = UNARY_OPS[3:]
+THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg",
+                      "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
+PER_DIM_INDEX_KINDS = ("cta_id", "num_ctas", "cta_id_in_cluster")
+ATOMIC_OPS = ("add", "max", "min", "xchg")
+SHUFFLE_MODES = ("xor", "down", "up", "idx")
+
+
+def same_as(index: int):
+    """Result rule: one result with the type of operand ``index``."""
+    return lambda types, attrs: (types[index],)
+
+
+def fixed(*result_types):
+    return lambda types, attrs: result_types
+
+
+def _element_type(types, attrs):
+    return (types[0].dtype,)
+
+
+def _same_operand_types(op):
+    a, b = op.operands[-2].type, op.operands[-1].type
+    return None if a == b else f"operand types differ: {a} and {b}"
+
+
+def _check_binary(op):
+    if op.attrs["op"] in BITWISE_OPS and not op.operands[0].type.is_int:
+        return f"'{op.attrs['op']}' needs integer operands"
+    return _same_operand_types(op)
+
+
+def _check_unary(op):
+    name, t = op.attrs["op"], op.operands[0].type
+    if name in FLOAT_UNARY_OPS and not t.is_float:
+        return f"'{name}' needs a float operand, got {t}"
+    if name == "not" and not t.is_int:
+        return f"'not' needs an integer or bool operand, got {t}"
+    return None
+
+
+def _check_const(op):
+    if len(op.result_types) != 1:
+        return "a constant has exactly one result"
+    value, (t,) = op.attrs["value"], op.result_types
+    if not isinstance(t, ScalarType):
+        return f"a constant must be a scalar, got {t}"
+    if t.is_bool:
+        return None if isinstance(value, bool) else f"an i1 constant needs true/false, got {value!r}"
+    if t.is_float:
+        return None if isinstance(value, float) else f"a {t} constant needs a float, got {value!r}"
+    if not isinstance(value, int) or isinstance(value, bool):
+        return f"a {t} constant needs an int, got {value!r}"
+    low, high = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.is_signed else (0, 1 << t.bits)
+    return None if low <= value < high else f"{value} does not fit in {t}"
+
+
+def _check_thread_index(op):
+    dim = op.attrs["dim"]
+    if op.attrs["kind"] in PER_DIM_INDEX_KINDS:
+        return None if 0 <= dim < 3 else f"dim must be 0, 1 or 2, got {dim}"
+    return None if dim == 0 else f"{op.attrs['kind']} has no dim {dim}"
+
+
+def _check_dim(op):
+    dim, rank = op.attrs["dim"], op.operands[0].type.rank
+    return None if 0 <= dim < rank else f"dim {dim} out of range for a rank-{rank} buffer"
+
+
+def _check_alloc(op):
+    return "alloc cannot make a global buffer" if op.attrs["scope"] is MemScope.GLOBAL else None
+
+
+def _check_view(op):
+    src, dst = op.operands[0].type, op.result_types[0]
+    if src.scope is MemScope.GLOBAL and dst.layout is None:
+        return "a view of a global buffer needs a layout"
+    if src.is_static and math.prod(src.shape) != math.prod(dst.shape):
+        return f"view changes the element count: {list(src.shape)} -> {list(dst.shape)}"
+    return None
+
+
+def _check_region(op):
+    starts, rank = len(op.operands) - 1, op.operands[0].type.rank
+    return None if starts == rank else f"region of a rank-{rank} buffer needs {rank} starts, got {starts}"
+
+
+def _index_check(first_index: int):
+    def check(op):
+        rank = op.operands[0].type.rank
+        count = len(op.operands) - first_index
+        if count != rank:
+            return f"{op.name} of a rank-{rank} buffer needs {rank} indices, got {count}"
+        if first_index == 2 and op.operands[1].type != op.operands[0].type.dtype:
+            return f"stored value is {op.operands[1].type}, buffer holds {op.operands[0].type.dtype}"
+        return None
+    return check
+
+
+def _check_barrier_count(op):
+    return None if op.attrs["count"] > 0 else "alloc_barrier needs a positive count"
+
+
+def _check_intrinsic(op):
+    return None if len(op.results) <= 1 else "an intrinsic has at most one result"
+
+
+register("const", NATIVE, attrs={"value": Attr(SCALAR)}, check=_check_const)
+register("binary", NATIVE, "lhs:scalar rhs:scalar", {"op": Attr(Choice(*BINARY_OPS))},
+         same_as(0), check=_check_binary)
+register("cmp", NATIVE, "lhs:scalar rhs:scalar", {"pred": Attr(Choice(*CMP_PREDS))},
+         fixed(i1), check=_same_operand_types)
+register("unary", NATIVE, "x:scalar", {"op": Attr(Choice(*UNARY_OPS))}, same_as(0),
+         check=_check_unary)
+register("select", NATIVE, "cond:i1 a:scalar b:scalar", results=same_as(1),
+         check=_same_operand_types)
+register("cast", NATIVE, "x:scalar", {"to": Attr(SCALAR_TYPE)},
+         lambda types, attrs: (attrs["to"],))
+register("thread_index", NATIVE, attrs={"kind": Attr(Choice(*THREAD_INDEX_KINDS)),
+                                        "dim": Attr(INT, 0)},
+         results=fixed(i32), check=_check_thread_index)
+
+register("buffer_dim", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64), check=_check_dim)
+register("buffer_stride", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64),
+         check=_check_dim)
+register("alloc", MEMORY, attrs={"scope": Attr(Enum(MemScope)), "dtype": Attr(SCALAR_TYPE),
+                                 "shape": Attr(Tuple(INT)), "layout": Attr(Optional(LAYOUT), None)},
+         results=lambda types, a: (BufferType(a["dtype"], a["shape"], a["scope"], a["layout"]),),
+         check=_check_alloc)
+register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
+                                        "layout": Attr(Optional(LAYOUT), None)},
+         lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),
+         check=_check_view)
+register("region", MEMORY, "buf:buffer *starts:int",
+         {"sizes": Attr(Tuple(INT)), "keep": Attr(Tuple(BOOL))},
+         lambda types, a: (RegionType(types[0], a["sizes"], a["keep"]),), check=_check_region)
+register("load", MEMORY, "buf:memory *indices:int", results=_element_type,
+         check=_index_check(1))
+register("store", MEMORY, "buf:memory value:scalar *indices:int", results=fixed(),
+         check=_index_check(2))
+register("atomic", MEMORY, "buf:memory value:scalar *indices:int",
+         {"op": Attr(Choice(*ATOMIC_OPS))}, _element_type, check=_index_check(2))
+
+register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
+         same_as(0))
+register("elect_sync", SYNC, results=fixed(i1))
+register("sync", SYNC, results=fixed(), doc="CTA-wide barrier")
+register("alloc_barrier", SYNC, attrs={"count": Attr(INT)},
+         results=lambda types, a: (BarrierType(a["count"]),), check=_check_barrier_count)
+register("mbarrier_init", SYNC, "bar:barrier index:int count:int", results=fixed())
+register("mbarrier_arrive", SYNC, "bar:barrier index:int", results=fixed())
+register("mbarrier_expect_tx", SYNC, "bar:barrier index:int bytes:int",
+         {"arrive": Attr(BOOL, False)}, fixed())
+register("mbarrier_wait", SYNC, "bar:barrier index:int phase:int", results=fixed())
+register("intrinsic", SYNC, "*args", {"target": Attr(STR), "name": Attr(STR)},
+         check=_check_intrinsic)
+register("device_print", SYNC, "*args", {"fmt": Attr(STR)}, fixed())

@@ -1,0 +1,101 @@
+"""Catalogue entries: tile primitives (destination first; dispatched to instructions later).
+
+Every tile op carries the common attributes ``team`` (set by a scoped spelling such as
+``tj.wg.copy``), ``dispatch`` (a forced instruction family), ``config`` and ``scope``
+(the ExecScope filled in by the scope-analysis pass).
+"""
+from __future__ import annotations
+
+from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, STR, Attr, Choice, Enum, Optional
+from .opdef import OpGroup, register
+from .types import BarrierType, ScalarType, TeamKind
+
+TILE = OpGroup.TILE
+
+COMMON_ATTRS = {
+    "team": Attr(Optional(Enum(TeamKind)), None),
+    "dispatch": Attr(Optional(STR), None),
+    "config": Attr(CONFIG, {}),
+    "scope": Attr(Optional(EXEC_SCOPE), None),
+}
+REDUCE_OPS = ("sum", "max", "min")
+# Pointwise op -> number of sources.
+POINTWISE_ARITY = {
+    "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
+    "exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "neg": 1, "abs": 1,
+    "cast": 1, "fill": 1, "fma": 3, "select": 3,
+}
+
+
+def _shape(value):
+    return value.type.shape
+
+
+def _check_copy_async(op):
+    barrier = op.operands[2:]
+    if not barrier:
+        return None
+    if len(barrier) != 2 or not isinstance(barrier[0].type, BarrierType) \
+            or not getattr(barrier[1].type, "is_int", False):
+        return "copy_async takes an optional (barrier, index) pair after dst and src"
+    return None
+
+
+def _check_gemm(op):
+    c, a, b = (_shape(v) for v in op.operands)
+    if not len(c) == len(a) == len(b) == 2:
+        return f"gemm needs rank-2 tiles, got C{list(c)} A{list(a)} B{list(b)}"
+    m, k = a[::-1] if op.attrs["transpose_a"] else a
+    k2, n = b[::-1] if op.attrs["transpose_b"] else b
+    if None in (m, n, k, k2):
+        return None
+    if k != k2 or tuple(c) != (m, n):
+        return f"gemm shapes do not agree: C{list(c)} = A{list(a)} @ B{list(b)}"
+    return None
+
+
+def _check_reduce(op):
+    dst, src = _shape(op.operands[0]), _shape(op.operands[1])
+    axis = op.attrs["axis"]
+    if not 0 <= axis < len(src):
+        return f"axis {axis} out of range for a rank-{len(src)} source"
+    dropped = src[:axis] + src[axis + 1:]
+    kept = src[:axis] + (1,) + src[axis + 1:]
+    if tuple(dst) not in (dropped, kept):
+        return f"reduce of {list(src)} over axis {axis} cannot write {list(dst)}"
+    return None
+
+
+def _broadcasts_to(shape, target) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) or None in (s, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _check_pointwise(op):
+    name, srcs = op.attrs["op"], op.operands[1:]
+    if len(srcs) != POINTWISE_ARITY[name]:
+        return f"pointwise {name} takes {POINTWISE_ARITY[name]} source(s), got {len(srcs)}"
+    dst = _shape(op.operands[0])
+    for src in srcs:
+        if not isinstance(src.type, ScalarType) and not _broadcasts_to(_shape(src), dst):
+            return f"source shape {list(_shape(src))} does not broadcast to {list(dst)}"
+    return None
+
+
+def _tile(name, operands, attrs=None, check=None):
+    register(name, TILE, operands, {**(attrs or {}), **COMMON_ATTRS},
+             results=lambda types, a: (), check=check)
+
+
+GEMM_ATTRS = {"transpose_a": Attr(BOOL, False), "transpose_b": Attr(BOOL, False),
+              "accum": Attr(BOOL, True)}
+
+_tile("tile.copy", "dst:memory src:memory")
+_tile("tile.copy_async", "dst:memory src:memory *barrier", check=_check_copy_async)
+_tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
+_tile("tile.gemm_async", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
+_tile("tile.reduce", "dst:memory src:memory",
+      {"op": Attr(Choice(*REDUCE_OPS)), "axis": Attr(INT)}, _check_reduce)
+_tile("tile.pointwise", "dst:memory *srcs:tile_or_scalar",
+      {"op": Attr(Choice(*POINTWISE_ARITY))}, _check_pointwise)

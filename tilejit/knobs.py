@@ -1,0 +1,80 @@
+"""Every environment variable tilejit reads, declared once, typed, settable from Python.
+
+``knobs.dump`` reads ``TILEJIT_DUMP`` on each access unless a value was set from Python;
+``with knobs.scoped(debug=True): ...`` overrides a knob for a block (tests use this).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+
+@dataclass(frozen=True)
+class Knob:
+    env: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _stages(text: str) -> frozenset[str]:
+    return frozenset(s.strip() for s in text.split(",") if s.strip())
+
+
+KNOBS: dict[str, Knob] = {
+    "dump": Knob("TILEJIT_DUMP", _stages, frozenset(),
+                 "comma-separated stages to print: ir,lowered,dispatch,llir,cuda,ptx,nki"),
+    "debug": Knob("TILEJIT_DEBUG", _flag, False,
+                  "compile bounds checks on every access and NaN-fill fresh memory"),
+    "verify": Knob("TILEJIT_VERIFY", _flag, False, "run the IR verifier after every pass"),
+    "target": Knob("TILEJIT_TARGET", str, None, "default target: cpu, cuda or nki"),
+    "cache_dir": Knob("TILEJIT_CACHE_DIR", os.path.expanduser,
+                      os.path.expanduser("~/.cache/tilejit"), "on-disk cache folder"),
+    "always_compile": Knob("TILEJIT_ALWAYS_COMPILE", _flag, False, "ignore every cache"),
+    "print_autotuning": Knob("TILEJIT_PRINT_AUTOTUNING", _flag, False,
+                             "print the autotuning table"),
+}
+
+
+class _Knobs:
+    def __init__(self) -> None:
+        object.__setattr__(self, "_overrides", {})
+
+    def __getattr__(self, name: str) -> Any:
+        knob = KNOBS.get(name)
+        if knob is None:
+            raise AttributeError(f"no knob named {name!r}; known: {sorted(KNOBS)}")
+        overrides = object.__getattribute__(self, "_overrides")
+        if name in overrides:
+            return overrides[name]
+        text = os.environ.get(knob.env)
+        return knob.default if text is None or text == "" else knob.parse(text)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in KNOBS:
+            raise AttributeError(f"no knob named {name!r}; known: {sorted(KNOBS)}")
+        self._overrides[name] = value
+
+    def reset(self, name: str) -> None:
+        self._overrides.pop(name, None)
+
+    @contextlib.contextmanager
+    def scoped(self, **values: Any) -> Iterator[None]:
+        saved = {n: self._overrides[n] for n in values if n in self._overrides}
+        for name, value in values.items():
+            setattr(self, name, value)
+        try:
+            yield
+        finally:
+            for name in values:
+                self._overrides.pop(name, None)
+            self._overrides.update(saved)
+
+
+knobs = _Knobs()

@@ -1,0 +1,118 @@
+"""The pass pipeline, in order, in one visible list.
+
+``run_pipeline(kernel)`` runs every pass of :data:`PIPELINE`, verifies the IR after each
+(so a broken pass is blamed by name), times each pass and keeps the printed IR after it.
+``TILEJIT_DUMP`` (or ``dump=``) naming a pass -- or ``passes`` for all of them -- prints
+that IR to stderr.
+
+Each pass also runs alone on a text file::
+
+    python -m tilejit.passes.pipeline kernel.ir [--passes scope-analysis] [--timing]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable, Iterable
+
+from ..errors import TilejitError
+from ..ir.core import KernelIR
+from . import scope_analysis
+
+__all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
+
+Pass = Callable[[KernelIR], KernelIR]
+
+# Later stages (dispatch, loop generation, ...) append here, in the order they run.
+PIPELINE: list[tuple[str, Pass]] = [
+    ("scope-analysis", scope_analysis.run),
+]
+
+DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass
+
+
+class Stages(dict):
+    """Pass name -> printed IR after that pass; ``.timings`` holds seconds per pass."""
+
+    def __init__(self):
+        super().__init__()
+        self.timings: dict[str, float] = {}
+
+    def timing_table(self) -> str:
+        width = max((len(name) for name in self.timings), default=0)
+        rows = [f"{name:<{width}}  {seconds * 1e3:9.3f} ms" for name, seconds in self.timings.items()]
+        rows.append(f"{'total':<{width}}  {sum(self.timings.values()) * 1e3:9.3f} ms")
+        return "\n".join(rows)
+
+
+def get_pass(name: str) -> Pass:
+    for pass_name, fn in PIPELINE:
+        if pass_name == name:
+            return fn
+    known = ", ".join(n for n, _ in PIPELINE)
+    raise KeyError(f"no pass named {name!r}; the pipeline has: {known}")
+
+
+def _verify(kernel: KernelIR, after: str) -> None:
+    from ..ir.verifier import verify
+    try:
+        verify(kernel)
+    except TilejitError as err:
+        raise type(err)(f"invalid IR {after}: {err.message}", err.loc) from None
+
+
+def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | None = None,
+                 passes: Iterable[str] | None = None) -> tuple[KernelIR, Stages]:
+    """Run ``passes`` (default: all of :data:`PIPELINE`, in order) on ``kernel``.
+
+    ``dump``: stage names whose IR to print to stderr (default: the ``TILEJIT_DUMP`` knob).
+    Returns the final kernel and the :class:`Stages` record.
+    """
+    if dump is None:
+        from ..knobs import knobs
+        dump = knobs.dump
+    dump = frozenset(dump)
+    selected = PIPELINE if passes is None else [(name, get_pass(name)) for name in passes]
+    stages = Stages()
+    if verify:
+        _verify(kernel, "before the first pass")
+    for name, fn in selected:
+        start = time.perf_counter()
+        kernel = fn(kernel)
+        stages.timings[name] = time.perf_counter() - start
+        if verify:
+            _verify(kernel, f"after pass {name!r}")
+        stages[name] = str(kernel)
+        if name in dump or DUMP_ALL in dump:
+            print(f"// ----- IR after {name} ----- //\n{stages[name]}", file=sys.stderr)
+    return kernel, stages
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..ir.parser import parse_kernel
+    parser = argparse.ArgumentParser(prog="python -m tilejit.passes.pipeline",
+                                     description="Run tilejit passes on a textual IR file.")
+    parser.add_argument("file", help="textual IR ('-' reads stdin)")
+    parser.add_argument("--passes", help="comma-separated pass names "
+                        f"(default: all: {','.join(n for n, _ in PIPELINE)})")
+    parser.add_argument("--timing", action="store_true", help="print per-pass wall time to stderr")
+    parser.add_argument("--no-verify", action="store_true", help="skip the IR verifier")
+    args = parser.parse_args(argv)
+    source = "<stdin>" if args.file == "-" else args.file
+    text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+    names = None if args.passes is None else [p.strip() for p in args.passes.split(",") if p.strip()]
+    try:
+        kernel = parse_kernel(text, source)
+        kernel, stages = run_pipeline(kernel, verify=not args.no_verify, dump=(), passes=names)
+    except (TilejitError, KeyError) as err:
+        print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
+        return 1
+    print(kernel)
+    if args.timing:
+        print(stages.timing_table(), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

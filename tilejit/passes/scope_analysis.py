@@ -1,0 +1,119 @@
+"""Scope analysis: give every tile op the ExecScope it runs under (TIRx §4).
+
+The pass walks the kernel body keeping the current team kind and active thread set. The
+body starts at team ``cta`` with every thread of the cluster active.
+
+* ``team`` ops switch the kind for their region. The switch is checked by decomposing the
+  active set, so a non-uniform switch (warps ``[3, 7)`` into warpgroups) fails at the
+  ``team`` op even when no tile op follows.
+* ``if`` ops with a ``filter`` attribute narrow the active set in the then-branch. The
+  else-branch gets the complement when that is again a representable set (``warp_id()
+  == 0`` on warps ``[0, 4)`` leaves ``[1, 4)``); otherwise its set is marked "not
+  statically representable": native ops are fine there, a tile op is a ScopeError that
+  says why. An ``if`` without a filter is native control flow on run-time values; both
+  branches inherit the scope (the paper leaves native control flow unrestricted, and a
+  tile op under it is taken to be reached by its whole team).
+* ``for`` / ``while`` bodies and any other region inherit the scope.
+* Each ``tile.*`` op gets ``scope = ExecScope(kind, active, inter, intra)``, where the kind
+  is the op's own ``team`` attribute (a scoped spelling such as ``tj.wg.copy``) or else
+  the current kind.
+
+The IR is rebuilt functionally: every op is recreated with ``op.replace`` and uses are
+remapped through a value map, so the input kernel is left untouched.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..errors import ScopeError, TilejitError, reraise_located
+from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.opdef import OpGroup
+from ..ir.scope import ActiveSet, ExecScope, decompose, describe_filter
+from ..ir.types import TeamKind
+
+__all__ = ["run", "ScopeState", "entry_state"]
+
+
+@dataclass(frozen=True)
+class ScopeState:
+    """The scope at a program point. ``active is None`` means the active threads are not
+    statically representable; ``why`` then says which construct made them so."""
+
+    kind: TeamKind
+    active: ActiveSet | None
+    why: str = ""
+
+
+def entry_state(kernel: KernelIR) -> ScopeState:
+    """Team ``cta``, everything active: the scope at the top of a kernel body."""
+    cluster_size = math.prod(kernel.attrs["cluster"])
+    return ScopeState(TeamKind.CTA, ActiveSet.entry(kernel.attrs["num_warps"], cluster_size))
+
+
+def run(kernel: KernelIR) -> KernelIR:
+    """The kernel with a ``scope`` attribute on every tile op."""
+    annotator = _Annotator()
+    body = annotator.block(kernel.body, entry_state(kernel))
+    return kernel.replace(body=body)
+
+
+class _Annotator:
+    def __init__(self):
+        self.values: dict[Value, Value] = {}  # old value -> its counterpart in the new IR
+
+    def block(self, block: Block, state: ScopeState) -> Block:
+        new = Block(tuple(Value(arg.type, arg.name_hint) for arg in block.args))
+        self.values.update(zip(block.args, new.args))
+        for op in block.ops:
+            new.ops.append(self.op(op, state))
+        return new
+
+    def op(self, op: Operation, state: ScopeState) -> Operation:
+        try:
+            region_states = self.region_states(op, state)
+            attrs = {"scope": tile_scope(op, state)} if op.opdef.group is OpGroup.TILE else {}
+        except TilejitError as err:
+            reraise_located(err, op.loc)
+        regions = [self.block(region, region_state)
+                   for region, region_state in zip(op.regions, region_states)]
+        new = op.replace(operands=[self.values.get(v, v) for v in op.operands],
+                         attrs=attrs, regions=regions)
+        self.values.update(zip(op.results, new.results))
+        return new
+
+    @staticmethod
+    def region_states(op: Operation, state: ScopeState) -> list[ScopeState]:
+        """The scope inside each region of ``op``."""
+        if op.name == "team":
+            kind = op.attrs["kind"]
+            if state.active is not None:
+                decompose(state.active, kind)  # raises on a non-uniform switch
+            return [replace(state, kind=kind)]
+        if op.name == "if" and op.attrs.get("filter") is not None:
+            return list(filter_states(op.attrs["filter"], state))
+        return [state] * len(op.regions)
+
+
+def filter_states(spec, state: ScopeState) -> tuple[ScopeState, ScopeState]:
+    """(then, else) scopes of an ``if`` whose condition is the thread filter ``spec``."""
+    if state.active is None:
+        return state, state
+    then_active = state.active.narrow(spec.axis, spec.lo, spec.hi)
+    try:
+        else_state = replace(state, active=state.active.complement(spec.axis, spec.lo, spec.hi))
+    except ScopeError as err:
+        text = describe_filter(spec.axis, spec.lo, spec.hi)
+        else_state = replace(state, active=None, why=f"in the else-branch of `if {text}`: "
+                                                     f"{err.message}")
+    return replace(state, active=then_active), else_state
+
+
+def tile_scope(op: Operation, state: ScopeState) -> ExecScope:
+    """The ExecScope of tile op ``op`` under ``state``."""
+    kind = state.kind if op.attrs.get("team") is None else op.attrs["team"]
+    if state.active is None:
+        raise ScopeError(f"{op.name} needs a statically known set of active threads, but "
+                         f"{state.why}. Move the tile primitive out of this branch, or give "
+                         "it its own filter (e.g. an `if` with the complementary range)")
+    return ExecScope.of(kind, state.active)

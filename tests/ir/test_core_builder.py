@@ -2,7 +2,17 @@ import pytest
 
 from tilejit.errors import CompilationError, SourceLocation
 from tilejit.ir import Block, Builder, KernelIR, Operation, walk
-from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, f16, f32, i1, i32, i64
+from tilejit.ir.types import (
+    BarrierType,
+    BufferType,
+    MemScope,
+    RegionType,
+    f16,
+    f32,
+    i1,
+    i32,
+    i64,
+)
 
 from .samples import ALL, FILE, matrix, vector_1d
 

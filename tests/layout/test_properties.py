@@ -247,8 +247,8 @@ def test_tile_places_each_copy_at_the_scaled_outer_position(data):
     inner_shape = tuple(data.draw(st.integers(1, 4)) for _ in range(rank))
     outer_shape = tuple(data.draw(st.integers(1, 3)) for _ in range(rank))
     inner = TileLayout(S[inner_shape])
-    outer = TileLayout(S[outer_shape]).permute(tuple(reversed(range(rank))), shape=outer_shape)
-    outer = outer.permute(tuple(reversed(range(rank))))  # column-major tiles, logical order
+    column_major = [math.prod(outer_shape[:k]) for k in range(rank)]
+    outer = TileLayout.from_iters([Iter(n, s) for n, s in zip(outer_shape, column_major)])
     tiled = inner.tile(outer, outer_shape, inner_shape)
     shape = tuple(o * i for o, i in zip(outer_shape, inner_shape))
     tile_span = math.prod(inner_shape)

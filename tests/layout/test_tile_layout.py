@@ -1,5 +1,8 @@
 """TileLayout data, apply/locations, canonical form, size/span, and the paper's examples."""
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +84,7 @@ def test_apply_with_shape_flattens_row_major():
     layout = TileLayout(S[(4, 6):(1, 4)])  # column-major 4x6
     assert layout.apply(2, 3, shape=(4, 6)) == {"m": 2 + 12}
     assert layout.apply(2 * 6 + 3) == layout.apply(2, 3, shape=(4, 6))
+    assert layout.apply((2, 3), shape=(4, 6)) == layout.apply(2, 3, shape=(4, 6))
 
 
 @pytest.mark.parametrize("coord, shape, message", [
@@ -202,3 +206,17 @@ def test_equivalent_with_overlapping_replica_spellings():
     b = TileLayout(S[4:1] + R[(4, 3):(3@warpid, 2@warpid)])
     assert a.equivalent(b)
     assert not a.equivalent(TileLayout(S[4:1] + R[(4, 3):(3@warpid, 4@warpid)]))
+
+
+# ---------------------------------------------------------------- visualize hook
+def test_importing_layouts_does_not_import_matplotlib():
+    code = "import sys, tilejit.layout; assert 'matplotlib' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+def test_visualize_method_forwards_to_the_drawing_module(monkeypatch):
+    import tilejit.layout.visualize as drawing
+    calls = []
+    monkeypatch.setattr(drawing, "visualize", lambda *args: calls.append(args) or "figure")
+    assert TENSOR_CORE.visualize((8, 16), path="out.png") == "figure"
+    assert calls == [(TENSOR_CORE, (8, 16), "out.png")]

@@ -25,7 +25,7 @@ __all__ = [
     "AttrError", "Ident", "AttrKind", "Attr", "REQUIRED", "FilterSpec", "FILTER_AXES",
     "INT", "FLOAT", "NUMBER", "SCALAR", "BOOL", "STR", "SCALAR_TYPE", "LAYOUT", "CONFIG",
     "FILTER", "EXEC_SCOPE", "Optional", "Tuple", "Enum", "Choice",
-    "encode_literal", "decode_layout", "KERNEL_ATTRS",
+    "encode_literal", "decode_layout", "check_attrs", "KERNEL_ATTRS",
 ]
 
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

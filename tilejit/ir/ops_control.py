@@ -1,7 +1,7 @@
 """Catalogue entries: structured control flow, terminators and team switches."""
 from __future__ import annotations
 
-from .attrs import FILTER, Attr, Enum, Optional, INT
+from .attrs import FILTER, INT, Attr, Enum, Optional
 from .opdef import OpGroup, RegionSpec, register
 from .types import TeamKind
 

@@ -121,6 +121,8 @@ class Rewriter:
                 builder.loc = op.loc
                 ctx = RewriteContext(builder, self._kernel, parents, value_map)
                 results = self._apply(rebuilt, ctx, new)
+                if not results:
+                    continue  # erased: a later use of its results fails in _mapped
                 if len(results) != len(op.results):
                     raise RewriteError(f"{op.name} at {op.loc}: replaced {len(op.results)} "
                                        f"result(s) with {len(results)}")

@@ -364,7 +364,8 @@ class ActiveSet:
         if w0 is not None:
             warps, wig = (w0, w1), _FULL_WG
         else:
-            warps, wig = (4 * g0 + v0, 4 * (g1 - 1) + v1), (v0, v1)
+            warps = (WARPS_PER_WARPGROUP * g0 + v0, WARPS_PER_WARPGROUP * (g1 - 1) + v1)
+            wig = (v0, v1)
         return cls(nw, nc, (l0, l1), warps, (c0, c1), wig, elect)
 
 
@@ -498,7 +499,7 @@ class ExecScope:
 _FULL_TEAM_SIZE = {
     TeamKind.THREAD: lambda a: 1,
     TeamKind.WARP: lambda a: LANES_PER_WARP,
-    TeamKind.WARPGROUP: lambda a: LANES_PER_WARP * min(WARPS_PER_WARPGROUP, a.num_warps),
+    TeamKind.WARPGROUP: lambda a: LANES_PER_WARP * WARPS_PER_WARPGROUP,
     TeamKind.CTA: lambda a: LANES_PER_WARP * a.num_warps,
     TeamKind.CLUSTER: lambda a: LANES_PER_WARP * a.num_warps * a.cluster_size,
 }

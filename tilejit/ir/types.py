@@ -6,8 +6,9 @@ textual IR form; ``tilejit.ir.parser`` reads those forms back.
 from __future__ import annotations
 
 import enum
+import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
@@ -148,6 +149,7 @@ class MemScope(_LowerCaseText):
     PSUM = 6
 
 
+@functools.total_ordering
 class TeamKind(_LowerCaseText):
     """Cooperating thread groups, ordered by size: THREAD < WARP < ... < CLUSTER."""
 
@@ -161,21 +163,6 @@ class TeamKind(_LowerCaseText):
         if not isinstance(other, TeamKind):
             return NotImplemented
         return self.value < other.value
-
-    def __le__(self, other):
-        if not isinstance(other, TeamKind):
-            return NotImplemented
-        return self.value <= other.value
-
-    def __gt__(self, other):
-        if not isinstance(other, TeamKind):
-            return NotImplemented
-        return self.value > other.value
-
-    def __ge__(self, other):
-        if not isinstance(other, TeamKind):
-            return NotImplemented
-        return self.value >= other.value
 
 
 def _dims(values) -> str:
@@ -284,7 +271,7 @@ class RegionType:
 class BarrierType:
     """``count`` mbarriers in shared memory."""
 
-    count: int = field(default=1)
+    count: int = 1
 
     def __str__(self) -> str:
         return f"barrier<{self.count}>"

@@ -1,4 +1,4 @@
-"""The Python builder syntax for layouts.
+"""The two ways to write a layout: the Python builder syntax and the text notation.
 
     TileLayout(S[(8, 2, 4, 2):(4@laneid, 1@warpid, 1@laneid, 1@m)] + R[2:4@warpid] + 5@warpid)
 
@@ -6,16 +6,21 @@
 on a named axis (a plain int means axis ``m``). Inside the brackets Python hands us a
 ``slice(extents, strides)``; ``S[8, 4, 2]`` (extents only) means row-major strides on ``m``,
 and ``S[8:4@laneid, 2:1]`` (a list of ``extent:stride`` pairs) is accepted too.
+
+The text notation is the paper's: ``(8,2):(4@laneid,1@m) + R[2:4@warpid] + 5@warpid``.
+A single iter prints without parentheses (``8:4@laneid``), and a layout that lives on
+``m`` alone prints plain ints (``(2,4):(4,1) + 4``); anything else spells every axis out.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..errors import LayoutError
 from .axes import Axis, AxisValue, as_int, m
 from .tile_layout import Iter, TileLayout
 
-__all__ = ["S", "R", "LayoutExpr"]
+__all__ = ["S", "R", "LayoutExpr", "format_layout", "parse_tile_layout"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -139,3 +144,149 @@ class _IterBuilder:
 
 S = _IterBuilder("S")
 R = _IterBuilder("R")
+
+
+# --------------------------------------------------------------------------- text
+def format_layout(layout: TileLayout) -> str:
+    """``str(layout)``: the notation :func:`parse_tile_layout` reads back exactly."""
+    plain_m = all(axis is m for axis in layout.axes)
+
+    def stride(value: int, axis: Axis) -> str:
+        return str(value) if plain_m else f"{value}@{axis.name}"
+
+    def block(iters) -> str:
+        if len(iters) == 1:
+            return f"{iters[0].extent}:{stride(iters[0].stride, iters[0].axis)}"
+        extents = ",".join(str(it.extent) for it in iters)
+        strides = ",".join(stride(it.stride, it.axis) for it in iters)
+        return f"({extents}):({strides})"
+
+    text = block(layout.shard)
+    if layout.replica:
+        text += f" + R[{block(layout.replica)}]"
+    for name, value in layout.offset.items():
+        text += f" {'-' if value < 0 else '+'} {stride(abs(value), Axis(name))}"
+    return text
+
+
+def parse_tile_layout(text: str) -> TileLayout:
+    """Read the text notation (also with ``S[...]`` around the shard, or wrapped in
+    ``TileLayout(...)`` as ``repr`` prints it)."""
+    return _Parser(text).layout()
+
+
+_TOKEN = re.compile(r"(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>[()\[\]:,@+-])")
+
+
+class _Parser:
+    """Recursive descent over ``block (('+'|'-') (R[block] | int[@axis]))*`` where
+    ``block`` is ``extents[:strides]`` and each list is one item or ``(a, b, ...)``."""
+
+    def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise LayoutError(f"layout text must be a string, got {text!r}")
+        self.text = text
+        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, position)
+        pos = 0
+        while True:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+            if pos == len(text):
+                break
+            match = _TOKEN.match(text, pos)
+            if match is None:
+                raise LayoutError(f"unexpected character {text[pos]!r} at {pos} in layout "
+                                  f"{text!r}")
+            self.tokens.append((match.lastgroup, match.group(), pos))
+            pos = match.end()
+        self.pos = 0
+
+    def error(self, what: str) -> LayoutError:
+        where = self.tokens[self.pos][2] if self.pos < len(self.tokens) else len(self.text)
+        return LayoutError(f"{what} at {where} in layout {self.text!r}")
+
+    def peek(self, ahead: int = 0) -> str | None:
+        k = self.pos + ahead
+        return self.tokens[k][1] if k < len(self.tokens) else None
+
+    def peek_kind(self) -> str | None:
+        return self.tokens[self.pos][0] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if token is None or (expected is not None and token != expected):
+            raise self.error(f"expected {expected or 'more text'!r}, found {token!r}")
+        self.pos += 1
+        return token
+
+    def layout(self) -> TileLayout:
+        if not self.tokens:
+            raise LayoutError("empty layout text")
+        wrapped = self.peek() == "TileLayout" and self.peek(1) == "("
+        if wrapped:
+            self.pos += 2
+        shard = self.bracketed("S") if self.peek() == "S" else self.block()
+        replica: list[Iter] = []
+        offset: list[tuple[Axis, int]] = []
+        while self.peek() in ("+", "-"):
+            sign = 1 if self.take() == "+" else -1
+            if self.peek() == "R" and self.peek(1) == "[":
+                if sign < 0:
+                    raise self.error("a replica cannot be subtracted")
+                replica.extend(self.bracketed("R"))
+            else:
+                value, axis = self.stride()
+                offset.append((axis, sign * value))
+        if wrapped:
+            self.take(")")
+        if self.pos != len(self.tokens):
+            raise self.error(f"unexpected {self.peek()!r}")
+        return TileLayout.from_iters(shard, replica, offset)
+
+    def bracketed(self, letter: str) -> list[Iter]:
+        self.take(letter)
+        self.take("[")
+        iters = self.block()
+        self.take("]")
+        return iters
+
+    def block(self) -> list[Iter]:
+        extents = self.items(self.integer)
+        if self.peek() != ":":  # extents only: row-major on m, like S[8, 4, 2]
+            return _row_major(extents)
+        self.take(":")
+        strides = self.items(self.stride)
+        if len(extents) != len(strides):
+            raise self.error(f"{len(extents)} extents but {len(strides)} strides")
+        return [Iter(e, s, axis) for e, (s, axis) in zip(extents, strides)]
+
+    def items(self, item) -> list:
+        if self.peek() != "(":
+            return [item()]
+        self.take("(")
+        values = [item()]
+        while self.peek() == ",":
+            self.take(",")
+            if self.peek() == ")":
+                break  # a trailing comma, as in (8,)
+            values.append(item())
+        self.take(")")
+        return values
+
+    def integer(self) -> int:
+        negative = self.peek() == "-"
+        if negative:
+            self.take("-")
+        if self.peek_kind() != "int":
+            raise self.error(f"expected an integer, found {self.peek()!r}")
+        value = int(self.take())
+        return -value if negative else value
+
+    def stride(self) -> tuple[int, Axis]:
+        value = self.integer()
+        if self.peek() != "@":
+            return value, m
+        self.take("@")
+        if self.peek_kind() != "name":
+            raise self.error(f"expected an axis name after '@', found {self.peek()!r}")
+        return value, Axis(self.take())

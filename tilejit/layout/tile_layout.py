@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -98,7 +97,7 @@ class TileLayout:
     :meth:`from_iters` or :meth:`parse`. ``==`` is structural; :meth:`equivalent` compares
     placements."""
 
-    __slots__ = ("shard", "replica", "offset", "_hash")
+    __slots__ = ("shard", "replica", "offset", "_hash", "_axes")
 
     def __init__(self, spec):
         from .syntax import LayoutExpr  # syntax.py builds on this module
@@ -132,6 +131,9 @@ class TileLayout:
         object.__setattr__(self, "replica", replica)
         object.__setattr__(self, "offset", offset)
         object.__setattr__(self, "_hash", hash((shard, replica, offset)))
+        axes = dict.fromkeys(it.axis for it in shard + replica)
+        axes.update(dict.fromkeys(Axis(name) for name in offset))
+        object.__setattr__(self, "_axes", tuple(axes))
 
     def __setattr__(self, key, value):
         raise AttributeError("TileLayout is immutable; build a new one")
@@ -152,9 +154,7 @@ class TileLayout:
     @property
     def axes(self) -> tuple[Axis, ...]:
         """Every axis the layout mentions, in order of first appearance."""
-        seen = dict.fromkeys(it.axis for it in self.shard + self.replica)
-        seen.update(dict.fromkeys(Axis(name) for name in self.offset))
-        return tuple(seen)
+        return self._axes
 
     def size(self, axis=None) -> int:
         """Number of logical elements; with ``axis``, the product of the shard extents on it."""
@@ -179,6 +179,8 @@ class TileLayout:
     # ----------------------------------------------------------------- evaluation
     def flat_index(self, coord, shape=None) -> int:
         """The flat logical index of ``coord`` (one int, or a coordinate in ``shape``)."""
+        if len(coord) == 1 and isinstance(coord[0], (tuple, list)):
+            coord = tuple(coord[0])  # apply((i, j), shape=...) reads as apply(i, j, ...)
         coord = tuple(as_int(c, "a coordinate") for c in coord)
         if shape is None:
             if len(coord) != 1:
@@ -247,7 +249,12 @@ class TileLayout:
     # ----------------------------------------------------------------- normal form
     def canonicalize(self) -> "TileLayout":
         """The normal form (LAYOUT_NOTES): no extent-1 iters, no zero offsets, adjacent
-        same-axis iters merged, replicas sorted and merged. Placement never changes."""
+        same-axis iters merged, replicas sorted and merged. Placement never changes.
+
+        Two more rules make the form unique: a stride-0 shard iter moves to axis ``m`` (it
+        moves nothing, so its axis is noise), and a replica iter never has stride 0 (an
+        exact duplicate) or a negative stride (it becomes positive, the offset shifting to
+        the lowest copy)."""
         offset = dict(self.offset)
         replica = []
         for it in self.replica:
@@ -265,6 +272,8 @@ class TileLayout:
     def equivalent(self, other) -> bool:
         """True iff both layouts place every logical element on the same set of locations
         (axes a layout does not mention count as coordinate 0)."""
+        if hasattr(other, "tile_layout"):  # a ComposeLayout decides (swizzle.py)
+            return other.equivalent(self)
         if not isinstance(other, TileLayout):
             return False
         mine, theirs = self.canonicalize(), other.canonicalize()
@@ -308,24 +317,9 @@ class TileLayout:
 
     # ----------------------------------------------------------------- text
     def __str__(self) -> str:
-        plain_m = all(axis is m for axis in self.axes)
-
-        def stride(value: int, axis: Axis) -> str:
-            return str(value) if plain_m else f"{value}@{axis.name}"
-
-        def block(iters) -> str:
-            if len(iters) == 1:
-                return f"{iters[0].extent}:{stride(iters[0].stride, iters[0].axis)}"
-            extents = ",".join(str(it.extent) for it in iters)
-            strides = ",".join(stride(it.stride, it.axis) for it in iters)
-            return f"({extents}):({strides})"
-
-        text = block(self.shard)
-        if self.replica:
-            text += f" + R[{block(self.replica)}]"
-        for name, value in self.offset.items():
-            text += f" {'-' if value < 0 else '+'} {stride(abs(value), Axis(name))}"
-        return text
+        """The paper's notation, e.g. ``(8,2):(4@laneid,1@m) + R[2:4@warpid] + 5@warpid``."""
+        from .syntax import format_layout
+        return format_layout(self)
 
     def __repr__(self) -> str:
         shard, _, rest = str(self).partition(" ")
@@ -335,7 +329,8 @@ class TileLayout:
     def parse(cls, text: str) -> "TileLayout":
         """Read the notation :meth:`__str__` prints (also accepts ``S[...]`` around the
         shard and a ``TileLayout(...)`` wrapper, so ``repr`` parses too)."""
-        return _Parser(text).layout()
+        from .syntax import parse_tile_layout
+        return parse_tile_layout(text)
 
 
 def _canonical_shard(shard) -> tuple[Iter, ...]:
@@ -371,124 +366,3 @@ def _canonical_replica(replica: list[Iter]) -> tuple[Iter, ...]:
 def _replica_set(layout: TileLayout) -> frozenset:
     return frozenset(frozenset((k, v) for k, v in shift.items() if v != 0)
                      for shift in layout.replica_offsets())
-
-
-# --------------------------------------------------------------------- parser
-_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>[()\[\]:,@+-]))")
-
-
-class _Parser:
-    """Recursive descent over ``block (('+'|'-') (R[block] | int[@axis]))*`` where
-    ``block`` is ``extents[:strides]`` and each list is one item or ``(a, b, ...)``."""
-
-    def __init__(self, text: str):
-        if not isinstance(text, str):
-            raise LayoutError(f"layout text must be a string, got {text!r}")
-        self.text = text
-        self.tokens: list[tuple[str, str, int]] = []
-        pos = 0
-        while pos < len(text):
-            if text[pos:].strip() == "":
-                break
-            match = _TOKEN.match(text, pos)
-            if match is None:
-                bad = text[pos:].lstrip()[0]
-                raise LayoutError(f"unexpected character {bad!r} at {text.index(bad, pos)} "
-                                  f"in layout {text!r}")
-            kind = match.lastgroup
-            self.tokens.append((kind, match.group(kind), match.start(kind)))
-            pos = match.end()
-        self.pos = 0
-
-    def error(self, what: str) -> LayoutError:
-        where = self.tokens[self.pos][2] if self.pos < len(self.tokens) else len(self.text)
-        return LayoutError(f"{what} at {where} in layout {self.text!r}")
-
-    def peek(self, offset: int = 0) -> str | None:
-        k = self.pos + offset
-        return self.tokens[k][1] if k < len(self.tokens) else None
-
-    def take(self, expected: str | None = None) -> str:
-        token = self.peek()
-        if token is None or (expected is not None and token != expected):
-            raise self.error(f"expected {expected or 'more text'!r}, found {token!r}")
-        self.pos += 1
-        return token
-
-    def layout(self) -> TileLayout:
-        if not self.tokens:
-            raise LayoutError("empty layout text")
-        wrapped = self.peek() == "TileLayout" and self.peek(1) == "("
-        if wrapped:
-            self.pos += 2
-        shard = self.bracketed("S") if self.peek() == "S" else self.block()
-        replica: list[Iter] = []
-        offset: list[tuple[Axis, int]] = []
-        while self.peek() in ("+", "-"):
-            sign = 1 if self.take() == "+" else -1
-            if self.peek() == "R" and self.peek(1) == "[":
-                if sign < 0:
-                    raise self.error("a replica cannot be subtracted")
-                replica.extend(self.bracketed("R"))
-            else:
-                value, axis = self.stride()
-                offset.append((axis, sign * value))
-        if wrapped:
-            self.take(")")
-        if self.pos != len(self.tokens):
-            raise self.error(f"unexpected {self.peek()!r}")
-        return TileLayout.from_iters(shard, replica, offset)
-
-    def bracketed(self, letter: str) -> list[Iter]:
-        self.take(letter)
-        self.take("[")
-        iters = self.block()
-        self.take("]")
-        return iters
-
-    def block(self) -> list[Iter]:
-        extents = self.items(self.integer)
-        if self.peek() != ":":  # extents only: row-major on m, like S[8, 4, 2]
-            strides, stride = [], 1
-            for extent in reversed(extents):
-                strides.append((stride, m))
-                stride *= extent
-            strides.reverse()
-        else:
-            self.take(":")
-            strides = self.items(self.stride)
-        if len(extents) != len(strides):
-            raise self.error(f"{len(extents)} extents but {len(strides)} strides")
-        return [Iter(e, s, axis) for e, (s, axis) in zip(extents, strides)]
-
-    def items(self, item) -> list:
-        if self.peek() != "(":
-            return [item()]
-        self.take("(")
-        values = [item()]
-        while self.peek() == ",":
-            self.take(",")
-            if self.peek() == ")":
-                break
-            values.append(item())
-        self.take(")")
-        return values
-
-    def integer(self) -> int:
-        sign = -1 if self.peek() == "-" else 1
-        if sign < 0:
-            self.take("-")
-        kind = self.tokens[self.pos][0] if self.pos < len(self.tokens) else None
-        if kind != "int":
-            raise self.error(f"expected an integer, found {self.peek()!r}")
-        return sign * int(self.take())
-
-    def stride(self) -> tuple[int, Axis]:
-        value = self.integer()
-        if self.peek() != "@":
-            return value, m
-        self.take("@")
-        kind = self.tokens[self.pos][0] if self.pos < len(self.tokens) else None
-        if kind != "name":
-            raise self.error(f"expected an axis name after '@', found {self.peek()!r}")
-        return value, Axis(self.take())

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TilejitError, KeyError) as err:
         print(f"error: {err.args[0] if isinstance(err, KeyError) else err}", file=sys.stderr)
         return 1
-    print(kernel)
+    print(kernel, flush=True)
     if args.timing:
         print(stages.timing_table(), file=sys.stderr)
     return 0

@@ -19,7 +19,10 @@ body starts at team ``cta`` with every thread of the cluster active.
   the current kind.
 
 The IR is rebuilt functionally: every op is recreated with ``op.replace`` and uses are
-remapped through a value map, so the input kernel is left untouched.
+remapped through a value map, so the input kernel is left untouched. This is a plain
+top-down walk rather than a ``Rewriter`` pattern set because the scope flows down from the
+enclosing ops *and* depends on which branch of an ``if`` an op sits in, which a pattern
+(seeing only its parent ops) cannot tell.
 """
 from __future__ import annotations
 

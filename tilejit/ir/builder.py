@@ -29,6 +29,7 @@ API (every method validates against the op catalogue and raises a located
     b.if_(cond, result_types=(), filter=None) -> (op, then_block, else_block)
     b.while_(inits, result_types=None) -> (op, before, after)  # result types default to inits'
     b.team(kind, result_types=()) -> (op, body)
+    b.single(team) -> (op, body)           # once per team instance (CPU lowering)
 
 Example::
 
@@ -212,4 +213,9 @@ class Builder:
     def team(self, kind, result_types: Sequence = ()) -> tuple[Operation, Block]:
         body = Block()
         op = self.create("team", (), {"kind": kind}, tuple(result_types), (body,))
+        return op, body
+
+    def single(self, team) -> tuple[Operation, Block]:
+        body = Block()
+        op = self.create("single", (), {"team": team}, (), (body,))
         return op, body

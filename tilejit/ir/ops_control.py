@@ -48,3 +48,7 @@ register("condition", CONTROL, "cond:i1 *values", terminator=True, yields_from=1
 register("team", SCOPE, attrs={"kind": Attr(Enum(TeamKind))},
          regions=(RegionSpec("body", "yield"),),
          doc="runs the body with another team kind; values assigned inside escape via yield")
+register("single", SCOPE, attrs={"team": Attr(Enum(TeamKind))},
+         regions=(RegionSpec("body", "yield"),),
+         doc="runs the body once per team instance, after all of the team's active threads "
+             "arrive (what a team-level tile primitive lowers to on the CPU target)")

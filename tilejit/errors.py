@@ -63,7 +63,10 @@ class TilejitError(Exception):
         if self.loc is None:
             return self.message
         excerpt = self.loc.excerpt()
-        where = f"{self.loc}: {type(self).__name__}: {self.message}"
+        # The "at" line repeats only the message's first line: a multi-line message (a
+        # dispatch table) is printed once, above it.
+        headline = self.message.split("\n", 1)[0]
+        where = f"{self.loc}: {type(self).__name__}: {headline}"
         return f"{self.message}\n  at {where}" + (f"\n{excerpt}" if excerpt else "")
 
     def with_location(self, loc: SourceLocation | None) -> "TilejitError":

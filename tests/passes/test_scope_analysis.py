@@ -145,7 +145,7 @@ def test_tile_op_in_unrepresentable_else_branch():
 
 # --------------------------------------------------------------------------- pipeline
 def test_pipeline_records_text_and_timing_per_pass():
-    out, stages = run_pipeline(kernel(copy(10)), dump=())
+    out, stages = run_pipeline(kernel(copy(10)), dump=(), passes=["scope-analysis"])
     assert [name for name, _ in PIPELINE][0] == "scope-analysis"
     assert stages["scope-analysis"] == str(out)
     assert stages.timings["scope-analysis"] >= 0
@@ -153,7 +153,7 @@ def test_pipeline_records_text_and_timing_per_pass():
 
 
 def test_pipeline_dumps_the_named_stages(capsys):
-    run_pipeline(kernel(copy(10)), dump={"scope-analysis"})
+    run_pipeline(kernel(copy(10)), dump={"scope-analysis"}, passes=["scope-analysis"])
     assert "IR after scope-analysis" in capsys.readouterr().err
 
 

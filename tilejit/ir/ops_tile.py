@@ -1,12 +1,13 @@
 """Catalogue entries: tile primitives (destination first; dispatched to instructions later).
 
 Every tile op carries the common attributes ``team`` (set by a scoped spelling such as
-``tj.wg.copy``), ``dispatch`` (a forced instruction family), ``config`` and ``scope``
-(the ExecScope filled in by the scope-analysis pass).
+``tj.wg.copy``), ``dispatch`` (a forced instruction family), ``config``, ``scope``
+(the ExecScope filled in by the scope-analysis pass) and ``rule`` / ``inst_shape`` (the
+instruction family and shape chosen by the dispatch pass).
 """
 from __future__ import annotations
 
-from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, STR, Attr, Choice, Enum, Optional
+from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
 from .types import BarrierType, ScalarType, TeamKind
 
@@ -17,6 +18,9 @@ COMMON_ATTRS = {
     "dispatch": Attr(Optional(STR), None),
     "config": Attr(CONFIG, {}),
     "scope": Attr(Optional(EXEC_SCOPE), None),
+    # Filled by the dispatch pass: the chosen instruction family and shape.
+    "rule": Attr(Optional(STR), None),
+    "inst_shape": Attr(Optional(Tuple(INT)), None),
 }
 REDUCE_OPS = ("sum", "max", "min")
 # Pointwise op -> number of sources.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 __all__ = [
-    "ScalarType", "SCALAR_TYPES", "PUBLIC_NAMES", "promote",
+    "ScalarType", "SCALAR_TYPES", "PUBLIC_NAMES", "promote", "scalar_type_of",
     "i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "f16", "bf16", "f32", "f64", "f8e4m3", "f8e5m2",
     "MemScope", "TeamKind", "BufferType", "RegionType", "BarrierType", "Type",
@@ -98,6 +98,17 @@ PUBLIC_NAMES = {
 }
 _TORCH_NAMES = {**PUBLIC_NAMES, "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 _NUMPY_NAMES = {k: v for k, v in PUBLIC_NAMES.items() if k not in ("bf16", "f8e4m3", "f8e5m2")}
+
+_BY_EXTERNAL_NAME = {**{v: SCALAR_TYPES[k] for k, v in _NUMPY_NAMES.items()},
+                     **{v: SCALAR_TYPES[k] for k, v in _TORCH_NAMES.items()}}
+
+
+def scalar_type_of(dtype) -> "ScalarType | None":
+    """The ScalarType of a tilejit/torch/numpy dtype or a dtype name; None when unknown."""
+    if isinstance(dtype, ScalarType):
+        return dtype
+    text = dtype.__name__ if isinstance(dtype, type) else str(dtype).removeprefix("torch.")
+    return _BY_EXTERNAL_NAME.get(text) or SCALAR_TYPES.get(text)
 
 
 def promote(a: ScalarType, b: ScalarType) -> ScalarType:

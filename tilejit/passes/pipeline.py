@@ -18,7 +18,8 @@ from typing import Callable, Iterable
 
 from ..errors import TilejitError
 from ..ir.core import KernelIR
-from . import scope_analysis
+from . import dispatch, scope_analysis
+from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
 
@@ -27,17 +28,21 @@ Pass = Callable[[KernelIR], KernelIR]
 # Later stages (dispatch, loop generation, ...) append here, in the order they run.
 PIPELINE: list[tuple[str, Pass]] = [
     ("scope-analysis", scope_analysis.run),
+    ("dispatch", dispatch.run),
+    ("lower-tiles", lower_tiles.run),
 ]
 
 DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass
 
 
 class Stages(dict):
-    """Pass name -> printed IR after that pass; ``.timings`` holds seconds per pass."""
+    """Pass name -> printed IR after that pass; ``.kernels`` the IR itself, ``.timings``
+    seconds per pass."""
 
     def __init__(self):
         super().__init__()
         self.timings: dict[str, float] = {}
+        self.kernels: dict[str, KernelIR] = {}
 
     def timing_table(self) -> str:
         width = max((len(name) for name in self.timings), default=0)
@@ -81,6 +86,7 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         start = time.perf_counter()
         kernel = fn(kernel)
         stages.timings[name] = time.perf_counter() - start
+        stages.kernels[name] = kernel
         if verify:
             _verify(kernel, f"after pass {name!r}")
         stages[name] = str(kernel)

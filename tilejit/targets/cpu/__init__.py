@@ -1,0 +1,15 @@
+"""The CPU target: native IR -> LLVM (llvmlite) -> object code, run on a thread pool.
+
+    artifact = compile(kernel_ir, debug=False, noalias=False)   # CpuArtifact
+    module = load(artifact)                                     # CpuModule (from obj alone)
+    module.launch(grid, [x, y, out, n])
+    buffers_disjoint([x, y, out])   # whether the runtime may compile with noalias=True
+
+See ``docs/lowering.md`` ("CPU target") for the design.
+"""
+from .jit import CpuArtifact, compile, load
+from .launch import CpuModule, buffers_disjoint
+
+PIPELINE_EXTRA: list = []  # the CPU target adds no passes of its own
+
+__all__ = ["PIPELINE_EXTRA", "CpuArtifact", "CpuModule", "compile", "load"]

@@ -1,0 +1,162 @@
+"""Vector add and launching: numpy and torch arguments, big grids, 2-D grids, object-code
+reload, argument checks, and the vectorized machine code of a simple loop."""
+import json
+import multiprocessing
+import os
+import re
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+import torch
+from cpu_kernels import KernelBuilder, matrix, vector
+
+from tilejit.errors import LaunchError
+from tilejit.ir.types import f32, i32, i64
+from tilejit.targets import cpu
+
+BLOCK = 1024
+
+
+def vector_add() -> KernelBuilder:
+    """Each CTA adds one 1024-block; the loop bound is clamped to the tensor's end."""
+    with KernelBuilder("vadd", x=vector(), y=vector(), out=vector()) as kb:
+        x, y, out = kb.p["x"], kb.p["y"], kb.p["out"]
+        base = kb.op("mul", kb.cast(kb.tid("cta_id"), i64), kb.c(BLOCK, i64))
+        end = kb.op("min", kb.op("add", base, kb.c(BLOCK, i64)), kb.buffer_dim(x, 0))
+        with kb.loop(base, end) as (i,):
+            kb.store(out, kb.op("add", kb.load(x, [i]), kb.load(y, [i])), [i])
+    return kb
+
+
+@pytest.fixture(scope="module")
+def vadd_artifact():
+    return vector_add().compile()
+
+
+def test_vector_add_numpy(vadd_artifact):
+    n = 1_000_003
+    rng = np.random.default_rng(0)
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    cpu.load(vadd_artifact).launch((-(-n // BLOCK),), [x, y, out])
+    np.testing.assert_array_equal(out, x + y)
+    assert vadd_artifact.meta["granularity"] == "cta"
+
+
+def test_vector_add_torch_and_grid_larger_than_cores(vadd_artifact):
+    n = 977 * BLOCK - 13  # far more CTAs than cores, ragged tail
+    x, y = torch.rand(n), torch.rand(n)
+    out = torch.empty(n)
+    module = cpu.load(vadd_artifact)
+    module.launch(-(-n // BLOCK), [x, y, out])
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    # The same result on one worker: CTAs never depend on the thread that runs them.
+    single = torch.empty(n)
+    module.launch(-(-n // BLOCK), [x, y, single], workers=1)
+    assert torch.equal(single, out)
+
+
+def test_object_code_alone_reloads(vadd_artifact):
+    meta = json.loads(json.dumps(vadd_artifact.meta))  # what a disk cache would store
+    cached = cpu.CpuArtifact("", vadd_artifact.obj, vadd_artifact.entry, meta)
+    x = np.arange(3000, dtype=np.float32)
+    out = np.zeros_like(x)
+    cpu.load(cached).launch(3, [x, x, out])
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+def test_buffers_disjoint_decides_noalias():
+    base = np.zeros(100, np.float32)
+    assert cpu.buffers_disjoint([base[:50], base[50:], 3, torch.zeros(4)])
+    assert not cpu.buffers_disjoint([base[:51], base[50:]])
+    assert not cpu.buffers_disjoint([base[::-1], base[10:20]])
+    t = torch.zeros(10, 10)
+    assert cpu.buffers_disjoint([t[:, 0], t[:, 1][:0]])
+    assert not cpu.buffers_disjoint([t[:, 0], t[5]])  # a column crosses row 5
+
+
+def test_noalias_option_gives_same_results():
+    n = 5000
+    x, y = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    out = np.zeros(n, np.float32)
+    vector_add().run(-(-n // BLOCK), [x, y, out], noalias=True)
+    np.testing.assert_array_equal(out, x + y)
+
+
+def test_two_dimensional_grid_and_strided_tensor():
+    with KernelBuilder("transpose_add", a=matrix(), out=matrix()) as kb:
+        a, out = kb.p["a"], kb.p["out"]
+        row, col = kb.cast(kb.tid("cta_id", 1), i64), kb.cast(kb.tid("cta_id", 0), i64)
+        kb.store(out, kb.op("add", kb.load(a, [col, row]), kb.c(1.0, f32)), [row, col])
+    a = torch.rand(7, 5)
+    out = torch.zeros(5, 7)
+    kb.run((7, 5), [a, out])
+    torch.testing.assert_close(out, a.T + 1)
+
+
+def test_argument_checks(vadd_artifact):
+    module = cpu.load(vadd_artifact)
+    x = np.zeros(10, np.float32)
+    with pytest.raises(LaunchError, match="takes 3 arguments"):
+        module.launch(1, [x, x])
+    with pytest.raises(LaunchError, match="dtype float64"):
+        module.launch(1, [x, x, np.zeros(10)])
+    with pytest.raises(LaunchError, match=r"shape \[2, 5\].*compiled for shape \[\?\]"):
+        module.launch(1, [x, x, np.zeros((2, 5), np.float32)])
+    with pytest.raises(LaunchError, match=r"strides \[2\]"):  # compiled for unit stride
+        module.launch(1, [x, x, np.zeros(20, np.float32)[::2]])
+    with pytest.raises(LaunchError, match="numpy array or a CPU torch tensor"):
+        module.launch(1, [x, x, [0.0] * 10])
+    with pytest.raises(LaunchError, match="grid"):
+        module.launch((1, 2, 3, 4), [x, x, x])
+
+
+def test_scalar_arguments():
+    with KernelBuilder("fill", out=vector(), value=f32, count=i32) as kb:
+        i = kb.tid("cta_id")
+        with kb.when(kb.cmp("lt", i, kb.p["count"])):
+            kb.store(kb.p["out"], kb.p["value"], [i])
+    out = np.zeros(6, np.float32)
+    module = kb.run(6, [out, 2.5, 4])
+    np.testing.assert_array_equal(out, [2.5] * 4 + [0, 0])
+    with pytest.raises(LaunchError, match="does not fit in i32"):
+        module.launch(1, [out, 1.0, 2**40])
+
+
+def test_simple_loop_uses_wide_vectors_and_fma():
+    with KernelBuilder("saxpy", x=vector(), y=vector(), a=f32) as kb:
+        x, y = kb.p["x"], kb.p["y"]
+        with kb.loop(kb.c(0, i64), kb.buffer_dim(x, 0)) as (i,):
+            ax = kb.op("mul", kb.p["a"], kb.load(x, [i]))
+            kb.store(y, kb.op("add", ax, kb.load(y, [i])), [i])
+    features = llvm.get_host_cpu_features()
+    if not (features.get("avx2") and features.get("fma")):
+        pytest.skip("host CPU without AVX2 and FMA")
+    artifact = kb.compile()
+    # 256-bit (AVX2) or 512-bit (AVX-512 hosts) packed FMAs in the loop.
+    assert re.search(r"vfmadd\w*ps\s.*%[yz]mm", artifact.asm), "no packed FMA in the saxpy loop"
+    x, y = np.arange(1001, dtype=np.float32), np.ones(1001, np.float32)
+    cpu.load(artifact).launch(1, [x, y, 3.0])
+    np.testing.assert_allclose(y, 3 * np.arange(1001) + 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_launch_in_a_forked_child(vadd_artifact):
+    """The worker pool does not survive fork; a child makes its own."""
+    module = cpu.load(vadd_artifact)
+    x = np.ones(50 * BLOCK, np.float32)
+    module.launch(50, [x, x, np.zeros_like(x)], workers=2)  # the parent's pool is running
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child():
+        out = np.zeros_like(x)
+        module.launch(50, [x, x, out], workers=2)
+        send.send(float(out.sum()))
+
+    process = context.Process(target=child)
+    process.start()
+    assert receive.poll(30), "the child hung"
+    assert receive.recv() == 2 * x.size
+    process.join()

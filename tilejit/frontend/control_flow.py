@@ -1,0 +1,464 @@
+"""Control flow: ``if``/``for``/``while``/``with``, ``break`` and ``continue`` as structured IR.
+
+Python rebinds names; the IR is SSA. A construct on a compile-time condition (or over a
+compile-time sequence) is resolved while walking. Otherwise its region is walked with a
+copy of the symbol table, and the names it changed flow out through ``yield``:
+
+* ``if``: a name changed in either branch becomes a result of the ``if`` op; a name
+  defined in only one branch becomes ``Undefined`` (an error only if it is used later).
+* loops: a name assigned in the body and defined before the loop is loop-carried (an
+  iteration argument). Its type is the initial value's type, widened when the body
+  assigns a wider one (``acc = 0`` then ``acc += x_f32`` makes an f32 loop), in which
+  case the body is walked again with the wider type.
+* ``with tj.warp():``: a ``team`` op; names assigned inside escape through its yield.
+* ``continue``/``break`` set hidden flags (``$continue``, ``$break``); the statements after
+  one that may jump run under ``if not (break or continue)``, a ``for`` body runs under
+  ``if not break``, and a ``while`` condition is ``not break and cond``.
+"""
+from __future__ import annotations
+
+import ast
+from contextlib import contextmanager
+
+from tilejit.errors import CompilationError
+from tilejit.ir.core import Block
+from tilejit.ir.types import ScalarType, promote
+
+from . import language
+from .semantics import fold, literal_type
+from .values import (BarrierRef, Undefined, contains_value, describe, is_int_number, is_number,
+                     is_scalar, is_value, number_type_promote, python_number_type)
+
+__all__ = ["ControlFlowMixin", "assigned_names"]
+
+BREAK, CONTINUE, COND = "$break", "$continue", "$cond"  # not identifiers: users cannot clash
+MISSING = object()
+MAX_UNROLL = 4096  # iterations a compile-time loop may unroll into
+MAX_RETYPES = 8    # walks of a loop body while its carried types widen
+
+
+def _walk(nodes):
+    """Nodes under ``nodes`` in order, not entering nested functions or classes."""
+    for node in nodes:
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            yield from _walk(ast.iter_child_nodes(node))
+
+
+def _jumps(nodes, kinds) -> bool:
+    """Whether ``nodes`` hold a break/continue (of ``kinds``) of the loop enclosing them."""
+    for node in nodes:
+        if isinstance(node, kinds):
+            return True
+        if not isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef,
+                                 ast.Lambda, ast.ClassDef)) \
+                and _jumps(ast.iter_child_nodes(node), kinds):
+            return True
+    return False
+
+
+def _may_jump(stmt: ast.stmt) -> bool:
+    return _jumps([stmt], (ast.Break, ast.Continue))
+
+
+def assigned_names(stmts) -> list[str]:
+    """Names the statements assign, in order of first assignment."""
+    names = {n.id: None for n in _walk(stmts)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return list(names)
+
+
+def _same_constant(a, b) -> bool:
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # an object whose == fails or is ambiguous is not "the same"
+        return False
+
+
+class ControlFlowMixin:
+    """Statement lists and control flow for ``CodeGenerator`` (see the module docstring)."""
+
+    # ------------------------------------------------------------- statement lists
+    def visit_stmts(self, stmts):
+        for index, stmt in enumerate(stmts):
+            self.visit(stmt)
+            if self.returned:
+                return
+            rest = stmts[index + 1:]
+            if rest and self.loop_depth and _may_jump(stmt):
+                with self.at(rest[0]):
+                    running = self.sem.logical_not(
+                        self.sem.logical("or", self.syms[BREAK], self.syms[CONTINUE]))
+                    self._guard(running, lambda: self.visit_stmts(rest))
+                return
+
+    def visit_Break(self, node):
+        if not self.loop_depth:
+            raise CompilationError("'break' outside a loop")
+        self.syms[BREAK] = True
+
+    def visit_Continue(self, node):
+        if not self.loop_depth:
+            raise CompilationError("'continue' outside a loop")
+        self.syms[CONTINUE] = True
+
+    @contextmanager
+    def _region(self):
+        self.region_depth += 1
+        try:
+            yield
+        finally:
+            self.region_depth -= 1
+
+    def _line(self, node) -> int:
+        return self.source.loc(node).line
+
+    # --------------------------------------------------------------------------- if
+    def visit_If(self, node):
+        cond = self.sem.truth(self.visit(node.test))
+        if not is_value(cond):
+            self.visit_stmts(node.body if cond else node.orelse)
+            return
+        with self.at(node.test):
+            spec = self.sem.thread_filter(cond)
+        orelse = (lambda: self.visit_stmts(node.orelse)) if node.orelse else None
+        self._build_if(cond, lambda: self.visit_stmts(node.body), orelse, spec, self._line(node))
+
+    def _guard(self, cond, then_fn, else_fn=None):
+        """Run ``then_fn`` (else ``else_fn``) under ``cond``: directly when it is known."""
+        if not is_value(cond):
+            fn = then_fn if cond else else_fn
+            if fn is not None:
+                fn()
+            return
+        self._build_if(cond, then_fn, else_fn, None, self.b.loc.line)
+
+    def _build_if(self, cond, then_fn, else_fn, spec, line: int):
+        before = self.syms
+        branches = []
+        for fn in (then_fn, else_fn):
+            block, self.syms = Block(), dict(before)
+            if fn is not None:
+                with self.b.insert_into(block), self._region():
+                    fn()
+            branches.append((block, self.syms))
+        self.syms = dict(before)
+        names, types = [], []
+        for name in self._changed(before, *(syms for _, syms in branches)):
+            values = [syms.get(name, MISSING) for _, syms in branches]
+            kind, merged = self._merge(name, *values, line)
+            if kind == "phi":
+                names.append(name)
+                types.append(merged)
+            else:
+                self.syms[name] = merged
+        for block, syms in branches:
+            with self.b.insert_into(block):
+                self.b.yield_([self._materialize(syms[n], t) for n, t in zip(names, types)])
+        op = self.b.create("if", (cond,), {"filter": spec}, types, [b for b, _ in branches])
+        for name, result in zip(names, op.results):
+            self.bind(name, result)
+
+    @staticmethod
+    def _changed(before: dict, *afters: dict) -> list[str]:
+        names = {}
+        for after in afters:
+            for name, value in after.items():
+                if value is not before.get(name, MISSING):
+                    names.setdefault(name)
+        return list(names)
+
+    def _merge(self, name: str, a, b, line: int):
+        """("value", v) when both branches agree at compile time, ("phi", type) when the
+        ``if`` must yield it, ("value", Undefined) when it cannot be defined after."""
+        for value in (a, b):
+            if isinstance(value, Undefined):
+                return "value", value
+        if a is MISSING or b is MISSING:
+            return "value", Undefined(f"'{name}' is assigned in only one branch of the if at "
+                                      f"line {line}, so it is not defined after it")
+        if a is b or (not contains_value(a) and not contains_value(b) and _same_constant(a, b)):
+            return "value", a
+        joined = self._join_type(a, b)
+        if joined is None:
+            return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the if at "
+                                      f"line {line} and {describe(b)} in the other")
+        return "phi", joined
+
+    def _join_type(self, a, b):
+        """The type both values can take as one SSA value, or None."""
+        if is_value(a) and is_value(b):
+            if a.type == b.type:
+                return a.type
+            return promote(a.type, b.type) if is_scalar(a) and is_scalar(b) else None
+        if is_value(a) or is_value(b):
+            value, other = (a, b) if is_value(a) else (b, a)
+            return literal_type(value.type, other) if is_scalar(value) and is_number(other) else None
+        return number_type_promote(a, b) if is_number(a) and is_number(b) else None
+
+    def _materialize(self, value, type_):
+        return self.sem.to_ir(value, type_) if isinstance(type_, ScalarType) else value
+
+    # ------------------------------------------------------------------------ loops
+    def _enter_loop(self) -> dict:
+        saved = {flag: self.syms.get(flag, MISSING) for flag in (BREAK, CONTINUE)}
+        self.syms[BREAK] = self.syms[CONTINUE] = False
+        self.loop_depth += 1
+        return saved
+
+    def _leave_loop(self, saved: dict):
+        self.loop_depth -= 1
+        for flag, value in saved.items():
+            if value is MISSING:
+                self.syms.pop(flag, None)
+            else:
+                self.syms[flag] = value
+
+    def visit_For(self, node):
+        if node.orelse:
+            raise CompilationError("for ... else is not supported")
+        iterable = self.visit(node.iter)
+        if isinstance(iterable, language.RangeSpec) and not iterable.static:
+            return self._run_time_for(node, iterable)
+        with self.at(node.iter):
+            values = self._compile_time_iteration(iterable)
+        self._unrolled_for(node, values)
+
+    def _compile_time_iteration(self, iterable):
+        if isinstance(iterable, language.RangeSpec):
+            bounds = (iterable.start, iterable.stop, iterable.step)
+            if not all(is_int_number(b) for b in bounds):
+                raise CompilationError("tj.static_range bounds must be compile-time ints, got "
+                                       + ", ".join(describe(b) for b in bounds))
+            values = fold(range, *(int(b) for b in bounds), what="tj.static_range")
+        elif is_value(iterable) or isinstance(iterable, BarrierRef):
+            raise CompilationError(f"cannot iterate over {describe(iterable)}; use range(...) "
+                                   "or tj.static_range(...)")
+        else:
+            values = self.unpack_all(iterable)
+        if len(values) > MAX_UNROLL:
+            raise CompilationError(f"a compile-time loop of {len(values)} iterations is too long "
+                                   f"to unroll (limit {MAX_UNROLL}); use tj.range")
+        return values
+
+    def _unrolled_for(self, node, values):
+        has_break = _jumps(node.body, ast.Break)
+        saved = self._enter_loop()
+        try:
+            for value in values:
+                running = self.sem.logical_not(self.syms[BREAK]) if has_break else True
+                if running is False:
+                    break
+
+                def iteration(value=value):
+                    self.syms[CONTINUE] = False
+                    self.assign(node.target, value)
+                    self.visit_stmts(node.body)
+                self._guard(running, iteration)
+                if self.returned:
+                    break
+        finally:
+            self._leave_loop(saved)
+
+    def _run_time_for(self, node, rng):
+        if not isinstance(node.target, ast.Name):
+            raise CompilationError("a run-time for loop needs a single loop variable")
+        with self.at(node.iter):
+            lb, ub, step = self.sem.loop_bounds(rng.start, rng.stop, rng.step)
+        has_break = _jumps(node.body, ast.Break)
+        saved = self._enter_loop()
+        try:
+            before = self.syms
+            names, fixed = self._carried(node.body, has_break, exclude=(node.target.id,))
+
+            def body():
+                self.syms[CONTINUE] = False
+                if has_break:
+                    self._guard(self.sem.logical_not(self.syms[BREAK]),
+                                lambda: self.visit_stmts(node.body))
+                else:
+                    self.visit_stmts(node.body)
+            block, types = self._settle(self._initial_types(names), lambda types: self._loop_body(
+                names, types, fixed, (lb.type, node.target.id), body))
+            inits = [self._materialize(before[n], t) for n, t in zip(names, types)]
+            op = self.b.create("for", (lb, ub, step, *inits),
+                               {"unroll": rng.unroll, "pipeline": rng.pipeline}, regions=(block,))
+            self._after_loop(before, names, fixed, op.results, node, node.target.id)
+        finally:
+            self._leave_loop(saved)
+
+    def visit_While(self, node):
+        if node.orelse:
+            raise CompilationError("while ... else is not supported")
+        has_break = _jumps(node.body, ast.Break)
+        saved = self._enter_loop()
+        try:
+            before = self.syms
+            names, fixed = self._carried(node.body, has_break)
+
+            def body():
+                self.syms[CONTINUE] = False
+                self.visit_stmts(node.body)
+
+            def build(types):
+                before_block = Block.with_arg_types(types, names)
+                self.syms = dict(before)
+                self.syms.update(zip(names, before_block.args))
+                with self.b.insert_into(before_block), self._region():
+                    cond = self._while_condition(node.test, has_break)
+                    if cond is not False:
+                        self.b.condition(self.sem.to_i1(cond), list(before_block.args))
+                self.syms = before
+                if cond is False:  # known false: the body never runs
+                    return None, types
+                body_block, widened = self._loop_body(names, types, fixed, None, body)
+                return (before_block, body_block), widened
+            regions, types = self._settle(self._initial_types(names), build)
+            if regions is None:
+                return
+            inits = [self._materialize(before[n], t) for n, t in zip(names, types)]
+            op = self.b.create("while", inits, None, types, regions)
+            self._after_loop(before, names, fixed, op.results, node)
+        finally:
+            self._leave_loop(saved)
+
+    def _while_condition(self, test, has_break):
+        if not has_break:
+            return self.sem.truth(self.visit(test))
+
+        def evaluate():
+            self.syms[COND] = self.sem.truth(self.visit(test))
+
+        def stop():
+            self.syms[COND] = False
+        self._guard(self.sem.logical_not(self.syms[BREAK]), evaluate, stop)
+        return self.syms.pop(COND)
+
+    def _carried(self, body, has_break, exclude=()) -> tuple[list[str], dict]:
+        """Loop-carried names (IR-able values) and names holding other compile-time values,
+        which must not change in the loop."""
+        names, fixed = [], {}
+        for name in assigned_names(body):
+            value = self.syms.get(name, MISSING)
+            if name in exclude or value is MISSING or isinstance(value, Undefined):
+                continue
+            if is_value(value) or is_number(value):
+                names.append(name)
+            else:
+                fixed[name] = value
+        if has_break:
+            names.append(BREAK)
+        return names, fixed
+
+    def _initial_types(self, names) -> list:
+        values = [self.syms[n] for n in names]
+        return [v.type if is_value(v) else python_number_type(v) for v in values]
+
+    @staticmethod
+    def _settle(types, build):
+        """``build(types) -> (result, widened types)`` until the carried types stop widening."""
+        for _ in range(MAX_RETYPES):
+            result, widened = build(types)
+            if widened == types:
+                return result, types
+            types = widened
+        raise CompilationError("the types of the loop-carried variables do not settle")
+
+    def _loop_body(self, names, types, fixed, induction, body_fn) -> tuple[Block, list]:
+        """Walk a loop body into a new block whose args are the ``induction`` variable
+        ((type, name), if given) and the carried ``names``; return it with the carried types
+        the body ends with. The block is complete (yields) only when they are ``types``."""
+        before = self.syms
+        lead_types, lead_names = ([induction[0]], [induction[1]]) if induction else ([], [])
+        block = Block.with_arg_types([*lead_types, *types], [*lead_names, *names])
+        self.syms = dict(before)
+        self.syms.update(zip([*lead_names, *names], block.args))
+        with self.b.insert_into(block), self._region():
+            body_fn()
+            ends = [self.syms.get(n, MISSING) for n in names]
+            widened = [self._carried_type(n, t, before[n], end)
+                       for n, t, end in zip(names, types, ends)]
+            if widened == types:
+                self._check_fixed(fixed)
+                self.b.yield_([self._materialize(v, t) for v, t in zip(ends, types)])
+        self.syms = before
+        return block, widened
+
+    def _carried_type(self, name, type_, init, end):
+        if isinstance(end, Undefined):
+            raise CompilationError(end.reason)
+        if is_value(end) and end.type == type_:
+            return type_
+        if isinstance(type_, ScalarType) and (is_scalar(end) or is_number(end)):
+            return promote(type_, end.type) if is_scalar(end) else literal_type(type_, end)
+        raise CompilationError(f"loop-carried variable '{name}' is {describe(init)} before the "
+                               f"loop but {describe(end)} at the end of its body")
+
+    def _check_fixed(self, fixed: dict):
+        for name, value in fixed.items():
+            now = self.syms.get(name, MISSING)
+            if now is not value and not _same_constant(now, value):
+                raise CompilationError(
+                    f"'{name}' holds {describe(value)} and is reassigned in a run-time loop; only "
+                    "scalars, buffers and regions can change from one iteration to the next")
+
+    def _after_loop(self, before, names, fixed, results, node, target=None):
+        self.syms = dict(before)
+        for name, result in zip(names, results):
+            self.bind(name, result)
+        line = self._line(node)
+        for name in assigned_names(node.body):
+            if name not in names and name not in fixed:
+                self.syms[name] = Undefined(f"'{name}' is assigned inside the run-time loop at "
+                                            f"line {line} and is not defined after it")
+        if target is not None:
+            self.syms[target] = Undefined(f"the loop variable '{target}' of the run-time loop at "
+                                          f"line {line} is not defined after the loop")
+
+    # ------------------------------------------------------------------------- with
+    def visit_With(self, node):
+        self._with_items(node.items, node.body)
+
+    def _with_items(self, items, body):
+        if not items:
+            self.visit_stmts(body)
+            return
+        item, inner = items[0], (lambda: self._with_items(items[1:], body))
+        with self.at(item.context_expr):
+            if item.optional_vars is not None:
+                raise CompilationError("'with ... as name' is not supported")
+            ctx = self.visit(item.context_expr)
+            if isinstance(ctx, language.ThreadFilter):
+                cond = self.sem.filter_condition(ctx.axis, ctx.lo, ctx.hi)
+                spec = self.sem.thread_filter(cond)
+            elif isinstance(ctx, language.TeamScope):
+                raise CompilationError(f"write 'with tj.{ctx.name}():' (call the scope)")
+            elif not isinstance(ctx, language.TeamSwitch):
+                raise CompilationError(f"{describe(ctx)} cannot open a with block; use a scope "
+                                       "such as tj.warp() or tj.warpgroup(), or tj.tfilter(...)")
+        if isinstance(ctx, language.TeamSwitch):
+            self._team(ctx.kind, inner, self._line(item.context_expr))
+        else:
+            self._build_if(cond, inner, None, spec, self._line(item.context_expr))
+
+    def _team(self, kind, body_fn, line: int):
+        before = self.syms
+        self.syms, block = dict(before), Block()
+        with self.b.insert_into(block), self._region():
+            body_fn()
+        after = self.syms
+        outer = {id(v) for v in before.values() if is_value(v)}
+        names = []
+        for name in self._changed(before, after):
+            value = after[name]
+            if is_value(value) and id(value) not in outer:
+                names.append(name)
+            elif not is_value(value) and contains_value(value):
+                after[name] = Undefined(f"'{name}' holds run-time values computed inside the "
+                                        f"with block at line {line}, which cannot leave it")
+        with self.b.insert_into(block):
+            self.b.yield_([after[n] for n in names])
+        op = self.b.create("team", (), {"kind": kind}, [after[n].type for n in names], (block,))
+        self.syms = dict(after)
+        for name, result in zip(names, op.results):
+            self.bind(name, result)

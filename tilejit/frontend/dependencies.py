@@ -1,0 +1,92 @@
+"""What a kernel's compiled code depends on besides its own source.
+
+The runtime's cache key needs, before compiling anything, the device functions a kernel
+may call and the module-level constants it may read: :func:`find_dependencies` finds them
+statically (a superset: names in dead branches count too). ``compile_to_ir_with_deps``
+reports the exact ones a compilation used.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+
+from tilejit.ir.types import ScalarType
+
+from . import language
+from .source import function_source
+
+__all__ = ["Dependencies", "find_dependencies", "is_cache_constant", "is_constexpr_annotation",
+           "unwrap_constexpr"]
+
+
+@dataclass
+class Dependencies:
+    """``functions``: @tj.func objects (first use first); ``globals``: qualified name -> value
+    of each module-level constant read (``BLOCK``, ``config.TILE``)."""
+
+    functions: tuple = ()
+    globals: dict = field(default_factory=dict)
+
+
+def is_cache_constant(value) -> bool:
+    """A module-level value a kernel compiles in (so it belongs in the cache key): numbers,
+    strings, None, dtypes, layouts, ``tj.constexpr`` values and tuples of those."""
+    if isinstance(value, language.constexpr):
+        value = value.value
+    if value is None or isinstance(value, (bool, int, float, str, ScalarType)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(is_cache_constant(v) for v in value)
+    return type(value).__module__.startswith("tilejit.layout")
+
+
+def unwrap_constexpr(value):
+    return value.value if isinstance(value, language.constexpr) else value
+
+
+def is_constexpr_annotation(annotation, globals_: dict) -> bool:
+    """Whether a parameter annotation means ``tj.constexpr`` (also as a string annotation)."""
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, dict(globals_))  # the user's own annotation text
+        except Exception:  # an annotation that does not evaluate is not tj.constexpr
+            return False
+    return annotation is language.constexpr
+
+
+def find_dependencies(fn) -> Dependencies:
+    """Device functions and module-level (or closure) constants ``fn`` refers to,
+    transitively."""
+    functions: dict = {}
+    constants: dict = {}
+
+    def scan(f):
+        source = function_source(f)
+        local = {a.arg for a in ast.walk(source.node.args) if isinstance(a, ast.arg)}
+        local |= {n.id for n in ast.walk(source.node) if isinstance(n, ast.Name)
+                  and isinstance(n.ctx, ast.Store)}
+        scope = {**f.__globals__, **source.closure}
+        for node in ast.walk(source.node):
+            for name, value in _global_refs(node, local, scope):
+                if isinstance(value, language.DeviceFunction):
+                    if value not in functions:
+                        functions[value] = None
+                        scan(value.fn)
+                elif is_cache_constant(value):
+                    constants[name] = unwrap_constexpr(value)
+
+    scan(fn)
+    return Dependencies(tuple(functions), constants)
+
+
+def _global_refs(node: ast.AST, local: set, globals_: dict):
+    """(qualified name, value) of the global ``node`` names: ``X`` or ``module.X``."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
+            and node.id in globals_:
+        yield node.id, globals_[node.id]
+    elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id not in local and inspect.ismodule(globals_.get(node.value.id)):
+        module = globals_[node.value.id]
+        if not module.__name__.startswith("tilejit") and hasattr(module, node.attr):
+            yield f"{module.__name__}.{node.attr}", getattr(module, node.attr)

@@ -1,0 +1,398 @@
+"""Scalar semantics: typing, promotion, constexpr folding and IR building for native code.
+
+Operations on two compile-time values fold in Python. Anything touching an IR value builds
+IR: a Python literal adopts the other operand's type (``x_f16 * 2.0`` stays f16, a float
+literal with an int value gives f32), two IR types promote numpy-style
+(``tilejit.ir.types.promote``), ``/`` on integers divides in f32. Operations on tiles are
+forwarded to :mod:`semantics_tile` (fragment expressions); buffers, regions and barriers
+live in :mod:`semantics_memory`.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import operator
+
+from tilejit.errors import CompilationError, ScopeError
+from tilejit.ir.attrs import FilterSpec
+from tilejit.ir.builder import Builder
+from tilejit.ir.core import Operation, Value
+from tilejit.ir.ops_native import PER_DIM_INDEX_KINDS
+from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
+from tilejit.ir.types import ScalarType, TeamKind, f32, i1, i32, i64, promote
+
+from .semantics_memory import MemorySemantics
+from .semantics_tile import TileSemantics
+from .signature import LaunchOptions
+from .values import (describe, fits, is_int_number, is_number, is_scalar, is_tile, is_value,
+                     number_type_promote, python_number_type)
+
+__all__ = ["Semantics", "fold", "literal_type"]
+
+PY_BINARY = {
+    "add": (operator.add, "+"), "sub": (operator.sub, "-"), "mul": (operator.mul, "*"),
+    "truediv": (operator.truediv, "/"), "floordiv": (operator.floordiv, "//"),
+    "mod": (operator.mod, "%"), "pow": (operator.pow, "**"), "lshift": (operator.lshift, "<<"),
+    "rshift": (operator.rshift, ">>"), "bitand": (operator.and_, "&"),
+    "bitor": (operator.or_, "|"), "bitxor": (operator.xor, "^"),
+    "matmul": (operator.matmul, "@"),
+}
+IR_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "floordiv": "floordiv",
+             "mod": "mod", "lshift": "shl", "rshift": "shr", "bitand": "and", "bitor": "or",
+             "bitxor": "xor"}
+INT_ONLY = ("lshift", "rshift", "bitand", "bitor", "bitxor")
+PY_COMPARE = {
+    "eq": (operator.eq, "=="), "ne": (operator.ne, "!="), "lt": (operator.lt, "<"),
+    "le": (operator.le, "<="), "gt": (operator.gt, ">"), "ge": (operator.ge, ">="),
+    "is": (operator.is_, "is"), "is_not": (operator.is_not, "is not"),
+    "in": (lambda a, b: a in b, "in"), "not_in": (lambda a, b: a not in b, "not in"),
+}
+PY_UNARY = {"neg": (operator.neg, "-"), "pos": (operator.pos, "+"),
+            "invert": (operator.invert, "~"), "not": (operator.not_, "not")}
+PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "sqrt": math.sqrt,
+           "rsqrt": lambda x: 1.0 / math.sqrt(x)}
+# Largest compile-time int (in bits) or sequence (in items) that folding may build.
+MAX_FOLDED_SIZE = 1 << 16
+# Largest exponent `x ** n` expands into multiplications for a run-time x.
+MAX_UNROLLED_POWER = 16
+# thread_index kind -> filter axis (docs/ir.md "Filters").
+FILTER_AXES = {"warp_id": "warp", "warpgroup_id": "warpgroup", "warp_id_in_wg": "warp_in_wg",
+               "lane_id": "lane", "thread_id": "thread", "cta_id_in_cluster": "cta"}
+FILTER_KINDS = {axis: kind for kind, axis in FILTER_AXES.items()}
+FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def literal_type(dtype: ScalarType, literal) -> ScalarType:
+    """The type of ``dtype OP literal``: the literal adopts ``dtype`` when it can."""
+    if isinstance(literal, bool):
+        return dtype
+    if is_int_number(literal):
+        if dtype.is_bool:
+            return python_number_type(literal)
+        return dtype if fits(int(literal), dtype) else promote(dtype, i64)
+    return dtype if dtype.is_float else f32
+
+
+def fold(fn, *args, what: str):
+    """Evaluate ``fn(*args)`` at compile time; a Python exception becomes a CompilationError."""
+    try:
+        return fn(*args)
+    except Exception as err:  # the user's compile-time expression failed
+        raise CompilationError(f"cannot evaluate {what} at compile time: "
+                               f"{type(err).__name__}: {err}") from None
+
+
+class Semantics:
+    """Builds native IR through ``builder``; ``team`` is set for scoped spellings (tj.wg.*)."""
+
+    def __init__(self, builder: Builder, options: LaunchOptions, team: TeamKind | None = None):
+        self.b = builder
+        self.options = options
+        self.team = team
+        self.memory = MemorySemantics(self)
+        self.tile = TileSemantics(self)
+
+    def with_team(self, kind: TeamKind) -> "Semantics":
+        scoped = copy.copy(self)
+        scoped.team = kind
+        scoped.memory = MemorySemantics(scoped)
+        scoped.tile = TileSemantics(scoped)
+        return scoped
+
+    # ------------------------------------------------------------------- conversion
+    def const(self, value, dtype: ScalarType) -> Value:
+        if dtype.is_bool:
+            value = bool(value)
+        elif dtype.is_float:
+            value = float(value)
+        else:
+            value = int(value)
+            if not fits(value, dtype):
+                raise CompilationError(f"{value} does not fit in {dtype!r}")
+        return self.b.const(value, dtype)
+
+    def to_ir(self, x, dtype: ScalarType | None = None) -> Value:
+        """``x`` as a scalar IR value (of ``dtype`` when given, casting if needed)."""
+        if is_scalar(x):
+            return x if dtype is None else self.cast(x, dtype)
+        if is_number(x):
+            return self.const(x, dtype or python_number_type(x))
+        raise CompilationError(f"expected a scalar, got {describe(x)}")
+
+    def cast(self, x, dtype):
+        if not isinstance(dtype, ScalarType):
+            raise CompilationError(f"cast target must be a dtype such as tj.float32, "
+                                   f"got {describe(dtype)}")
+        if is_tile(x):
+            return self.tile.expression("cast", (x,), dtype=dtype)
+        if is_number(x):
+            return self.const(x, dtype)
+        x = self.to_ir(x)
+        return x if x.type == dtype else self.b.cast(x, dtype)
+
+    def operand_type(self, a, b) -> ScalarType:
+        """The common type of two scalar operands, at least one of them an IR value."""
+        for operand in (a, b):
+            if not (is_scalar(operand) or is_number(operand)):
+                raise CompilationError(f"expected a scalar operand, got {describe(operand)}")
+        if is_scalar(a) and is_scalar(b):
+            return promote(a.type, b.type)
+        value, literal = (a, b) if is_scalar(a) else (b, a)
+        return literal_type(value.type, literal)
+
+    def truth(self, x):
+        """``x`` as a condition: an i1 IR value, or a Python bool when ``x`` is compile-time."""
+        if is_scalar(x):
+            return x if x.type == i1 else self.b.cmp("ne", x, self.const(0, x.type))
+        if is_value(x):
+            raise CompilationError(f"{describe(x)} has no truth value")
+        return fold(bool, x, what=f"the truth of {describe(x)}")
+
+    def to_i1(self, x) -> Value:
+        cond = self.truth(x)
+        return cond if is_value(cond) else self.const(cond, i1)
+
+    # ------------------------------------------------------------------- operators
+    def binary(self, op: str, a, b):
+        fn, symbol = PY_BINARY[op]
+        if not is_value(a) and not is_value(b):
+            _check_fold_size(op, a, b)
+            return fold(fn, a, b, what=f"{describe(a)} {symbol} {describe(b)}")
+        if is_tile(a) or is_tile(b):
+            return self.tile.operator(op, symbol, (a, b))
+        if op == "pow":
+            return self._power(a, b)
+        if op == "matmul":
+            raise CompilationError("'@' is not defined on scalars; use tj.gemm(C, A, B) on tiles")
+        dtype = self.operand_type(a, b)
+        if op == "truediv" and not dtype.is_float:
+            dtype = f32
+        if op in INT_ONLY and not dtype.is_int:
+            raise CompilationError(f"'{symbol}' needs integer operands, got {dtype!r}")
+        if dtype.is_bool and op not in INT_ONLY:
+            dtype = i32  # arithmetic on bools counts, as in Python
+        return self.b.binary(IR_BINARY[op], self.to_ir(a, dtype), self.to_ir(b, dtype))
+
+    def _power(self, base, exponent):
+        if not (is_int_number(exponent) and 0 <= exponent <= MAX_UNROLLED_POWER):
+            raise CompilationError(f"'**' on a run-time value needs a compile-time integer "
+                                   f"exponent in [0, {MAX_UNROLLED_POWER}], got {describe(exponent)}")
+        base = self.to_ir(base)
+        result = self.const(1, base.type)
+        for _ in range(int(exponent)):
+            result = self.b.binary("mul", result, base)
+        return result
+
+    def compare(self, pred: str, a, b):
+        fn, symbol = PY_COMPARE[pred]
+        if not is_value(a) and not is_value(b):
+            return fold(fn, a, b, what=f"{describe(a)} {symbol} {describe(b)}")
+        if pred in ("is", "is_not", "in", "not_in"):
+            raise CompilationError(f"'{symbol}' works on compile-time values only, "
+                                   f"got {describe(a)} and {describe(b)}")
+        if is_tile(a) or is_tile(b):
+            return self.tile.operator(pred, symbol, (a, b))
+        dtype = self.operand_type(a, b)
+        return self.b.cmp(pred, self.to_ir(a, dtype), self.to_ir(b, dtype))
+
+    def unary(self, op: str, x):
+        fn, symbol = PY_UNARY[op]
+        if not is_value(x):
+            return fold(fn, x, what=f"{symbol}{describe(x)}")
+        if is_tile(x):
+            return self.tile.operator(op, symbol, (x,))
+        if op == "not":
+            return self.b.unary("not", self.to_i1(x))
+        x = self.to_ir(x)
+        if op == "pos":
+            return x
+        if op == "invert":
+            if not x.type.is_int:
+                raise CompilationError(f"'~' needs an integer operand, got {x.type!r}")
+            return self.b.unary("not", x)
+        return self.b.unary("neg", self.cast(x, i32) if x.type.is_bool else x)
+
+    def logical(self, op: str, a, b):
+        """Non-short-circuit ``and``/``or`` of two conditions; a compile-time side folds away."""
+        a, b = self.truth(a), self.truth(b)
+        for known, other in ((a, b), (b, a)):
+            if not is_value(known):
+                return known if known == (op == "or") else other
+        return self.b.binary(op, a, b)
+
+    def logical_not(self, x):
+        cond = self.truth(x)
+        return (not cond) if not is_value(cond) else self.b.unary("not", cond)
+
+    def select(self, cond, a, b):
+        cond = self.truth(cond)
+        if not is_value(cond):
+            return a if cond else b
+        if not is_value(a) and not is_value(b):
+            if not (is_number(a) and is_number(b)):
+                raise CompilationError("a run-time conditional expression needs scalar "
+                                       f"branches, got {describe(a)} and {describe(b)}")
+            dtype = number_type_promote(a, b)
+        else:
+            dtype = self.operand_type(a, b)
+        return self.b.select(cond, self.to_ir(a, dtype), self.to_ir(b, dtype))
+
+    def min_max(self, op: str, a, b):
+        """``min``/``max`` of two scalars (``op`` is ``"min"`` or ``"max"``)."""
+        if not is_value(a) and not is_value(b):
+            return fold(min if op == "min" else max, a, b, what=f"{op}({a!r}, {b!r})")
+        if is_tile(a) or is_tile(b):
+            return self.tile.expression("minimum" if op == "min" else "maximum", (a, b))
+        dtype = self.operand_type(a, b)
+        return self.b.binary(op, self.to_ir(a, dtype), self.to_ir(b, dtype))
+
+    def math(self, op: str, x):
+        """exp/exp2/log/sqrt/rsqrt/abs of a scalar; integers are computed in f32."""
+        if not is_value(x):
+            fn = abs if op == "abs" else PY_MATH[op]
+            return fold(fn, x, what=f"{op}({describe(x)})")
+        if is_tile(x):
+            return self.tile.expression(op, (x,))
+        x = self.to_ir(x)
+        if op != "abs" and not x.type.is_float:
+            x = self.cast(x, f32)
+        return self.b.unary(op, x)
+
+    def cdiv(self, a, b):
+        return self.binary("floordiv", self.binary("sub", self.binary("add", a, b), 1), b)
+
+    # ------------------------------------------------------------------ natives
+    def thread_index(self, kind: str, dim):
+        if not (is_int_number(dim) and not isinstance(dim, bool)):
+            raise CompilationError(f"the dimension must be a compile-time int, got {describe(dim)}")
+        if kind in PER_DIM_INDEX_KINDS and not 0 <= dim < 3:
+            raise CompilationError(f"dimension must be 0, 1 or 2, got {dim}")
+        return self.b.thread_index(kind, int(dim))
+
+    def static_assert(self, cond, msg):
+        if is_value(cond) or not isinstance(msg, str):
+            raise CompilationError("tj.static_assert(cond, msg) needs a compile-time condition "
+                                   f"and message, got {describe(cond)} and {describe(msg)}")
+        if not self.truth(cond):
+            raise CompilationError("static assertion failed" + (f": {msg}" if msg else ""))
+
+    def device_print(self, fmt, args):
+        if not isinstance(fmt, str):
+            raise CompilationError(f"tj.device_print needs a format string first, got {describe(fmt)}")
+        return self.b.device_print(fmt, [self.to_ir(a) for a in args])
+
+    def intrinsic(self, target: str, name: str, args, dtype):
+        if dtype is not None and not isinstance(dtype, ScalarType):
+            raise CompilationError(f"dtype= of an intrinsic must be a tj dtype, got {describe(dtype)}")
+        operands = [a if is_value(a) else self.to_ir(a) for a in args]
+        return self.b.intrinsic(target, name, operands, dtype)
+
+    def loop_bounds(self, start, stop, step) -> tuple[Value, Value, Value]:
+        """The three bounds of a run-time loop as IR values of one integer type."""
+        bounds = (start, stop, step)
+        for bound in bounds:
+            if not ((is_scalar(bound) and bound.type.is_int) or is_int_number(bound)):
+                raise CompilationError(f"range bounds must be integers, got {describe(bound)}")
+        if is_int_number(step) and step == 0:
+            raise CompilationError("range step must not be zero")
+        types = [v.type for v in bounds if is_scalar(v)]
+        dtype = types[0] if types else i32
+        for t in types[1:]:
+            dtype = promote(dtype, t)
+        if dtype.is_bool or any(is_int_number(v) and not fits(int(v), dtype) for v in bounds):
+            dtype = promote(dtype, i64) if not dtype.is_bool else i32
+        return tuple(self.to_ir(v, dtype) for v in bounds)
+
+    # ------------------------------------------------------------------ thread filters
+    def axis_extent(self, axis: str) -> int:
+        warps = self.options.num_warps
+        return {"lane": LANES_PER_WARP, "warp": warps,
+                "warp_in_wg": min(WARPS_PER_WARPGROUP, warps),
+                "warpgroup": -(-warps // WARPS_PER_WARPGROUP),
+                "thread": LANES_PER_WARP * warps, "cta": self.options.cluster_size}[axis]
+
+    def filter_condition(self, axis: str, lo: int, hi: int) -> Value:
+        """The native condition ``lo <= id < hi`` of ``tj.tfilter(axis=(lo, hi))``."""
+        if not 0 <= lo < hi:
+            raise ScopeError(f"tj.tfilter({axis}=({lo}, {hi})) keeps no thread")
+        ident = self.b.thread_index(FILTER_KINDS[axis])
+        if hi == lo + 1:
+            return self.compare("eq", ident, lo)
+        upper = self.compare("lt", ident, hi)
+        return upper if lo == 0 else self.logical("and", self.compare("ge", ident, lo), upper)
+
+    def thread_filter(self, cond: Value) -> FilterSpec | None:
+        """The filter an ``if`` on ``cond`` applies, when ``cond`` compares a thread id with
+        compile-time constants (``warp_id() == 0``, ``2 <= warp_id() < 4``, ``elect_sync()``)."""
+        found = self._filter_range(cond)
+        if found is None:
+            return None
+        axis, lo, hi = found
+        if axis == "elect":
+            return FilterSpec("elect")
+        if lo >= hi:
+            raise ScopeError(f"this condition keeps no thread: {FILTER_KINDS[axis]}() ranges "
+                             f"over [0, {self.axis_extent(axis)}) with num_warps="
+                             f"{self.options.num_warps}, cluster={self.options.cluster}")
+        return FilterSpec(axis, lo, hi)
+
+    def _filter_range(self, cond: Value):
+        op = _defining_op(cond)
+        if op is None:
+            return None
+        if op.name == "elect_sync":
+            return "elect", None, None
+        if op.name == "binary" and op.attrs["op"] == "and":
+            left, right = (self._filter_range(v) for v in op.operands)
+            if left and right and left[0] == right[0] != "elect":
+                return left[0], max(left[1], right[1]), min(left[2], right[2])
+            return None
+        if op.name != "cmp" or op.attrs["pred"] == "ne":
+            return None
+        pred, (lhs, rhs) = op.attrs["pred"], op.operands
+        axis, bound = _thread_axis(lhs), _const_int(rhs)
+        if axis is None:
+            axis, bound, pred = _thread_axis(rhs), _const_int(lhs), FLIPPED[pred]
+        if axis is None or bound is None:
+            return None
+        extent = self.axis_extent(axis)
+        lo, hi = {"eq": (bound, bound + 1), "lt": (0, bound), "le": (0, bound + 1),
+                  "gt": (bound + 1, extent), "ge": (bound, extent)}[pred]
+        return axis, max(lo, 0), min(hi, extent)
+
+
+def _check_fold_size(op: str, a, b):
+    """Refuse compile-time results so large that computing them would hang the compiler."""
+    bits = 0
+    if op == "pow" and is_int_number(a) and is_int_number(b) and abs(a) > 1:
+        bits = int(b) * int(abs(a)).bit_length()
+    elif op == "lshift" and is_int_number(b):
+        bits = int(b)
+    elif op == "mul" and isinstance(a, (str, tuple, list)) != isinstance(b, (str, tuple, list)):
+        seq, count = (a, b) if isinstance(a, (str, tuple, list)) else (b, a)
+        bits = len(seq) * int(count) if is_int_number(count) else 0
+    if bits > MAX_FOLDED_SIZE:
+        raise CompilationError("the compile-time result would be too large to compute")
+
+
+def _defining_op(value: Value) -> Operation | None:
+    """The op defining ``value``, looking through integer casts."""
+    op = value.owner if isinstance(value.owner, Operation) else None
+    while op is not None and op.name == "cast" and op.operands[0].type.is_int:
+        inner = op.operands[0].owner
+        op = inner if isinstance(inner, Operation) else None
+    return op
+
+
+def _thread_axis(value: Value) -> str | None:
+    op = _defining_op(value)
+    if op is None or op.name != "thread_index" or op.attrs["dim"] != 0:
+        return None
+    return FILTER_AXES.get(op.attrs["kind"])
+
+
+def _const_int(value: Value) -> int | None:
+    op = _defining_op(value)
+    if op is None or op.name != "const" or isinstance(op.attrs["value"], (bool, float)):
+        return None
+    return op.attrs["value"]

@@ -1,0 +1,256 @@
+"""Tile semantics: the primitives (``copy``, ``gemm``, ``reduce``, pointwise) and fragment
+expressions.
+
+Primitives write their destination (first argument). Their operands are checked here, so
+a wrong call is reported at the user's line: shapes broadcast like numpy (a ``(BM, 1)``
+source against a ``(BM, BN)`` destination; run-time dims of global buffers match anything),
+``reduce`` writes the source shape with ``axis`` removed or kept as 1, ``gemm`` needs
+``M x K @ K x N = M x N`` after the transposes.
+
+Fragment expressions (``a + b``, ``-a``, ``tj.exp(a)``) allocate a new fragment of the
+broadcast shape and promoted dtype and fill it with one ``tile.pointwise``.
+"""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from tilejit.errors import CompilationError
+from tilejit.ir.ops_tile import POINTWISE_ARITY, REDUCE_OPS
+from tilejit.ir.types import MemScope, ScalarType, f32, i1, promote
+
+from .values import contains_value, describe, is_int_number, is_number, is_scalar, is_tile, python_number_type
+
+if TYPE_CHECKING:
+    from .semantics import Semantics
+
+__all__ = ["TileSemantics", "broadcast_shapes"]
+
+FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt")
+# Python operator (semantics.PY_BINARY / PY_COMPARE / PY_UNARY names) -> pointwise op.
+OPERATOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg",
+                "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def broadcast_shapes(shapes) -> tuple | None:
+    """numpy broadcasting of static shapes; None when they do not broadcast."""
+    rank = max(len(s) for s in shapes)
+    out = []
+    for axis in range(rank):
+        dims = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            return None
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def broadcasts_to(shape, target) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` (None dims are run-time and match)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) or None in (s, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class TileSemantics:
+    def __init__(self, sem: "Semantics"):
+        self.sem = sem
+        self.b = sem.b
+
+    def _attrs(self, dispatch, config) -> dict:
+        if dispatch is not None and not isinstance(dispatch, str):
+            raise CompilationError(f"dispatch= must be a string naming an instruction family, "
+                                   f"got {describe(dispatch)}")
+        config = {} if config is None else config
+        if not isinstance(config, dict) or not all(isinstance(k, str) for k in config) \
+                or contains_value(config):
+            raise CompilationError(f"config= must be a dict of compile-time values with string "
+                                   f"keys, got {describe(config)}")
+        return {"team": self.sem.team, "dispatch": dispatch, "config": dict(config)}
+
+    @staticmethod
+    def _tile(x, role: str, primitive: str):
+        if not is_tile(x):
+            raise CompilationError(f"tj.{primitive}: {role} must be a buffer or region, got {describe(x)}")
+        return x
+
+    @staticmethod
+    def _flag(x, name: str, primitive: str) -> bool:
+        if not isinstance(x, bool):
+            raise CompilationError(f"tj.{primitive}: {name}= must be a compile-time bool, got {describe(x)}")
+        return x
+
+    # ----------------------------------------------------------------- primitives
+    def copy(self, dst, src, barrier, dispatch, config, is_async=False):
+        name = "copy_async" if is_async else "copy"
+        dst, src = self._tile(dst, "dst", name), self._tile(src, "src", name)
+        if not broadcasts_to(src.type.shape, dst.type.shape):
+            raise CompilationError(f"tj.{name}: src of shape {_shape_text(src.type.shape)} does "
+                                   f"not fit dst of shape {_shape_text(dst.type.shape)}")
+        barrier_operands = () if barrier is None else self.sem.memory.barrier_operands(barrier)
+        return self.b.tile(name, dst, src, *barrier_operands, **self._attrs(dispatch, config))
+
+    def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False):
+        name = "gemm_async" if is_async else "gemm"
+        tiles = {role: self._tile(x, role, name) for role, x in (("C", C), ("A", A), ("B", B))}
+        for role, x in tiles.items():
+            if x.type.rank != 2:
+                raise CompilationError(f"tj.{name}: {role} must be a rank-2 tile, got shape "
+                                       f"{_shape_text(x.type.shape)}")
+        flags = {"transpose_a": self._flag(transpose_a, "transpose_a", name),
+                 "transpose_b": self._flag(transpose_b, "transpose_b", name),
+                 "accum": self._flag(accum, "accum", name)}
+        a, b, c = (tiles[r].type.shape for r in "ABC")
+        m, k = a[::-1] if transpose_a else a
+        k2, n = b[::-1] if transpose_b else b
+        if None not in (k, k2) and k != k2:
+            raise CompilationError(f"tj.{name}: A{_shape_text(a)} and B{_shape_text(b)} disagree "
+                                   f"on K ({k} vs {k2}){' after the transposes' if transpose_a or transpose_b else ''}")
+        if not broadcasts_to(c, (m, n)) or not broadcasts_to((m, n), c):
+            raise CompilationError(f"tj.{name}: C has shape {_shape_text(c)} but A @ B has shape "
+                                   f"{_shape_text((m, n))}")
+        da, db, dc = (tiles[r].type.dtype for r in "ABC")
+        if da.is_float != db.is_float or dc.is_float != da.is_float:
+            raise CompilationError(f"tj.{name}: A, B and C must be all float or all integer, "
+                                   f"got {da!r}, {db!r} and {dc!r}")
+        return self.b.tile(name, tiles["C"], tiles["A"], tiles["B"], **flags,
+                           **self._attrs(dispatch, config))
+
+    def reduce(self, dst, src, op, axis, dispatch, config):
+        dst, src = self._tile(dst, "dst", "reduce"), self._tile(src, "src", "reduce")
+        if op not in REDUCE_OPS:
+            raise CompilationError(f"tj.reduce: op must be one of {', '.join(map(repr, REDUCE_OPS))}, "
+                                   f"got {describe(op)}")
+        shape = src.type.shape
+        if not (is_int_number(axis) and not isinstance(axis, bool) and -len(shape) <= axis < len(shape)):
+            raise CompilationError(f"tj.reduce: axis must be a compile-time int in "
+                                   f"[{-len(shape)}, {len(shape)}), got {describe(axis)}")
+        axis = int(axis) % len(shape)
+        dropped, kept = shape[:axis] + shape[axis + 1:], shape[:axis] + (1,) + shape[axis + 1:]
+        out = dst.type.shape
+        if not any(len(out) == len(s) and broadcasts_to(out, s) and broadcasts_to(s, out)
+                   for s in (dropped, kept)):
+            raise CompilationError(f"tj.reduce: reducing {_shape_text(shape)} over axis {axis} gives "
+                                   f"{_shape_text(dropped)} or {_shape_text(kept)}, but dst has shape "
+                                   f"{_shape_text(out)}")
+        return self.b.tile("reduce", dst, src, op=op, axis=axis, **self._attrs(dispatch, config))
+
+    # ------------------------------------------------------------------ pointwise
+    def pointwise_call(self, op: str, args, dispatch, config):
+        """``tj.<op>(dst, *srcs)`` (statement) or ``tj.<op>(*srcs)`` (expression)."""
+        arity = POINTWISE_ARITY[op]
+        if op == "cast" and len(args) == 2 and isinstance(args[1], ScalarType):
+            if is_tile(args[0]):
+                return self.expression("cast", args[:1], args[1], dispatch, config)
+            return self._scalar_only(op, dispatch, config) or self.sem.cast(*args)
+        if len(args) == arity + 1:
+            return self.pointwise(op, args[0], args[1:], dispatch, config)
+        if len(args) == arity and op not in ("fill", "cast"):
+            if any(is_tile(a) for a in args):
+                return self.expression(op, args, None, dispatch, config)
+            return self._scalar_only(op, dispatch, config) or self._scalar(op, args)
+        srcs = ", ".join(f"src{i}" for i in range(arity)) if arity > 1 else "src"
+        forms = {"fill": "tj.fill(dst, value)", "cast": "tj.cast(dst, src) or tj.cast(x, dtype)"}
+        raise CompilationError(f"tj.{op} is called as "
+                               f"{forms.get(op, f'tj.{op}(dst, {srcs}) or tj.{op}({srcs})')}, "
+                               f"got {len(args)} argument(s)")
+
+    @staticmethod
+    def _scalar_only(op, dispatch, config) -> None:
+        if dispatch is not None or config:
+            raise CompilationError(f"tj.{op}: dispatch= and config= apply to tile operands only")
+
+    def _scalar(self, op: str, args):
+        sem = self.sem
+        if op in ("add", "sub", "mul", "div"):
+            return sem.binary("truediv" if op == "div" else op, *args)
+        if op in ("maximum", "minimum"):
+            return sem.min_max(op[:3], *args)
+        if op == "neg":
+            return sem.unary("neg", *args)
+        if op == "fma":
+            return sem.binary("add", sem.binary("mul", args[0], args[1]), args[2])
+        if op == "select":
+            return sem.select(*args)
+        return sem.math(op, *args)
+
+    def pointwise(self, op: str, dst, srcs, dispatch, config):
+        dst = self._tile(dst, "dst", op)
+        dtype = dst.type.dtype
+        if op in FLOAT_ONLY and not dtype.is_float:
+            raise CompilationError(f"tj.{op} needs a float destination, got {dtype!r}")
+        if op == "fill" and not (is_scalar(srcs[0]) or is_number(srcs[0])):
+            raise CompilationError(f"tj.fill(dst, value) takes a scalar value, got {describe(srcs[0])}")
+        operands = []
+        for index, src in enumerate(srcs):
+            if is_tile(src):
+                if not broadcasts_to(src.type.shape, dst.type.shape):
+                    raise CompilationError(f"tj.{op}: source {index} of shape "
+                                           f"{_shape_text(src.type.shape)} does not broadcast to "
+                                           f"dst of shape {_shape_text(dst.type.shape)}")
+                operands.append(src)
+            else:
+                operands.append(self._scalar_operand(op, index, src, dtype))
+        return self.b.tile("pointwise", dst, *operands, op=op, **self._attrs(dispatch, config))
+
+    def _scalar_operand(self, op: str, index: int, x, dtype):
+        if not (is_scalar(x) or is_number(x)):
+            raise CompilationError(f"tj.{op}: operand {index} must be a tile or a scalar, got {describe(x)}")
+        if op == "select" and index == 0:
+            return self.sem.to_i1(x)
+        return self.sem.to_ir(x, dtype)
+
+    def operator(self, op: str, symbol: str, operands):
+        """A Python operator on tiles (``a + b``, ``-a``, ``a < b``) as a fragment expression."""
+        if op == "pos":
+            return operands[0]
+        name = OPERATOR_OPS.get(op)
+        if name is None:
+            hint = "; use tj.gemm(C, A, B)" if op == "matmul" else ""
+            raise CompilationError(f"'{symbol}' is not supported on tiles{hint}")
+        if name not in POINTWISE_ARITY:
+            raise CompilationError(f"'{symbol}' on tiles needs a pointwise '{name}' op, which the "
+                                   "IR does not provide yet")
+        return self.expression(name, operands, i1 if name in COMPARISONS else None)
+
+    def _operand_dtype(self, op: str, operands) -> ScalarType:
+        """The dtype the operation computes in: tiles promote; a float scalar makes ints
+        float; without tile operands (``tj.select(mask, 0, 1.0)``) the scalars promote."""
+        for x in operands:
+            if not (is_tile(x) or is_scalar(x) or is_number(x)):
+                raise CompilationError(f"tile expression operands must be tiles or scalars, "
+                                       f"got {describe(x)}")
+        tile_types = [x.type.dtype for x in operands if is_tile(x)]
+        scalar_types = [x.type if is_scalar(x) else python_number_type(x)
+                        for x in operands if not is_tile(x)]
+        dtype = functools.reduce(promote, tile_types or scalar_types)
+        for scalar_type in scalar_types if tile_types else ():
+            if scalar_type.is_float and not dtype.is_float:
+                dtype = promote(dtype, scalar_type)
+        if (op in FLOAT_ONLY or op == "div") and not dtype.is_float:
+            dtype = f32
+        return dtype
+
+    def expression(self, op: str, operands, dtype=None, dispatch=None, config=None):
+        """A new fragment holding ``op(*operands)`` (numpy broadcasting, promoted dtype)."""
+        tiles = [x for x in operands if is_tile(x)]
+        for x in tiles:
+            if None in x.type.shape:
+                raise CompilationError(f"a tile expression needs static shapes, but {describe(x)} has "
+                                       "a run-time size; slice it to a static size first")
+        shape = broadcast_shapes([x.type.shape for x in tiles])
+        if shape is None:
+            raise CompilationError("tile shapes " + " and ".join(_shape_text(x.type.shape) for x in tiles)
+                                   + " do not broadcast")
+        computed = operands[1:] if op == "select" else operands
+        operand_dtype = tiles[0].type.dtype if op == "cast" else self._operand_dtype(op, computed)
+        dst = self.b.alloc(MemScope.FRAGMENT, dtype or operand_dtype, shape)
+        srcs = [x if is_tile(x) else self._scalar_operand(op, i, x, operand_dtype)
+                for i, x in enumerate(operands)]
+        self.b.tile("pointwise", dst, *srcs, op=op, **self._attrs(dispatch, config))
+        return dst

@@ -1,0 +1,194 @@
+"""What a dispatch rule sees: a :class:`PrimitiveCall` built from one tile op.
+
+Per operand an :class:`Operand` gives its storage role, dtype, static logical shape, the
+layout of the sub-tile (the parent buffer's layout sliced to the region with
+``TileLayout.slice``), and which dims may run past the end of a global buffer whose size
+is known only at run time. The call adds the primitive's own attributes, the execution
+scope, ``dispatch=``/``config=`` and the target's :class:`DispatchContext`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ...errors import CompilationError, LayoutError, SourceLocation
+from ...ir.core import Operation, Value
+from ...ir.ops_tile import POINTWISE_ARITY
+from ...ir.scope import ExecScope
+from ...ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
+from ...layout import AxisKind, ComposeLayout, TileLayout
+from .registry import DispatchContext
+
+__all__ = ["Operand", "PrimitiveCall", "operand_names"]
+
+_COMMON = ("team", "dispatch", "config", "scope", "rule", "inst_shape")
+_POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",)}
+
+
+def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
+    """The names rules and messages use for the tile operands of ``primitive``."""
+    if primitive in ("copy", "copy_async", "reduce"):
+        return ("dst", "src")
+    if primitive in ("gemm", "gemm_async"):
+        return ("C", "A", "B")
+    op = attrs["op"]
+    srcs = _POINTWISE_NAMES.get(op) or {1: ("src",), 2: ("a", "b"),
+                                       3: ("a", "b", "c")}[POINTWISE_ARITY[op]]
+    return ("dst", *srcs)
+
+
+def _static_int(value: Value) -> int | None:
+    owner = value.owner
+    if isinstance(owner, Operation) and owner.name == "const":
+        return owner.attrs["value"]
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class Operand:
+    """One operand of a tile primitive.
+
+    ``role`` is None for a scalar. ``shape`` is the logical shape (dims dropped by an
+    integer index removed; ``None`` entries only for a whole global buffer). ``layout`` is
+    the sub-tile layout, None for global memory (strided by run-time strides) or a buffer
+    whose layout a later pass decides; ``layout_error`` says why slicing failed.
+    ``oob_dims`` are the parent buffer's dims that may run past its end.
+    """
+
+    name: str
+    value: Value
+    role: MemScope | None
+    dtype: ScalarType
+    shape: tuple
+    layout: TileLayout | ComposeLayout | None = None
+    layout_error: str | None = None
+    oob_dims: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, name: str, value: Value) -> Operand:
+        t = value.type
+        if isinstance(t, ScalarType):
+            return cls(name, value, None, t, ())
+        buffer = t.buffer if isinstance(t, RegionType) else t
+        layout, error = _sub_tile_layout(value)
+        oob = ()
+        if isinstance(t, RegionType) and buffer.scope is MemScope.GLOBAL:
+            oob = tuple(d for d, n in enumerate(buffer.shape) if n is None)
+        return cls(name, value, buffer.scope, buffer.dtype, tuple(t.shape), layout, error, oob)
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.role is None
+
+    @property
+    def is_region(self) -> bool:
+        return isinstance(self.value.type, RegionType)
+
+    @property
+    def buffer_type(self) -> BufferType | None:
+        t = self.value.type
+        return t.buffer if isinstance(t, RegionType) else t if isinstance(t, BufferType) else None
+
+    @property
+    def is_static(self) -> bool:
+        return None not in self.shape
+
+    @property
+    def may_oob(self) -> bool:
+        return bool(self.oob_dims)
+
+    @property
+    def thread_axes(self) -> tuple[str, ...]:
+        """Thread axes the layout places elements on (lanes, warps...): a distributed tile."""
+        layout = self.layout
+        if not isinstance(layout, TileLayout):
+            return ()
+        return tuple(a.name for a in layout.axes if a.kind is AxisKind.THREAD)
+
+    def describe(self) -> str:
+        if self.is_scalar:
+            return f"{self.name}: scalar {self.dtype}"
+        dims = ", ".join("?" if n is None else str(n) for n in self.shape)
+        text = f"{self.name}: {self.role} {self.dtype}[{dims}]"
+        if self.may_oob:
+            text += " (may run out of bounds)"
+        return text
+
+
+def _sub_tile_layout(value: Value):
+    """(layout of the tile ``value`` names, why it could not be derived or None)."""
+    t = value.type
+    if isinstance(t, BufferType):
+        return t.layout, None
+    buffer = t.buffer
+    if buffer.layout is None:
+        return None, None
+    if not buffer.is_static:
+        return None, f"cannot slice the layout of a buffer with run-time shape {list(buffer.shape)}"
+    # A start known only at run time is taken as 0: the structure of the slice (its
+    # iters) is what legality looks at; the offset is the target's business.
+    starts = [(_static_int(s) or 0) for s in value.owner.operands[1:]]
+    region = tuple(slice(s, s + n) if keep else s
+                   for s, n, keep in zip(starts, t.sizes, t.keep))
+    layout = buffer.layout
+    try:
+        if isinstance(layout, ComposeLayout):
+            tile = layout.tile_layout.slice(buffer.shape, region)
+            return ComposeLayout(layout.per_element, layout.swizzle_len, layout.atom_len,
+                                 tile), None
+        return layout.slice(buffer.shape, region), None
+    except LayoutError as err:
+        return None, err.message
+
+
+@dataclass(frozen=True, eq=False)
+class PrimitiveCall:
+    """One tile-primitive call as the rules see it."""
+
+    primitive: str
+    context: DispatchContext
+    scope: ExecScope
+    operands: tuple[Operand, ...]
+    attrs: Mapping = field(default_factory=dict)  # the primitive's own attributes
+    dispatch: str | None = None
+    config: Mapping = field(default_factory=dict)
+    loc: SourceLocation | None = None
+    extras: tuple[Value, ...] = ()  # non-tile operands (copy_async's barrier)
+
+    @classmethod
+    def of(cls, op: Operation, context: DispatchContext) -> PrimitiveCall:
+        primitive = op.name.removeprefix("tile.")
+        scope = op.attrs.get("scope")
+        if scope is None:
+            raise CompilationError(f"{op.name} has no execution scope: run scope-analysis "
+                                   "before dispatch", op.loc)
+        own = {k: v for k, v in op.attrs.items() if k not in _COMMON}
+        names = operand_names(primitive, own)
+        operands = tuple(Operand.of(n, v) for n, v in zip(names, op.operands))
+        return cls(primitive, context, scope, operands, own, op.attrs["dispatch"],
+                   dict(op.attrs["config"]), op.loc, tuple(op.operands[len(names):]))
+
+    @property
+    def target(self) -> str:
+        return self.context.target
+
+    @property
+    def team(self) -> TeamKind:
+        return self.scope.kind
+
+    def __getitem__(self, name: str) -> Operand:
+        for operand in self.operands:
+            if operand.name == name:
+                return operand
+        raise KeyError(f"{self.primitive} has no operand {name!r}")
+
+    @property
+    def tiles(self) -> tuple[Operand, ...]:
+        """The operands that are buffers or regions (not scalars)."""
+        return tuple(o for o in self.operands if not o.is_scalar)
+
+    def describe(self) -> str:
+        what = self.attrs.get("op")
+        head = f"tile.{self.primitive}" + (f" {what}" if what else "")
+        args = ", ".join(o.describe() for o in self.operands)
+        return f"{head}({args}) on target {self.target!r}, team {self.team}"

@@ -1,0 +1,187 @@
+"""The dispatch registry: instruction-family rules per (primitive, target), and targets.
+
+A :class:`Rule` is a small declarative record -- family name, primitive, the targets it
+serves, a priority, whether it is a fallback -- plus two functions:
+
+* ``check(call) -> Plan | Decline``: the legality contract. A legal rule answers a
+  :class:`Plan` listing every instruction shape it can use for this call, best (largest)
+  first; an illegal one answers a :class:`Decline` that says why, in words a user can act on.
+* ``lower(call, plan, emitter)``: emit native IR for the chosen shape (``plan.shape``)
+  through a :class:`tilejit.passes.loopgen.Emitter`.
+
+Shape choice is the selector's job, not the rule's: it takes ``config["shape"]`` when
+that is one of the plan's shapes and the first (largest) shape otherwise.
+
+Targets register a :class:`DispatchContext` template: what a rule may ask of the target
+(how a team's work is distributed over its threads, the vector register size, the
+register budget of a blocked kernel) without writing ``if target == ...``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from ...errors import CompilationError
+
+if TYPE_CHECKING:
+    from ..loopgen import Emitter
+    from .call import PrimitiveCall
+
+__all__ = [
+    "GENERIC",
+    "PER_THREAD",
+    "PRIMITIVES",
+    "TEAM_ONCE",
+    "Decline",
+    "DispatchContext",
+    "Plan",
+    "Rule",
+    "context_for",
+    "lookup",
+    "register",
+    "register_target",
+    "rules_for",
+    "unregister",
+]
+
+PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "pointwise")
+GENERIC = "*"  # a rule serving every target
+
+# How a team's share of a primitive is spread over its threads (docs/lowering.md):
+TEAM_ONCE = "team_once"    # one unit runs the whole tile once per team instance (CPU)
+PER_THREAD = "per_thread"  # every thread of the team takes its share (GPU)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A legal rule's answer: the instruction shapes it can use, best first, and any
+    facts its lowering needs (``details``). After selection ``shapes`` holds one shape."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    details: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        shapes = tuple(tuple(s) for s in self.shapes)
+        if not shapes:
+            raise ValueError("a plan needs at least one instruction shape")
+        object.__setattr__(self, "shapes", shapes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The chosen shape (the largest legal one until the selector picks)."""
+        return self.shapes[0]
+
+    def choose(self, shape) -> Plan:
+        return replace(self, shapes=(tuple(shape),))
+
+
+@dataclass(frozen=True, init=False)
+class Decline:
+    """A rule's refusal: one reason per violated constraint."""
+
+    reasons: tuple[str, ...]
+
+    def __init__(self, *reasons: str):
+        if not reasons:
+            raise ValueError("a decline needs a reason")
+        object.__setattr__(self, "reasons", tuple(reasons))
+
+    def __str__(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class Rule:
+    family: str
+    primitive: str
+    check: Callable[[PrimitiveCall], Plan | Decline]
+    lower: Callable[[PrimitiveCall, Plan, Emitter], None]
+    targets: tuple[str, ...] = (GENERIC,)
+    priority: int = 0
+    fallback: bool = False
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.primitive not in PRIMITIVES:
+            raise ValueError(f"rule {self.family}: unknown primitive {self.primitive!r}")
+        object.__setattr__(self, "targets", tuple(self.targets))
+
+    def serves(self, target: str) -> bool:
+        return GENERIC in self.targets or target in self.targets
+
+
+_RULES: list[Rule] = []  # registration order breaks priority ties
+
+
+def register(rule: Rule) -> Rule:
+    """Add ``rule``; a family may appear once per (primitive, target)."""
+    for old in _RULES:
+        if (old.family, old.primitive) == (rule.family, rule.primitive) \
+                and set(old.targets) & set(rule.targets):
+            raise ValueError(f"family {rule.family!r} for {rule.primitive} is already "
+                             f"registered for targets {old.targets}")
+    _RULES.append(rule)
+    return rule
+
+
+def unregister(rule: Rule) -> None:
+    _RULES.remove(rule)
+
+
+def _load_generic_rules() -> None:
+    # Imported on first use: the rules build on passes.loopgen, which builds on this package.
+    from .. import rules  # noqa: F401
+
+
+def rules_for(primitive: str, target: str) -> list[Rule]:
+    """The rules to try, in order: specialized by priority, then fallbacks by priority."""
+    _load_generic_rules()
+    candidates = [r for r in _RULES if r.primitive == primitive and r.serves(target)]
+    return sorted(candidates, key=lambda r: (r.fallback, -r.priority))
+
+
+def lookup(family: str, primitive: str, target: str) -> Rule | None:
+    return next((r for r in rules_for(primitive, target) if r.family == family), None)
+
+
+# --------------------------------------------------------------------------- targets
+@dataclass(frozen=True)
+class DispatchContext:
+    """What dispatch knows about the target: its name and arch, how a team's work is
+    distributed (``team_once`` or ``per_thread``), the widest vector in bytes and how many
+    accumulators a register-blocked rule may keep live."""
+
+    target: str
+    arch: str | None = None
+    distribution: str = TEAM_ONCE
+    vector_bytes: int = 16
+    registers: int = 32
+
+    def __post_init__(self):
+        if self.distribution not in (TEAM_ONCE, PER_THREAD):
+            raise ValueError(f"distribution must be {TEAM_ONCE} or {PER_THREAD}, "
+                             f"got {self.distribution!r}")
+
+
+_TARGETS: dict[str, DispatchContext] = {}
+
+
+def register_target(context: DispatchContext) -> DispatchContext:
+    """Declare a target (its package does this on import); re-registering replaces it."""
+    _TARGETS[context.target] = context
+    return context
+
+
+register_target(DispatchContext("generic"))
+
+
+def context_for(kernel) -> DispatchContext:
+    """The context of ``kernel``'s ``target``/``arch`` attributes (``generic`` when unset)."""
+    name = kernel.attrs.get("target") or "generic"
+    if name not in _TARGETS:
+        known = ", ".join(sorted(_TARGETS))
+        raise CompilationError(f"target {name!r} is not registered with dispatch (known: "
+                               f"{known}); importing tilejit.targets.{name} registers it",
+                               kernel.loc)
+    return replace(_TARGETS[name], arch=kernel.attrs.get("arch"))

@@ -1,0 +1,352 @@
+"""How the instances of a primitive are spread over the threads of its team.
+
+The target chooses the mode (``DispatchContext.distribution``); :func:`choose` picks the
+distribution of one call:
+
+* :class:`Uniform` -- every executing unit visits every instance: ``team_once`` (the
+  code runs inside ``single``, once per team instance) or a team of one thread.
+* :class:`Cyclic` -- ``per_thread`` for tiles not distributed over threads: thread ``t``
+  of a ``T``-thread team takes instances ``t, t+T, ...`` in row-major order; ``t`` is the
+  thread's position in the intra-team layout of the active set.
+* :class:`Owned` -- ``per_thread`` for a fragment whose layout places elements on thread
+  axes: each thread visits the elements the layout gives it (every copy, for replicated
+  layouts). The thread's coordinate on each axis is decoded into the layout's digits once
+  (hoisted); the memory iters become loops. Thread coordinates are relative to the team
+  (``warpid`` counts warps inside a warpgroup team).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import LayoutError
+from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP, ExecScope
+from ..ir.types import TeamKind
+from ..layout import AxisKind, Iter, TileLayout
+from ..layout.transform import group_iters
+from .dispatch.call import Operand, PrimitiveCall
+from .dispatch.registry import TEAM_ONCE, Decline
+from .loopgen import Box, Emitter
+
+__all__ = ["Cyclic", "Distribution", "Owned", "Uniform", "choose", "team_thread"]
+
+# Absolute coordinates of the axes an intra-team layout uses.
+_ABSOLUTE = {"laneid": "lane_id", "warpid": "warp_id", "wid_in_wg": "warp_id_in_wg",
+             "wgid": "warpgroup_id", "cbx": "cta_id_in_cluster"}
+_OWNED_AXES = ("laneid", "warpid", "wid_in_wg", "tid_in_wg")
+
+
+class Distribution:
+    """Emits the loops that visit the instances of ``(box, body)`` items.
+
+    ``splits_boxes``: any box can be visited (so a domain may be split into full and
+    remainder boxes); False when the placement of one operand decides who visits what.
+    """
+
+    splits_boxes = True
+
+    def emit(self, em: Emitter, items) -> None:
+        raise NotImplementedError
+
+
+class Uniform(Distribution):
+    def emit(self, em: Emitter, items) -> None:
+        em.nest(items)
+
+    def __str__(self) -> str:
+        return "uniform"
+
+
+@dataclass(frozen=True)
+class Cyclic(Distribution):
+    team_size: int
+
+    def emit(self, em: Emitter, items) -> None:
+        for box, body in items:
+            self._emit_box(em, box, body)
+
+    def _emit_box(self, em: Emitter, box: Box, body) -> None:
+        with em.hoisted():
+            counts = [em.floordiv(em.sub(hi, lo), step)
+                      for lo, hi, step in zip(box.lo, box.hi, box.step)]
+            total = 1
+            for c in counts:
+                total = em.mul(total, c)
+        t = team_thread(em, em.call.scope)
+
+        def visit(e):
+            idx = [0] * len(counts)
+            for d in reversed(range(len(counts))):
+                q = e if d == 0 else em.mod(e, counts[d])
+                e = e if d == 0 else em.floordiv(e, counts[d])
+                idx[d] = em.add(box.lo[d], em.mul(q, box.step[d]))
+            body(idx)
+        em.loop(t, total, self.team_size, visit)
+
+    def __str__(self) -> str:
+        return f"cyclic over {self.team_size} threads"
+
+
+# Hardware order of the thread axes, fastest first: consecutive threads of a team are
+# consecutive lanes, so cyclic instances t, t+1, ... sit in neighbouring lanes.
+_AXIS_ORDER = {"laneid": 0, "wid_in_wg": 1, "warpid": 1, "wgid": 2, "cbx": 3}
+
+
+def _digit(em: Emitter, coord, it: Iter, outermost: bool):
+    """The digit of iter ``it`` in a coordinate; the outermost iter of an axis needs no
+    ``mod`` (an in-range coordinate never reaches past it)."""
+    digit = em.floordiv(coord, it.stride)
+    return digit if outermost else em.mod(digit, it.extent)
+
+
+def team_thread(em: Emitter, scope: ExecScope):
+    """The thread's position ``t`` in its team, ``0 <= t < team_size``, lanes fastest
+    (hoisted)."""
+    def make():
+        iters = sorted((it for it in scope.intra.shard if it.extent > 1),
+                       key=lambda it: (_AXIS_ORDER[it.axis.name], it.stride))
+        t, weight = 0, 1
+        for it in iters:
+            coord = em.sub(em.thread_coord(_ABSOLUTE[it.axis.name]),
+                           scope.intra.offset.get(it.axis.name, 0))
+            outermost = all(o.axis is not it.axis or o.stride <= it.stride for o in iters)
+            t = em.add(t, em.mul(_digit(em, coord, it, outermost), weight))
+            weight *= it.extent
+        return em.index(t)
+    return em.once("team_thread", make)
+
+
+# --------------------------------------------------------------------------- owned
+def _relative_coord(em: Emitter, axis: str, kind: TeamKind):
+    """The thread's coordinate on ``axis`` inside its team."""
+    if axis == "laneid":
+        return em.thread_coord("lane_id")
+    if axis == "wid_in_wg" or (axis == "warpid" and kind is TeamKind.WARPGROUP):
+        return em.thread_coord("warp_id_in_wg")
+    if axis == "warpid":
+        return em.thread_coord("warp_id") if kind >= TeamKind.CTA else 0
+    return em.add(em.mul(em.thread_coord("warp_id_in_wg"), LANES_PER_WARP),
+                  em.thread_coord("lane_id"))  # tid_in_wg
+
+
+def _thread_of(location: dict) -> tuple[int, int]:
+    """(lane, warp inside the team) of a layout location."""
+    tid = location.get("tid_in_wg", 0)
+    return (location.get("laneid", 0) + tid % LANES_PER_WARP,
+            location.get("warpid", 0) + location.get("wid_in_wg", 0) + tid // LANES_PER_WARP)
+
+
+def _active_threads(scope: ExecScope) -> set[tuple[int, int]]:
+    def rel(w):
+        if scope.kind is TeamKind.WARPGROUP:
+            return w % WARPS_PER_WARPGROUP
+        return w if scope.kind >= TeamKind.CTA else 0
+    return {(lane, rel(w)) for lane in scope.active.lane_ids for w in scope.active.warp_ids}
+
+
+def owners(layout: TileLayout, shape) -> list[frozenset]:
+    """Per flat element, the (lane, warp) threads holding a copy of it."""
+    return [frozenset(_thread_of(loc) for loc in layout.locations(i))
+            for i in range(math.prod(shape))]
+
+
+@dataclass(frozen=True)
+class _Loop:
+    extent: int
+    weight: int
+    dim: int
+
+
+@dataclass
+class Owned(Distribution):
+    """Each thread visits the elements of ``driver`` its layout places on it."""
+
+    splits_boxes = False
+
+    driver: Operand
+    scope: ExecScope
+    axes: dict[str, list[Iter]] = field(default_factory=dict)  # thread axis -> its iters
+    offsets: dict[str, int] = field(default_factory=dict)
+    guarded: list[str] = field(default_factory=list)  # axes whose coordinate may miss
+    thread_terms: list[tuple[Iter, int, int]] = field(default_factory=list)  # iter, dim, weight
+    loops: list[_Loop] = field(default_factory=list)
+    _owners: list | None = None
+
+    @classmethod
+    def analyze(cls, call: PrimitiveCall, driver: Operand) -> Owned | Decline:
+        layout, shape, name = driver.layout, tuple(driver.shape), driver.name
+        if not isinstance(layout, TileLayout):
+            return Decline(f"{name}'s swizzled layout cannot be distributed over threads")
+        if call.team is TeamKind.THREAD:
+            return Decline(f"{name} is distributed over threads but the team is one thread")
+        try:
+            used, groups = group_iters(layout, shape)
+        except LayoutError as err:
+            return Decline(f"{name}'s layout does not fit its shape: {err.message}")
+        owned = cls(driver, call.scope, offsets=dict(used.offset))
+        for axis in used.axes:
+            if axis.kind is not AxisKind.THREAD:
+                continue
+            if axis.name not in _OWNED_AXES:
+                return Decline(f"{name} is placed on thread axis {axis.name}, which the "
+                               f"per-thread distribution does not decode")
+            iters = sorted((it for it in used.shard + used.replica if it.axis is axis),
+                           key=lambda it: it.stride)
+            for inner, outer in itertools.pairwise(iters):
+                if inner.stride <= 0 or outer.stride < inner.stride * inner.extent:
+                    return Decline(f"{name}'s iters on {axis.name} overlap, so a thread's "
+                                   "coordinate does not name its elements")
+            owned.axes[axis.name] = iters
+        owned._plan_loops(groups)
+        owned._plan_guards()
+        lost = owned._unowned_element()
+        return Decline(lost) if lost else owned
+
+    def _plan_loops(self, groups) -> None:
+        for dim, group in enumerate(groups):
+            weight = math.prod(it.extent for it in group)
+            for it in group:
+                weight //= it.extent
+                if it.axis.name in self.axes:
+                    self.thread_terms.append((it, dim, weight))
+                elif self.loops and self.loops[-1].dim == dim \
+                        and self.loops[-1].weight == it.extent * weight:
+                    last = self.loops.pop()  # contiguous in the logical index: one loop
+                    self.loops.append(_Loop(last.extent * it.extent, weight, dim))
+                else:
+                    self.loops.append(_Loop(it.extent, weight, dim))
+
+    def _plan_guards(self) -> None:
+        active = _active_threads(self.scope)
+        for axis, iters in self.axes.items():
+            span, dense = 1, True
+            for it in iters:
+                dense &= it.stride == span
+                span *= it.extent
+            offset = self.offsets.get(axis, 0)
+            coords = {_relative_value(axis, lane, warp) - offset for lane, warp in active}
+            if not dense or min(coords) < 0 or max(coords) >= span:
+                self.guarded.append(axis)
+
+    def owner_sets(self) -> list[frozenset]:
+        if self._owners is None:
+            self._owners = owners(self.driver.layout, self.driver.shape)
+        return self._owners
+
+    def _unowned_element(self) -> str | None:
+        active = _active_threads(self.scope)
+        for flat, threads in enumerate(self.owner_sets()):
+            if not threads & active:
+                idx = _unflatten(flat, self.driver.shape)
+                return (f"{self.driver.name}{list(idx)} lives on (lane, warp) "
+                        f"{sorted(threads)[:4]}, none of which is active here")
+        return None
+
+    def check_reads(self, operand: Operand,
+                    accessed: Callable[[tuple], Iterable[tuple]]) -> str | None:
+        """Why a thread would touch an element of ``operand`` it holds no copy of, if it
+        would: ``accessed(p)`` lists the operand indices used at driver element ``p``."""
+        if not isinstance(operand.layout, TileLayout):
+            return f"{operand.name} is distributed over threads with a non-affine layout"
+        theirs = owners(operand.layout, operand.shape)
+        active = _active_threads(self.scope)
+        for flat, mine in enumerate(self.owner_sets()):
+            p = _unflatten(flat, self.driver.shape)
+            for q in accessed(p):
+                missing = (mine & active) - theirs[_flatten(q, operand.shape)]
+                if missing:
+                    return (f"thread (lane, warp) {min(missing)} handles "
+                            f"{self.driver.name}{list(p)} but holds no copy of "
+                            f"{operand.name}{list(q)}: the layouts place them differently")
+        return None
+
+    def emit(self, em: Emitter, items) -> None:
+        """Visit this thread's elements (one box: the driver's whole domain)."""
+        ((_, body),) = items
+        kind = self.scope.kind
+        coords, digits = {}, {}
+        with em.hoisted():
+            for axis, iters in self.axes.items():
+                coords[axis] = em.index(em.sub(_relative_coord(em, axis, kind),
+                                               self.offsets.get(axis, 0)))
+                for it in iters:
+                    outermost = it is iters[-1] and axis not in self.guarded
+                    digits[id(it)] = _digit(em, coords[axis], it, outermost)
+            base = [0] * len(self.driver.shape)
+            for it, dim, weight in self.thread_terms:
+                base[dim] = em.add(base[dim], em.mul(digits[id(it)], weight))
+            checks = [em.b.cmp("eq", em.index(_recompose(em, self.axes[a], digits)), coords[a])
+                      for a in self.guarded]
+            owns = em.all_of(checks)
+
+        def level(k: int, idx: list):
+            if k == len(self.loops):
+                body(idx)
+                return
+            loop = self.loops[k]
+            em.loop(0, loop.extent, 1, lambda q: level(k + 1, [
+                em.add(i, em.mul(q, loop.weight)) if d == loop.dim else i
+                for d, i in enumerate(idx)]))
+
+        if owns is None:
+            level(0, base)
+            return
+        _, then, orelse = em.b.if_(owns)
+        with em.b.insert_into(then):
+            level(0, base)
+            em.b.yield_()
+        with em.b.insert_into(orelse):
+            em.b.yield_()
+
+    def __str__(self) -> str:
+        return f"owned by the threads of {self.driver.name}'s layout"
+
+
+def _relative_value(axis: str, lane: int, warp: int) -> int:
+    return {"laneid": lane, "warpid": warp, "wid_in_wg": warp,
+            "tid_in_wg": warp * LANES_PER_WARP + lane}[axis]
+
+
+def _recompose(em: Emitter, iters, digits):
+    total = 0
+    for it in iters:
+        total = em.add(total, em.mul(digits[id(it)], it.stride))
+    return total
+
+
+def _unflatten(flat: int, shape) -> tuple:
+    idx = []
+    for n in reversed(shape):
+        flat, i = divmod(flat, n)
+        idx.append(i)
+    return tuple(reversed(idx))
+
+
+def _flatten(idx, shape) -> int:
+    flat = 0
+    for i, n in zip(idx, shape):
+        flat = flat * n + i
+    return flat
+
+
+# --------------------------------------------------------------------------- choice
+def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
+    """The distribution of ``call``: a Uniform/Cyclic/Owned, or a Decline saying why
+    the team cannot share the work. ``drivers`` are the operands whose shape is the
+    iteration domain, the first one distributed over threads leads."""
+    if call.context.distribution == TEAM_ONCE:
+        return Uniform()
+    lead = next((o for o in drivers if o.thread_axes), None)
+    if lead is not None:
+        return Owned.analyze(call, lead)
+    spread = [o.name for o in call.tiles if o.thread_axes]
+    if spread:
+        return Decline(f"{', '.join(spread)} is distributed over threads but does not "
+                       "span the iteration space, so no thread owns a whole instance")
+    if call.scope.active.elected:
+        return Decline("the team's active lane is elected at run time; a per-thread "
+                       "split needs the active threads statically")
+    size = call.scope.team_size
+    return Uniform() if size == 1 else Cyclic(size)

@@ -1,0 +1,17 @@
+"""Target-independent instruction families, one module each (docs/lowering.md).
+
+Importing this package registers them (the registry does so on first use):
+
+| primitive | family | fallback | module |
+|---|---|---|---|
+| copy, pointwise | ``vector`` | no | ``elementwise`` |
+| copy, pointwise | ``scalar`` | yes | ``elementwise`` |
+| reduce | ``tree`` | yes | ``reduce`` |
+| gemm | ``fma`` | yes | ``gemm_fma`` |
+
+copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
+protocol belongs to the target's families.
+"""
+from . import elementwise, gemm_fma, reduce
+
+__all__ = ["elementwise", "gemm_fma", "reduce"]

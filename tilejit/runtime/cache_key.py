@@ -1,0 +1,176 @@
+"""The one place a compiled kernel's cache key is made.
+
+Everything that can change the generated code goes into :class:`CacheKeyParts`; the key is
+the sha256 of a canonical JSON encoding of those parts (:func:`make_key`). Values must be
+JSON-safe (None, bool, int, finite float, str, and lists/tuples/str-keyed dicts of those):
+anything else is rejected with :class:`CacheKeyError` instead of hashing its ``repr``,
+because a ``repr`` can hide state (and so reuse a stale binary) or embed an address (and so
+never hit).
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import textwrap
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .. import __version__
+from ..errors import TilejitError
+
+__all__ = [
+    "CacheKeyError",
+    "CacheKeyParts",
+    "arg_spec",
+    "canonical_json",
+    "make_key",
+    "source_hash",
+]
+
+# Bump when the meaning of a field changes, so keys made by older code never match.
+_KEY_SCHEMA = 1
+
+Pairs = tuple[tuple[str, Any], ...]
+
+
+class CacheKeyError(TilejitError, TypeError):
+    """A value that cannot take part in a cache key (not JSON-safe)."""
+
+
+def _check_json_safe(value: Any, where: str) -> None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise CacheKeyError(f"{where}: non-finite float {value!r} cannot be part of a "
+                                "cache key")
+        return
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_json_safe(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise CacheKeyError(f"{where}: dict key {k!r} is not a str")
+            _check_json_safe(item, f"{where}[{k!r}]")
+        return
+    raise CacheKeyError(
+        f"{where}: a value of type {type(value).__qualname__} cannot be part of a cache key; "
+        "use None, bool, int, float, str or lists/tuples/dicts of those")
+
+
+def canonical_json(value: Any, where: str = "value") -> str:
+    """The canonical JSON text of a JSON-safe value: sorted keys, no spaces, ASCII only.
+
+    ``True`` and ``1`` (and ``1`` and ``1.0``) encode differently, so they key differently.
+    """
+    _check_json_safe(value, where)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def _freeze(value: Any) -> Any:
+    """Lists become tuples (recursively) so that key parts stay hashable."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _sorted_pairs(value: Mapping[str, Any] | Iterable[tuple[str, Any]], where: str) -> Pairs:
+    items = value.items() if isinstance(value, Mapping) else value
+    pairs = tuple((str(name), _freeze(v)) for name, v in items)
+    for name, v in pairs:
+        _check_json_safe(v, f"{where}[{name!r}]")
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise CacheKeyError(f"{where}: duplicate names in {names}")
+    return tuple(sorted(pairs))
+
+
+@dataclass(frozen=True)
+class CacheKeyParts:
+    """Every ingredient of a compiled kernel's identity.
+
+    Name/value collections may be given as dicts or pairs; they are stored as tuples sorted
+    by name so that order never changes the key.
+    """
+
+    kernel_source_hash: str
+    called_function_hashes: Pairs = ()   # (qualname, source hash) of every @tj.func reached
+    constexprs: Pairs = ()               # (name, value)
+    globals_read: Pairs = ()             # (name, value) of module-level constants read
+    arg_specs: tuple = ()                # one JSON-safe spec per runtime argument, see arg_spec
+    options: Pairs = ()                  # launch options: num_warps, num_stages, cluster, ...
+    target: str = ""
+    arch: str = ""
+    debug: bool = False
+    version: str = field(default=__version__)
+
+    def __post_init__(self) -> None:
+        for name in ("called_function_hashes", "constexprs", "globals_read", "options"):
+            object.__setattr__(self, name, _sorted_pairs(getattr(self, name), name))
+        object.__setattr__(self, "arg_specs", _freeze(self.arg_specs))
+        _check_json_safe(self.arg_specs, "arg_specs")
+        for name in ("kernel_source_hash", "target", "arch", "version"):
+            if not isinstance(getattr(self, name), str):
+                raise CacheKeyError(f"{name} must be a str, got {getattr(self, name)!r}")
+        if not isinstance(self.debug, bool):
+            raise CacheKeyError(f"debug must be a bool, got {self.debug!r}")
+
+
+def make_key(parts: CacheKeyParts) -> str:
+    """The cache key of a compiled kernel: sha256 hex of the canonical JSON of ``parts``."""
+    document = {f.name: getattr(parts, f.name) for f in fields(parts)}
+    document["schema"] = _KEY_SCHEMA
+    text = canonical_json(document, "cache key")
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def source_hash(fn: Any) -> str:
+    """sha256 hex of ``fn``'s dedented source text (so re-indenting a nested def is a no-op)."""
+    source = textwrap.dedent(inspect.getsource(fn))
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()
+
+
+def arg_spec(value: Any, specialize: bool = True) -> tuple:
+    """The part of a runtime argument that the generated code may depend on.
+
+    Arrays (torch tensors, numpy arrays): dtype, rank, whether the data pointer is 16-byte
+    aligned and whether the innermost stride is 1. Integers: whether divisible by 16.
+    ``specialize=False`` (the kernel's ``do_not_specialize``) keeps only the type, so one
+    binary serves every alignment or value.
+    """
+    if isinstance(value, bool):
+        return ("bool",)
+    if isinstance(value, int):
+        return ("int", value % 16 == 0) if specialize else ("int",)
+    if isinstance(value, float):
+        return ("float",)
+    if value is None:
+        return ("none",)
+    array = _array_facts(value)
+    if array is None:
+        raise CacheKeyError(f"cannot specialize on an argument of type "
+                            f"{type(value).__qualname__}")
+    dtype, rank, address, unit_stride = array
+    if not specialize:
+        return ("array", dtype, rank)
+    return ("array", dtype, rank, address % 16 == 0, unit_stride)
+
+
+def _array_facts(value: Any) -> tuple[str, int, int, bool] | None:
+    """(dtype name, rank, data address, innermost stride is 1) of a tensor or ndarray."""
+    if hasattr(value, "data_ptr") and hasattr(value, "stride"):   # torch.Tensor
+        rank = value.dim()
+        unit = rank == 0 or value.stride(-1) == 1
+        return str(value.dtype).removeprefix("torch."), rank, value.data_ptr(), unit
+    if hasattr(value, "__array_interface__") and hasattr(value, "strides"):   # numpy
+        rank = value.ndim
+        unit = rank == 0 or value.strides[-1] == value.itemsize
+        address = value.__array_interface__["data"][0]
+        return str(value.dtype), rank, address, unit
+    return None

@@ -1,0 +1,163 @@
+"""Kernel IR -> one LLVM module: the unit function(s), the scheduler, ``run_ctas``.
+
+``run_ctas(args, first, last, err)`` unpacks the argument slots once, allocates the
+per-CTA memory (shared data and sync state) once per call, and runs its CTAs one after
+the other: compute the CTA's coordinates, zero the sync state (NaN-fill the data in debug
+mode), then call the CTA body -- the plain unit function, or the scheduler of the unit
+coroutines. Argument slots reach the body as function parameters so that LLVM sees them
+as loop invariants (and global pointers as ``noalias`` when the runtime allows).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.ir.core import KernelIR
+from tilejit.ir.types import MemScope, f64
+
+from . import abi, emit_control, emit_memory, emit_native, emit_sync, types
+from .emit_memory import BufferRef, fill_bytes
+from .emitter import CompileOptions, Emitter, ModuleContext
+from .types import F32, F64, I32, I64, PTR, VOID
+from .frames import (CTX, CTX_ALIVE, CTX_DATA, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CTX_SYNC,
+                     CoroFrame, PlainFrame, counted_loop, emit_scheduler)
+from .units import UnitModel
+
+HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
+            **emit_sync.HANDLERS}
+ENTRY = "run_ctas"
+ARENA_ALIGN = 64
+
+
+def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, dict]:
+    """The LLVM module of ``kernel`` and the launcher's metadata for it."""
+    module = ir.Module(name=kernel.name)
+    units = UnitModel.for_kernel(kernel, options.granularity)
+    mc = ModuleContext(module, kernel, options, units)
+    params = abi.param_slots(kernel)
+    slot_types, slot_attrs = _slot_types(kernel, params, options)
+    frame = (CoroFrame if units.coroutine else PlainFrame)(mc, slot_types, slot_attrs)
+    em = Emitter(mc, frame, HANDLERS)
+    em.bind(kernel.params, _param_values(params, frame.slots))
+    em.emit_block(kernel.body)
+    frame.finish()
+    body = emit_scheduler(mc, frame.fn, frame.wait_records) if units.coroutine else frame.fn
+    _emit_run_ctas(mc, params, body)
+    meta = {
+        "name": kernel.name, "entry": ENTRY, "file": kernel.loc.file, "line": kernel.loc.line,
+        "params": [p.describe() for p in params], "struct_format": abi.struct_format(params),
+        "num_warps": kernel.attrs["num_warps"], "granularity": str(units.kind),
+        "units_per_cta": units.count, "sites": mc.sites, "debug": options.debug,
+        "noalias": options.noalias, "data_bytes": mc.data.size, "sync_bytes": mc.sync.size,
+    }
+    return module, meta
+
+
+def _slot_types(kernel, params, options) -> tuple[list, list]:
+    """LLVM type and parameter attributes of every argument slot."""
+    slot_types, slot_attrs = [], []
+    specialization = kernel.attrs["specialization"]
+    for p in params:
+        if not p.is_buffer:
+            slot_types.append(types.register_type(p.type))
+            slot_attrs.append({})
+            continue
+        flags = specialization.get(p.name, ())
+        slot_types.append(PTR)
+        slot_attrs.append({"flags": ("noalias",) if options.noalias else (),
+                           "align": 16 if "aligned16" in flags else None})
+        slot_types += [I64] * (2 * p.type.rank)
+        slot_attrs += [{}] * (2 * p.type.rank)
+    return slot_types, slot_attrs
+
+
+def _param_values(params, slots) -> list:
+    """What each kernel parameter is inside the body: a BufferRef or a scalar value."""
+    values, slots = [], iter(slots)
+    for p in params:
+        if not p.is_buffer:
+            values.append(next(slots))
+            continue
+        t = p.type
+        ptr = next(slots)
+        dims = [next(slots) for _ in range(t.rank)]
+        strides = [next(slots) for _ in range(t.rank)]
+        # Static sizes are checked at launch; as constants they let LLVM vectorize.
+        dims = [d if static is None else static for d, static in zip(dims, t.shape)]
+        static_strides = t.strides or (None,) * t.rank
+        strides = [s if static is None else static for s, static in zip(strides, static_strides)]
+        values.append(BufferRef(ptr, t.dtype, MemScope.GLOBAL, p.name, dims, strides=strides))
+    return values
+
+
+def _load_slots(b: ir.IRBuilder, args, params) -> list:
+    def slot(index):
+        return b.gep(args, [ir.Constant(I32, index)], source_etype=I64)
+
+    values = []
+    for p in params:
+        if p.is_buffer:
+            values.append(b.load(slot(p.first_slot), typ=PTR))
+            values += [b.load(slot(p.first_slot + 1 + i), typ=I64) for i in range(2 * p.type.rank)]
+        elif p.type.is_float:
+            wire = F64 if p.type == f64 else F32  # narrower floats travel as f32
+            values.append(types.narrow(b, b.load(slot(p.first_slot), typ=wire), p.type))
+        else:
+            values.append(types.load(b, slot(p.first_slot), p.type, align=8))
+    return values
+
+
+def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
+    m, units = mc.module, mc.units
+    fn = ir.Function(m, ir.FunctionType(I32, [PTR, I64, I64, PTR]), ENTRY)
+    args, first, last, err = fn.args
+    args.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    grid64 = [b.load(b.gep(args, [ir.Constant(I32, d)], source_etype=I64), typ=I64)
+              for d in range(abi.GRID_SLOTS)]
+    slot_values = _load_slots(b, args, params)
+    ctx = types.alloca(b, CTX)
+
+    def ctx_field(field):
+        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
+
+    arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
+    for field, value in ((CTX_ERR, err), (CTX_DATA, arenas[0][0]), (CTX_SYNC, arenas[1][0])):
+        b.store(value, ctx_field(field))
+
+    def free_arenas():
+        for ptr, size in arenas:
+            if size:
+                b.call(mc.function("free", VOID, [PTR]), [ptr])
+
+    grid = [b.trunc(g, I32) for g in grid64]
+
+    def run_cta(index):
+        cta = b.add(first, b.zext(index, I64))
+        x, rest = b.urem(cta, grid64[0]), b.udiv(cta, grid64[0])
+        y, z = b.urem(rest, grid64[1]), b.udiv(rest, grid64[1])
+        if mc.sync.size:
+            fill_bytes(b, mc, arenas[1][0], arenas[1][1], 0)
+        if mc.options.debug and mc.data.size:
+            fill_bytes(b, mc, arenas[0][0], arenas[0][1], 0xFF)
+        for field, value in ((CTX_ALIVE, ir.Constant(I32, units.count)),
+                             (CTX_PROGRESS, ir.Constant(I64, 0)), (CTX_ERROR, ir.Constant(I32, 0))):
+            b.store(value, ctx_field(field))
+        unit = [] if units.coroutine else [ir.Constant(I32, 0)]
+        coords = [b.trunc(c, I32) for c in (x, y, z)]
+        status = b.call(body, [ctx, *unit, *coords, *grid, *slot_values])
+        with b.if_then(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
+            b.store(cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
+            free_arenas()
+            b.ret(status)
+
+    counted_loop(b, b.trunc(b.sub(last, first), I32), run_cta, "cta")
+    free_arenas()
+    b.ret(ir.Constant(I32, 0))
+
+
+def _allocate(mc, b, size: int):
+    if not size:
+        return ir.Constant(PTR, None), 0
+    size = -(-size // ARENA_ALIGN) * ARENA_ALIGN
+    alloc = mc.function("aligned_alloc", PTR, [I64, I64])
+    return b.call(alloc, [ir.Constant(I64, ARENA_ALIGN), ir.Constant(I64, size)]), size

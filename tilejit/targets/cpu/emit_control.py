@@ -1,0 +1,139 @@
+"""Structured control flow: for, if, while, team.
+
+``if`` ops carrying a thread ``filter`` narrow the statically known active set in their
+then-branch (and the complement in the else-branch), the way the scope-analysis pass
+does; the emitter uses it to know how many threads a unit stands for. With warp units an
+``elect`` filter runs the then-branch for the elected lane and then the else-branch for
+the other lanes (see ``units``).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.errors import ScopeError
+from tilejit.ir.types import TeamKind
+
+
+def _phis(b: ir.IRBuilder, values) -> list:
+    return [b.phi(v.type) for v in values]
+
+
+def emit_for(em, op):
+    lb, ub, step, *inits = em.operands(op)
+    t = op.operands[0].type
+    b = em.b
+    preheader = b.block
+    head = b.append_basic_block("for.head")
+    body = b.append_basic_block("for.body")
+    exit_ = b.append_basic_block("for.exit")
+    b.branch(head)
+    b.position_at_end(head)
+    iv, *carried = _phis(b, [lb, *inits])
+    for phi, start in zip([iv, *carried], [lb, *inits]):
+        phi.add_incoming(start, preheader)
+    b.cbranch(_in_range(em, op, iv, ub, step), body, exit_)
+    b.position_at_end(body)
+    yielded = em.emit_block(op.regions[0], [iv, *carried])
+    flags = ("nsw",) if t.kind == "int" else ("nuw",)
+    iv.add_incoming(b.add(iv, step, flags=flags), b.block)
+    for phi, value in zip(carried, yielded):
+        phi.add_incoming(value, b.block)
+    b.branch(head)
+    b.position_at_end(exit_)
+    return carried
+
+
+def _in_range(em, op, iv, ub, step):
+    """``iv < ub`` for a positive step, ``iv > ub`` for a negative one (Python's range)."""
+    b, t = em.b, op.operands[0].type
+    compare = b.icmp_signed if t.kind == "int" else b.icmp_unsigned
+    known = em.consts.get(op.operands[2])
+    if known is not None or t.kind != "int":
+        return compare(">" if known is not None and known < 0 else "<", iv, ub)
+    upward = b.icmp_signed(">", step, ir.Constant(step.type, 0))
+    return b.select(upward, compare("<", iv, ub), compare(">", iv, ub))
+
+
+def emit_if(em, op):
+    spec = op.attrs["filter"]
+    if spec is not None and spec.axis == "elect" and em.mc.units.kind is not TeamKind.THREAD:
+        return _emit_elect_for_warp_unit(em, op)
+    (cond,) = em.operands(op)
+    then_state, else_state = _branch_states(em, spec)
+    b = em.b
+    then_block = b.append_basic_block("if.then")
+    else_block = b.append_basic_block("if.else")
+    merge = b.append_basic_block("if.end")
+    b.cbranch(cond, then_block, else_block)
+    incoming = []
+    for block, region, state in ((then_block, op.regions[0], then_state),
+                                 (else_block, op.regions[1], else_state)):
+        b.position_at_end(block)
+        with em.scoped(**state):
+            values = em.emit_block(region)
+        incoming.append((values, b.block))
+        b.branch(merge)
+    b.position_at_end(merge)
+    results = _phis(b, incoming[0][0])
+    for values, block in incoming:
+        for phi, value in zip(results, values):
+            phi.add_incoming(value, block)
+    return results
+
+
+def _branch_states(em, spec) -> tuple[dict, dict]:
+    """EmitState changes for the then- and else-branch of an ``if`` with filter ``spec``."""
+    active, lanes = em.state.active, em.state.lanes
+    if spec is None or active is None:
+        return {}, {}
+
+    def state(narrow) -> dict:
+        try:  # native code may filter in ways tile primitives could not (e.g. dead branches)
+            narrowed = narrow(spec.axis, spec.lo, spec.hi)
+        except ScopeError:
+            return {"active": None}
+        return {"active": narrowed, "lanes": narrowed.lanes_per_warp}
+    return state(active.narrow), state(active.complement)
+
+
+def _emit_elect_for_warp_unit(em, op):
+    """A warp-unit is every lane: the elected one runs ``then``, the others ``else``."""
+    active = em.state.active
+    elected = active.narrow("elect") if active is not None else None
+    with em.scoped(active=elected, lanes=1):
+        em.emit_block(op.regions[0])
+    if len(op.regions[1].ops) > 1 and em.state.lanes > 1:
+        with em.scoped(active=None, lanes=em.state.lanes - 1):
+            em.emit_block(op.regions[1])
+    return []
+
+
+def emit_while(em, op):
+    inits = em.operands(op)
+    b = em.b
+    preheader = b.block
+    head = b.append_basic_block("while.head")
+    after = b.append_basic_block("while.body")
+    exit_ = b.append_basic_block("while.exit")
+    b.branch(head)
+    b.position_at_end(head)
+    args = _phis(b, inits)
+    for phi, start in zip(args, inits):
+        phi.add_incoming(start, preheader)
+    cond, *values = em.emit_block(op.regions[0], args)
+    b.cbranch(cond, after, exit_)
+    b.position_at_end(after)
+    next_args = em.emit_block(op.regions[1], values)
+    for phi, value in zip(args, next_args):
+        phi.add_incoming(value, b.block)
+    b.branch(head)
+    b.position_at_end(exit_)
+    return values
+
+
+def emit_team(em, op):
+    with em.scoped(team=op.attrs["kind"]):
+        return em.emit_block(op.regions[0])
+
+
+HANDLERS = {"for": emit_for, "if": emit_if, "while": emit_while, "team": emit_team}

@@ -1,0 +1,347 @@
+"""Buffers, regions and element access.
+
+Storage per scope: global buffers are the launch's pointer + shape + strides; shared
+memory is one block per CTA, laid out by the buffer's layout (its ``m`` axis, swizzles
+applied); fragments are stored logically (row-major) once per team instance -- in the
+CTA block when several units make one team, else per unit like locals; locals live once
+per unit. A region is its parent plus start offsets.
+
+Addresses come from the layout only: :class:`Addressing` groups the layout's shard by the
+buffer shape (``TileLayout.group_iters``), so each logical dimension owns a list of
+mixed-radix iters whose ``m`` strides give the element offset; ``ComposeLayout`` adds its
+XOR swizzle to the result.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from tilejit.errors import CompilationError, LayoutError
+from tilejit.ir.types import MemScope, ScalarType, f16, u32
+from tilejit.layout import ComposeLayout
+
+from . import abi, emit_native, types
+from .types import I1, I8, I32, I64, VOID
+from .units import threads_per_unit
+
+Iters = tuple[tuple[int, int], ...]  # (extent, m stride) outer -> inner
+
+
+@dataclass(frozen=True)
+class Addressing:
+    """Logical index -> element offset: per-dimension iters, a constant, a swizzle."""
+
+    dims: tuple[Iters, ...] | None      # None: split the row-major flat index by ``flat``
+    flat: Iters | None = None
+    offset: int = 0
+    swizzle: tuple[int, int, int] | None = None  # (per_element, swizzle_len, atom_len)
+    span: int = 0                                # elements the layout reaches
+
+    @classmethod
+    def row_major(cls, shape) -> Addressing:
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        return cls(tuple(((n, s),) for n, s in zip(shape, strides)), span=math.prod(shape))
+
+    @classmethod
+    def from_layout(cls, layout, shape) -> Addressing:
+        tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+        swizzle = None
+        if isinstance(layout, ComposeLayout):
+            swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
+        if tile.size() != math.prod(shape):
+            raise CompilationError(f"layout {layout} has {tile.size()} elements, the buffer "
+                                   f"shape {list(shape)} has {math.prod(shape)}")
+
+        def on_m(iters) -> Iters:
+            return tuple((it.extent, it.stride if it.axis.name == "m" else 0) for it in iters)
+        try:
+            dims, flat = tuple(on_m(g) for g in tile.group_iters(shape)), None
+        except LayoutError:  # iters straddle dimensions: go through the flat index
+            dims, flat = None, on_m(tile.shard)
+        return cls(dims, flat, tile.offset.get("m", 0), swizzle, layout.span())
+
+    def element_offset(self, b: ir.IRBuilder, indices, shape):
+        if self.dims is None:
+            m = _digits(b, _row_major_flat(b, indices, shape), self.flat)
+        else:
+            m = ir.Constant(I64, 0)
+            for index, iters in zip(indices, self.dims):
+                m = b.add(m, _digits(b, index, iters))
+        if self.offset:
+            m = b.add(m, ir.Constant(I64, self.offset))
+        return m if self.swizzle is None else _swizzle(b, m, *self.swizzle)
+
+
+def _digits(b, index, iters: Iters):
+    """Sum of digit * stride of ``index`` split over ``iters``; the outermost absorbs the rest."""
+    total = ir.Constant(I64, 0)
+    for extent, stride in reversed(iters[1:]):
+        c = ir.Constant(I64, extent)
+        if stride:
+            total = b.add(total, b.mul(b.urem(index, c), ir.Constant(I64, stride)))
+        index = b.udiv(index, c)
+    if iters and iters[0][1]:
+        total = b.add(total, b.mul(index, ir.Constant(I64, iters[0][1])))
+    return total
+
+
+def _swizzle(b, m, per_element: int, swizzle_len: int, atom_len: int):
+    low = b.and_(m, ir.Constant(I64, (1 << per_element) - 1))
+    chunk = b.lshr(m, ir.Constant(I64, per_element))
+    flip = b.and_(chunk, ir.Constant(I64, ((1 << swizzle_len) - 1) << atom_len))
+    chunk = b.xor(chunk, b.lshr(flip, ir.Constant(I64, atom_len)))
+    return b.or_(b.shl(chunk, ir.Constant(I64, per_element)), low)
+
+
+def _row_major_flat(b, indices, shape):
+    flat = ir.Constant(I64, 0)
+    for index, extent in zip(indices, shape):
+        flat = b.add(b.mul(flat, ir.Constant(I64, extent)), index)
+    return flat
+
+
+@dataclass
+class BufferRef:
+    """A buffer in one scope. Global buffers index by ``strides``; others by ``addressing``;
+    ``reshaped`` marks a layout-less view of a laid-out buffer (indices go through the
+    parent's logical shape)."""
+
+    ptr: ir.Value
+    dtype: ScalarType
+    scope: MemScope
+    name: str
+    shape: list                 # ints, or i64 values for run-time global dims
+    strides: list | None = None
+    addressing: Addressing | None = None
+    reshaped: BufferRef | None = None
+
+    def element_offset(self, b: ir.IRBuilder, indices):
+        if self.reshaped is not None:
+            flat = _row_major_flat(b, indices, self.shape)
+            parent_indices = []
+            for extent in reversed(self.reshaped.shape):
+                parent_indices.append(b.urem(flat, ir.Constant(I64, extent)))
+                flat = b.udiv(flat, ir.Constant(I64, extent))
+            return self.reshaped.element_offset(b, parent_indices[::-1])
+        if self.addressing is not None:
+            return self.addressing.element_offset(b, indices, self.shape)
+        offset = ir.Constant(I64, 0)
+        for index, stride in zip(indices, self.strides):
+            offset = b.add(offset, b.mul(index, stride if isinstance(stride, ir.Value)
+                                         else ir.Constant(I64, stride)))
+        return offset
+
+    def element_ptr(self, b: ir.IRBuilder, indices):
+        return b.gep(self.ptr, [self.element_offset(b, indices)], inbounds=True,
+                     source_etype=types.storage_type(self.dtype))
+
+
+@dataclass
+class RegionRef:
+    parent: BufferRef
+    starts: list
+    sizes: tuple
+    keep: tuple
+    shape: list = field(init=False)
+
+    def __post_init__(self):
+        self.shape = [s for s, k in zip(self.sizes, self.keep) if k]
+
+    def parent_indices(self, b: ir.IRBuilder, indices):
+        rest, out = iter(indices), []
+        for start, kept in zip(self.starts, self.keep):
+            out.append(b.add(start, next(rest)) if kept else start)
+        return out
+
+
+def _name(op) -> str:
+    return op.result.name_hint or f"{op.attrs['scope']} buffer allocated at line {op.loc.line}"
+
+
+# ----------------------------------------------------------------------------- access
+def element_ptr(em, op, ref, index_values):
+    """Address of an element of ``ref`` (bounds-checked in debug mode)."""
+    b = em.b
+    indices = [types.to_i64(b, em[v], v.type) for v in index_values]
+    if isinstance(ref, RegionRef):
+        indices, ref = ref.parent_indices(b, indices), ref.parent
+    if em.options.debug:
+        dims = [em.i64(d) for d in ref.shape]
+        ok = ir.Constant(I1, 1)
+        for index, dim in zip(indices, dims):
+            ok = b.and_(ok, b.icmp_unsigned("<", index, dim))
+        site = em.mc.add_site("bounds", op, buffer=ref.name, scope=str(ref.scope),
+                              rank=len(indices))
+        em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, indices, dims)
+    return ref.element_ptr(b, indices), ref
+
+
+def emit_load(em, op):
+    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[1:])
+    return [types.load(em.b, ptr, ref.dtype)]
+
+
+def emit_store(em, op):
+    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
+    types.store(em.b, em[op.operands[1]], ptr, ref.dtype)
+    return []
+
+
+_NATIVE_ATOMICS = {  # (op, kind) -> atomicrmw operation
+    ("add", "int"): "add", ("add", "uint"): "add", ("add", "float"): "fadd",
+    ("max", "int"): "max", ("max", "uint"): "umax", ("max", "float"): "fmax",
+    ("min", "int"): "min", ("min", "uint"): "umin", ("min", "float"): "fmin",
+}
+
+
+def emit_atomic(em, op):
+    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
+    t, name, b = ref.dtype, op.attrs["op"], em.b
+    value = em[op.operands[1]]
+    if t.is_bool:
+        raise CompilationError(f"atomic {name} on bool is not supported")
+    if name == "add":  # every thread the unit stands for adds its value
+        value = _scaled(em, value, t, threads_per_unit(em))
+    if ref.scope is not MemScope.GLOBAL:
+        # Shared and local memory belong to one CTA, whose units run on one OS thread.
+        old = types.load(b, ptr, t)
+        types.store(b, _combine(em, name, old, value, t), ptr, t)
+        return [old]
+    if t in types.NARROW_FLOATS:
+        return [_cas_loop(em, ptr, name, value, t)]
+    native = "xchg" if name == "xchg" else _NATIVE_ATOMICS[(name, t.kind)]
+    return [b.atomic_rmw(native, ptr, value, "monotonic")]
+
+
+def _scaled(em, value, t: ScalarType, threads):
+    if isinstance(threads, int) and threads == 1:
+        return value
+    b = em.b
+    if t.is_float:
+        wide = types.widen(b, value, t)
+        count = (ir.Constant(wide.type, float(threads)) if isinstance(threads, int)
+                 else b.uitofp(threads, wide.type))
+        return types.narrow(b, b.fmul(wide, count), t)
+    count = ir.Constant(value.type, threads) if isinstance(threads, int) else \
+        emit_native.cast(em, threads, u32, t)
+    return b.mul(value, count)
+
+
+def _combine(em, name: str, old, value, t: ScalarType):
+    if name == "xchg":
+        return value
+    b = em.b
+    if t.is_float:
+        result = emit_native.FLOAT_BINARY[name](em, types.widen(b, old, t), types.widen(b, value, t))
+        return types.narrow(b, result, t)
+    return emit_native.INT_BINARY[name](em, old, value, t.kind == "int")
+
+
+def _cas_loop(em, ptr, name: str, value, t: ScalarType):
+    """An atomic read-modify-write of a narrow float through compare-and-swap of its bits."""
+    b = em.b
+    bits_type = types.storage_type(t) if t != f16 else ir.IntType(16)
+
+    def to_bits(v):
+        return b.bitcast(v, bits_type) if v.type != bits_type else v
+
+    def from_bits(v):
+        reg = types.register_type(t)
+        return b.bitcast(v, reg) if reg != bits_type else v
+
+    start = b.load_atomic(ptr, "monotonic", t.itemsize, typ=bits_type)
+    before = b.block
+    loop = b.append_basic_block("cas")
+    done = b.append_basic_block("cas.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    seen = b.phi(bits_type)
+    seen.add_incoming(start, before)
+    new = to_bits(_combine(em, name, from_bits(seen), value, t))
+    pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+    seen.add_incoming(b.extract_value(pair, 0), b.block)
+    b.cbranch(b.extract_value(pair, 1), done, loop)
+    b.position_at_end(done)
+    return from_bits(seen)
+
+
+# ----------------------------------------------------------------------------- buffers
+def emit_alloc(em, op):
+    scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], tuple(op.attrs["shape"])
+    layout = op.attrs["layout"]
+    units, frame, count = em.mc.units, em.frame, math.prod(shape)
+    addressing = Addressing.row_major(shape)
+    if scope is MemScope.SHARED:
+        if layout is not None:
+            addressing = Addressing.from_layout(layout, shape)
+        elements = max(addressing.span, count)
+        ptr = em.byte_ptr(frame.data, em.mc.data.reserve(elements * dtype.itemsize, 64))
+    elif scope is MemScope.FRAGMENT and units.kind < em.state.team:
+        # Several units make one team instance: they share one copy of the fragment.
+        team = em.state.team
+        nbytes = -(-count * dtype.itemsize // 64) * 64
+        base = em.mc.data.reserve(nbytes * units.instances(team), 64)
+        instance = em.b.udiv(frame.unit, ir.Constant(I32, units.units_per_team(team)))
+        offset = em.b.add(ir.Constant(I64, base),
+                          em.b.mul(em.b.zext(instance, I64), ir.Constant(I64, nbytes)))
+        ptr = em.byte_ptr(frame.data, offset)
+    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL):
+        ptr = frame.alloca(types.storage_type(dtype), count)
+        if em.options.debug:
+            fill_bytes(em.b, em.mc, ptr, count * dtype.itemsize)
+    else:
+        raise CompilationError(f"{scope} memory does not exist on the CPU target")
+    return [BufferRef(ptr, dtype, scope, _name(op), list(shape), addressing=addressing)]
+
+
+def fill_bytes(b: ir.IRBuilder, mc, ptr, nbytes, byte: int = 0xFF) -> None:
+    """memset; 0xFF bytes are a NaN in every float format (debug-mode fresh memory)."""
+    memset = mc.function("llvm.memset.p0.i64", VOID, [types.PTR, I8, I64, I1])
+    nbytes = nbytes if isinstance(nbytes, ir.Value) else ir.Constant(I64, nbytes)
+    b.call(memset, [ptr, ir.Constant(I8, byte), nbytes, ir.Constant(I1, 0)])
+
+
+def emit_view(em, op):
+    src: BufferRef = em[op.operands[0]]
+    shape, layout = list(op.attrs["shape"]), op.attrs["layout"]
+    name = op.result.name_hint or f"view of {src.name}"
+    if layout is not None:
+        return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
+                          addressing=Addressing.from_layout(layout, shape))]
+    if src.addressing == Addressing.row_major(tuple(src.shape)):
+        return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
+                          addressing=Addressing.row_major(tuple(shape)))]
+    return [BufferRef(src.ptr, src.dtype, src.scope, name, shape, reshaped=src)]
+
+
+def emit_region(em, op):
+    parent = em[op.operands[0]]
+    starts = [types.to_i64(em.b, em[v], v.type) for v in op.operands[1:]]
+    return [RegionRef(parent, starts, op.attrs["sizes"], op.attrs["keep"])]
+
+
+def emit_buffer_dim(em, op):
+    return [em.i64(em[op.operands[0]].shape[op.attrs["dim"]])]
+
+
+def emit_buffer_stride(em, op):
+    ref, dim = em[op.operands[0]], op.attrs["dim"]
+    if isinstance(ref, RegionRef):
+        dim = [d for d, kept in enumerate(ref.keep) if kept][dim]
+        ref = ref.parent
+    if ref.strides is not None:
+        return [em.i64(ref.strides[dim])]
+    addressing = ref.addressing
+    if ref.reshaped is None and addressing.dims is not None and addressing.swizzle is None \
+            and len(addressing.dims[dim]) <= 1:
+        return [ir.Constant(I64, addressing.dims[dim][0][1] if addressing.dims[dim] else 0)]
+    raise CompilationError(f"dimension {dim} of {ref.name} has no single stride in its layout")
+
+
+HANDLERS = {
+    "alloc": emit_alloc, "view": emit_view, "region": emit_region, "load": emit_load,
+    "store": emit_store, "atomic": emit_atomic, "buffer_dim": emit_buffer_dim,
+    "buffer_stride": emit_buffer_stride,
+}

@@ -1,0 +1,239 @@
+"""Scalar ops: const, binary, cmp, unary, select, cast, thread_index.
+
+Integer semantics follow Python where the op is named after a Python operator:
+``floordiv`` and ``mod`` round toward negative infinity (``div`` truncates, like C).
+Division by zero and ``MIN // -1`` give an unspecified value instead of a CPU trap.
+Float ``max``/``min`` propagate NaN (like torch.maximum). Float ``cmp`` is ordered except
+``ne`` (NaN != NaN). Float-to-int casts saturate (no undefined behaviour on overflow).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.ir.types import ScalarType, f64, i1
+
+from . import types
+from .types import F32, F64, I32
+
+_FLOAT_SUFFIX = {F32: "f32", F64: "f64"}
+
+
+def _suffix(value) -> str:
+    t = value.type
+    return _FLOAT_SUFFIX.get(t) or f"i{t.width}"
+
+
+def _call(em, name: str, *args):
+    """``llvm.<name>.<type>`` applied to ``args`` (all of the same type)."""
+    return em.intrinsic(f"llvm.{name}.{_suffix(args[0])}", args[0].type, args)
+
+
+def _fast(em) -> tuple:
+    return ("contract",) if em.options.fp_contract else ()
+
+
+# ----------------------------------------------------------------------------- integers
+def _nonzero_divisor(em, a, b, signed: bool):
+    """(a', b') with b' never 0 and, when signed, never the MIN / -1 overflow."""
+    one = ir.Constant(b.type, 1)
+    bad = em.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+    if signed:
+        bad = em.b.or_(bad, em.b.icmp_signed("==", b, ir.Constant(b.type, -1)))
+    return em.b.select(bad, one, b), bad
+
+
+def _int_div(em, a, b, signed: bool):
+    safe, bad = _nonzero_divisor(em, a, b, signed)
+    if not signed:
+        return em.b.udiv(a, safe)
+    # b == -1 is a negation (wrapping at MIN); b == 0 yields -a as well: unspecified.
+    return em.b.select(bad, em.b.neg(a), em.b.sdiv(a, safe))
+
+
+def _int_mod(em, a, b, signed: bool, floor: bool):
+    safe, bad = _nonzero_divisor(em, a, b, signed)
+    if not signed:
+        return em.b.urem(a, safe)
+    rem = em.b.select(bad, ir.Constant(a.type, 0), em.b.srem(a, safe))
+    if not floor:
+        return rem
+    zero = ir.Constant(a.type, 0)
+    # Python: the remainder takes the divisor's sign.
+    adjust = em.b.and_(em.b.icmp_signed("!=", rem, zero),
+                       em.b.icmp_signed("<", em.b.xor(rem, b), zero))
+    return em.b.select(adjust, em.b.add(rem, b), rem)
+
+
+def _int_floordiv(em, a, b, signed: bool):
+    quotient = _int_div(em, a, b, signed)
+    if not signed:
+        return quotient
+    zero = ir.Constant(a.type, 0)
+    rem = _int_mod(em, a, b, signed, floor=False)
+    adjust = em.b.and_(em.b.icmp_signed("!=", rem, zero),
+                       em.b.icmp_signed("<", em.b.xor(rem, b), zero))
+    return em.b.select(adjust, em.b.sub(quotient, ir.Constant(a.type, 1)), quotient)
+
+
+INT_BINARY = {
+    "add": lambda em, a, b, s: em.b.add(a, b),
+    "sub": lambda em, a, b, s: em.b.sub(a, b),
+    "mul": lambda em, a, b, s: em.b.mul(a, b),
+    "div": _int_div,
+    "floordiv": _int_floordiv,
+    "mod": lambda em, a, b, s: _int_mod(em, a, b, s, floor=True),
+    "max": lambda em, a, b, s: _call(em, "smax" if s else "umax", a, b),
+    "min": lambda em, a, b, s: _call(em, "smin" if s else "umin", a, b),
+    "and": lambda em, a, b, s: em.b.and_(a, b),
+    "or": lambda em, a, b, s: em.b.or_(a, b),
+    "xor": lambda em, a, b, s: em.b.xor(a, b),
+    "shl": lambda em, a, b, s: em.b.shl(a, b),
+    "shr": lambda em, a, b, s: em.b.ashr(a, b) if s else em.b.lshr(a, b),
+}
+
+
+# ----------------------------------------------------------------------------- floats
+def _float_mod(em, a, b):
+    rem = em.b.frem(a, b)
+    zero = ir.Constant(a.type, 0.0)
+    differ = em.b.xor(em.b.fcmp_ordered("<", rem, zero), em.b.fcmp_ordered("<", b, zero))
+    adjust = em.b.and_(em.b.fcmp_ordered("!=", rem, zero), differ)
+    return em.b.select(adjust, em.b.fadd(rem, b), rem)
+
+
+FLOAT_BINARY = {
+    "add": lambda em, a, b: em.b.fadd(a, b, flags=_fast(em)),
+    "sub": lambda em, a, b: em.b.fsub(a, b, flags=_fast(em)),
+    "mul": lambda em, a, b: em.b.fmul(a, b, flags=_fast(em)),
+    "div": lambda em, a, b: em.b.fdiv(a, b),
+    "floordiv": lambda em, a, b: _call(em, "floor", em.b.fdiv(a, b)),
+    "mod": _float_mod,
+    "max": lambda em, a, b: _call(em, "maximum", a, b),
+    "min": lambda em, a, b: _call(em, "minimum", a, b),
+}
+
+FLOAT_UNARY = {
+    "neg": lambda em, x: em.b.fneg(x),
+    "abs": lambda em, x: _call(em, "fabs", x),
+    "exp": lambda em, x: _call(em, "exp", x),
+    "exp2": lambda em, x: _call(em, "exp2", x),
+    "log": lambda em, x: _call(em, "log", x),
+    "log2": lambda em, x: _call(em, "log2", x),
+    "sqrt": lambda em, x: _call(em, "sqrt", x),
+    "rsqrt": lambda em, x: em.b.fdiv(ir.Constant(x.type, 1.0), _call(em, "sqrt", x)),
+    "sin": lambda em, x: _call(em, "sin", x),
+    "cos": lambda em, x: _call(em, "cos", x),
+    "tanh": lambda em, x: _call(em, "tanh", x),
+    "floor": lambda em, x: _call(em, "floor", x),
+    "ceil": lambda em, x: _call(em, "ceil", x),
+}
+
+INT_UNARY = {
+    "neg": lambda em, x, s: em.b.neg(x),
+    "not": lambda em, x, s: em.b.not_(x),
+    "abs": lambda em, x, s: em.intrinsic(f"llvm.abs.i{x.type.width}", x.type,
+                                         [x, ir.Constant(ir.IntType(1), 0)]) if s else x,
+}
+
+FLOAT_PREDICATES = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+# ----------------------------------------------------------------------------- handlers
+def emit_const(em, op):
+    value, t = op.attrs["value"], op.result.type
+    em.consts[op.result] = value
+    return [types.constant(t, value)]
+
+
+def emit_binary(em, op):
+    t: ScalarType = op.result.type
+    a, b = em.operands(op)
+    name = op.attrs["op"]
+    if t.is_float:
+        result = FLOAT_BINARY[name](em, types.widen(em.b, a, t), types.widen(em.b, b, t))
+        return [types.narrow(em.b, result, t)]
+    return [INT_BINARY[name](em, a, b, t.kind == "int")]
+
+
+def emit_unary(em, op):
+    t: ScalarType = op.result.type
+    (x,) = em.operands(op)
+    name = op.attrs["op"]
+    if t.is_float:
+        return [types.narrow(em.b, FLOAT_UNARY[name](em, types.widen(em.b, x, t)), t)]
+    return [INT_UNARY[name](em, x, t.kind == "int")]
+
+
+def emit_cmp(em, op):
+    t: ScalarType = op.operands[0].type
+    a, b = em.operands(op)
+    pred = FLOAT_PREDICATES[op.attrs["pred"]]
+    if t.is_float:
+        a, b = types.widen(em.b, a, t), types.widen(em.b, b, t)
+        if pred == "!=":
+            return [em.b.fcmp_unordered(pred, a, b)]
+        return [em.b.fcmp_ordered(pred, a, b)]
+    compare = em.b.icmp_signed if t.kind == "int" else em.b.icmp_unsigned
+    return [compare(pred, a, b)]
+
+
+def emit_select(em, op):
+    cond, a, b = em.operands(op)
+    return [em.b.select(cond, a, b)]
+
+
+def emit_cast(em, op):
+    return [cast(em, em[op.operands[0]], op.operands[0].type, op.result.type)]
+
+
+def cast(em, value, src: ScalarType, dst: ScalarType):
+    b = em.b
+    if src == dst:
+        return value
+    if dst == i1:
+        if src.is_float:
+            wide = types.widen(b, value, src)
+            return b.fcmp_unordered("!=", wide, ir.Constant(wide.type, 0.0))
+        return b.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    if src.is_float:
+        wide = types.widen(b, value, src)
+        if dst.is_float:
+            if dst == f64:
+                return b.fpext(wide, F64) if wide.type == F32 else wide
+            if dst.bits == 32 and wide.type == F64:
+                return b.fptrunc(wide, F32)
+            return types.narrow(b, wide, dst)
+        name = "fptosi.sat" if dst.kind == "int" else "fptoui.sat"
+        target = types.register_type(dst)
+        return em.intrinsic(f"llvm.{name}.i{target.width}.{_suffix(wide)}", target, [wide])
+    if dst.is_float:
+        target = types.compute_type(dst)
+        convert = b.sitofp if src.kind == "int" else b.uitofp
+        return types.narrow(b, convert(value, target), dst)
+    target = types.register_type(dst)
+    if target.width < value.type.width:
+        return b.trunc(value, target)
+    if target.width == value.type.width:
+        return value
+    return b.sext(value, target) if src.kind == "int" else b.zext(value, target)
+
+
+def emit_thread_index(em, op):
+    kind, dim = op.attrs["kind"], op.attrs["dim"]
+    frame = em.frame
+    if kind == "cta_id":
+        return [frame.cta[dim]]
+    if kind == "num_ctas":
+        return [frame.grid[dim]]
+    if kind == "cta_id_in_cluster":
+        extent = em.mc.kernel.attrs["cluster"][dim]
+        return [em.b.urem(frame.cta[dim], ir.Constant(I32, extent))]
+    if kind == "num_threads":
+        return [ir.Constant(I32, 32 * em.mc.kernel.attrs["num_warps"])]
+    return [em.mc.units.thread_index(em.b, kind, frame.unit)]
+
+
+HANDLERS = {
+    "const": emit_const, "binary": emit_binary, "unary": emit_unary, "cmp": emit_cmp,
+    "select": emit_select, "cast": emit_cast, "thread_index": emit_thread_index,
+}

@@ -1,0 +1,329 @@
+"""Synchronization between units: sync, warp shuffles, elect, mbarriers, single regions,
+device_print and the CPU intrinsics.
+
+All state lives in the CTA's sync arena (zeroed when a CTA starts). A rendezvous is
+"arrive, then wait until the generation moves on": the last unit to arrive bumps the
+generation (running a ``single`` region first), the others suspend in
+``frame.wait_until``. With coarse units (one unit = the whole team) these ops need no
+rendezvous: a shuffle returns its own (uniform) value, ``sync`` is a no-op and a
+``single`` region runs inline.
+
+mbarrier: per barrier ``(pending arrivals, expected count, tx bytes, phase)``. A phase
+completes when no arrivals are pending and the tx count is zero; then the phase flips and
+the pending count is reset. ``mbarrier_wait(bar, i, P)`` passes when the phase with
+parity P has completed (current parity != P). Arrivals and expected bytes are scaled by
+the threads the unit stands for. On the CPU an async copy completes at once and reports
+its bytes with ``intrinsic {target = "cpu", name = "mbarrier_complete_tx"}(bar, i, bytes)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from tilejit.errors import CompilationError
+from tilejit.ir.scope import LANES_PER_WARP
+from tilejit.ir.types import TeamKind, i32
+
+from . import abi, emit_native, types
+from .frames import CTX_ALIVE
+from .types import I1, I32, I64, PTR, VOID
+from .units import instance_counts, threads_per_unit
+
+MBARRIER_BYTES = 16
+PENDING, EXPECTED, TX, PHASE = range(4)
+# Per warp: count, generation, and two value buffers used alternately by generation, so a
+# lane already at its next shuffle cannot overwrite values slower lanes are still reading.
+SHUFFLE_BYTES = 8 + 2 * LANES_PER_WARP * 8
+
+
+@dataclass
+class BarrierRef:
+    ptr: ir.Value
+    count: int
+    name: str
+
+
+def _field(em, base, index: int):
+    return em.b.gep(base, [ir.Constant(I32, index)], source_etype=I32)
+
+
+def _i32(em, value, t):
+    return emit_native.cast(em, value, t, i32) if t != i32 else value
+
+
+def _arrive(em, base) -> None:
+    """Count this unit into the rendezvous at ``base`` (count, generation)."""
+    count = _field(em, base, 0)
+    em.b.store(em.b.add(em.b.load(count, typ=I32), ir.Constant(I32, 1)), count)
+    em.frame.progress()
+
+
+def _generation_moved(em, base, gen0):
+    return em.b.icmp_unsigned("!=", em.b.load(_field(em, base, 1), typ=I32), gen0)
+
+
+# ----------------------------------------------------------------------------- sync
+def emit_sync(em, op):
+    if not em.mc.units.coroutine:
+        return []
+    b, frame = em.b, em.frame
+    base = em.byte_ptr(frame.sync, em.mc.sync_state("sync", 8))
+    gen0 = b.load(_field(em, base, 1), typ=I32)
+    _arrive(em, base)
+    site = em.mc.add_site("wait", op, what="sync() (CTA barrier)")
+
+    def ready():  # finished units no longer take part
+        count = b.load(_field(em, base, 0), typ=I32)
+        alive = b.load(frame.ctx_field(CTX_ALIVE), typ=I32)
+        release = b.and_(b.icmp_unsigned(">=", count, alive),
+                         b.not_(_generation_moved(em, base, gen0)))
+        with b.if_then(release):
+            b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+        return _generation_moved(em, base, gen0)
+
+    frame.wait_until(em, ready, site)
+    return []
+
+
+# ----------------------------------------------------------------------------- warps
+def emit_warp_shuffle(em, op):
+    value, lane_arg = em.operands(op)
+    units = em.mc.units
+    if units.kind is not TeamKind.THREAD:
+        return [value]  # every lane of the unit holds the same value
+    b, frame = em.b, em.frame
+    warp = units.warp_id(b, frame.unit)
+    lane = units.thread_index(b, "lane_id", frame.unit)
+    offset = em.mc.sync_state("shuffle", SHUFFLE_BYTES * units.num_warps)
+    base = em.byte_ptr(frame.sync, b.add(ir.Constant(I64, offset),
+                                         b.mul(b.zext(warp, I64), ir.Constant(I64, SHUFFLE_BYTES))))
+    gen0 = b.load(_field(em, base, 1), typ=I32)
+    values = b.gep(base, [ir.Constant(I64, 8)], source_etype=ir.IntType(8))
+    row = b.mul(b.zext(b.and_(gen0, ir.Constant(I32, 1)), I64), ir.Constant(I64, LANES_PER_WARP))
+
+    def slot(index):
+        return b.gep(values, [b.add(row, b.zext(index, I64))], source_etype=I64)
+
+    b.store(types.int_bits(b, value), slot(lane))
+    _arrive(em, base)
+    with b.if_then(b.icmp_unsigned("==", b.load(_field(em, base, 0), typ=I32),
+                                   ir.Constant(I32, em.state.lanes))):
+        b.store(ir.Constant(I32, 0), _field(em, base, 0))
+        b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+    site = em.mc.add_site("wait", op, what=f"warp_shuffle {op.attrs['mode']}")
+    frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)
+    source = _shuffle_source(em, op.attrs["mode"], lane, _i32(em, lane_arg, op.operands[1].type))
+    return [types.from_int_bits(b, b.load(slot(source), typ=I64), value.type)]
+
+
+def _shuffle_source(em, mode: str, lane, delta):
+    """The lane to read; out-of-range sources read the lane's own value (CUDA)."""
+    b, width = em.b, ir.Constant(I32, LANES_PER_WARP)
+    if mode == "idx":
+        return b.and_(delta, ir.Constant(I32, LANES_PER_WARP - 1))
+    source = {"xor": b.xor, "down": b.add, "up": b.sub}[mode](lane, delta)
+    return b.select(b.icmp_unsigned("<", source, width), source, lane)
+
+
+def emit_elect_sync(em, op):
+    units, active = em.mc.units, em.state.active
+    if units.kind is not TeamKind.THREAD:
+        return [ir.Constant(I1, 1)]  # warp units run both sides of an elect branch
+    lane = units.thread_index(em.b, "lane_id", em.frame.unit)
+    first = active.lanes[0] if active is not None else 0
+    return [em.b.icmp_unsigned("==", lane, ir.Constant(I32, first))]
+
+
+# ----------------------------------------------------------------------------- mbarriers
+def emit_alloc_barrier(em, op):
+    count = op.attrs["count"]
+    offset = em.mc.sync.reserve(count * MBARRIER_BYTES, 16)
+    name = op.result.name_hint or f"barrier allocated at line {op.loc.line}"
+    return [BarrierRef(em.byte_ptr(em.frame.sync, offset), count, name)]
+
+
+def _barrier(em, op):
+    """Pointer to the state of ``bar[index]`` (operands 0 and 1), bounds-checked in debug."""
+    bar: BarrierRef = em[op.operands[0]]
+    index = types.to_i64(em.b, em[op.operands[1]], op.operands[1].type)
+    if em.options.debug:
+        site = em.mc.add_site("bounds", op, buffer=bar.name, scope="barrier", rank=1)
+        em.fail_unless(em.b.icmp_unsigned("<", index, ir.Constant(I64, bar.count)),
+                       abi.OUT_OF_BOUNDS, site, [index], [bar.count])
+    return em.byte_ptr(bar.ptr, em.b.mul(index, ir.Constant(I64, MBARRIER_BYTES))), bar, index
+
+
+def _update_fn(mc) -> ir.Function:
+    """``tj.mbar_update(state, arrivals, tx_delta)``: apply arrivals and tx, maybe complete."""
+    fn = mc.module.globals.get("tj.mbar_update")
+    if fn is not None:
+        return fn
+    fn = ir.Function(mc.module, ir.FunctionType(VOID, [PTR, I32, I32]), "tj.mbar_update")
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    state, arrivals, tx_delta = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def field(index):
+        return b.gep(state, [ir.Constant(I32, index)], source_etype=I32)
+
+    pending = b.sub(b.load(field(PENDING), typ=I32), arrivals)
+    tx = b.add(b.load(field(TX), typ=I32), tx_delta)
+    done = b.and_(b.icmp_signed("<=", pending, ir.Constant(I32, 0)),
+                  b.icmp_signed("==", tx, ir.Constant(I32, 0)))
+    b.store(b.select(done, b.load(field(EXPECTED), typ=I32), pending), field(PENDING))
+    b.store(tx, field(TX))
+    b.store(b.add(b.load(field(PHASE), typ=I32), b.zext(done, I32)), field(PHASE))
+    b.ret_void()
+    return fn
+
+
+def _update(em, state, arrivals, tx_delta) -> None:
+    def as_i32(v):
+        return ir.Constant(I32, v) if isinstance(v, int) else v
+    em.b.call(_update_fn(em.mc), [state, as_i32(arrivals), as_i32(tx_delta)])
+    em.frame.progress()
+
+
+def emit_mbarrier_init(em, op):
+    state, _, _ = _barrier(em, op)
+    count = _i32(em, em[op.operands[2]], op.operands[2].type)
+    for index, value in ((PENDING, count), (EXPECTED, count), (TX, ir.Constant(I32, 0)),
+                         (PHASE, ir.Constant(I32, 0))):
+        em.b.store(value, _field(em, state, index))
+    return []
+
+
+def emit_mbarrier_arrive(em, op):
+    state, _, _ = _barrier(em, op)
+    _update(em, state, threads_per_unit(em), 0)
+    return []
+
+
+def emit_mbarrier_expect_tx(em, op):
+    state, _, _ = _barrier(em, op)
+    threads = threads_per_unit(em)
+    nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
+    if not (isinstance(threads, int) and threads == 1):
+        nbytes = em.b.mul(nbytes, ir.Constant(I32, threads) if isinstance(threads, int) else threads)
+    _update(em, state, threads if op.attrs["arrive"] else 0, nbytes)
+    return []
+
+
+def emit_mbarrier_wait(em, op):
+    state, bar, index = _barrier(em, op)
+    phase = _i32(em, em[op.operands[2]], op.operands[2].type)
+    site = em.mc.add_site("wait", op, what=f"mbarrier_wait on {bar.name}")
+    b = em.b
+
+    def ready():
+        current = b.load(_field(em, state, PHASE), typ=I32)
+        parity = b.and_(b.xor(current, phase), ir.Constant(I32, 1))
+        return b.icmp_unsigned("!=", parity, ir.Constant(I32, 0))
+
+    em.frame.wait_until(em, ready, site, [index, b.sext(phase, I64)])
+    return []
+
+
+def _complete_tx(em, op):
+    state, _, _ = _barrier(em, op)
+    nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
+    _update(em, state, 0, em.b.neg(nbytes))
+    return []
+
+
+CPU_INTRINSICS = {"mbarrier_complete_tx": _complete_tx}
+
+
+def emit_intrinsic(em, op):
+    target, name = op.attrs["target"], op.attrs["name"]
+    handler = CPU_INTRINSICS.get(name) if target == "cpu" else None
+    if handler is None:
+        raise CompilationError(f"intrinsic {target}.{name} is not available on the CPU target "
+                               f"(CPU intrinsics: {', '.join(sorted(CPU_INTRINSICS))})")
+    return handler(em, op)
+
+
+# ----------------------------------------------------------------------------- single
+def emit_single(em, op):
+    team: TeamKind = op.attrs["team"]
+    units, b = em.mc.units, em.b
+    if units.kind >= team:  # the unit already is (one or more) whole teams
+        with em.scoped(single_team=team, team=team):
+            em.emit_block(op.regions[0])
+        return []
+    if em.state.active is None:
+        raise CompilationError("a single region needs a statically known set of active threads")
+    units.instances(team)  # rejects teams wider than a CTA
+    counts = instance_counts(units, em.state.active, team)
+    base_offset = em.mc.sync.reserve(8 * len(counts), 8)
+    instance = b.udiv(em.frame.unit, ir.Constant(I32, units.units_per_team(team)))
+    base = em.byte_ptr(em.frame.sync, b.add(ir.Constant(I64, base_offset),
+                                            b.mul(b.zext(instance, I64), ir.Constant(I64, 8))))
+    gen0 = b.load(_field(em, base, 1), typ=I32)
+    _arrive(em, base)
+    arrived = b.load(_field(em, base, 0), typ=I32)
+    site = em.mc.add_site("wait", op, what=f"single region (team {team})")
+    with b.if_else(b.icmp_unsigned("==", arrived, _expected(em, counts, instance))) as (last, other):
+        with last:  # the last unit to arrive runs the region for its team
+            b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            with em.scoped(single_team=team, team=team):
+                em.emit_block(op.regions[0])
+            b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+            em.frame.progress()
+        with other:
+            em.frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)
+    return []
+
+
+def _expected(em, counts: list[int], instance):
+    present = {c for c in counts if c}
+    if len(present) == 1:
+        return ir.Constant(I32, present.pop())
+    table = ir.GlobalVariable(em.mc.module, ir.ArrayType(I32, len(counts)),
+                              em.mc.module.get_unique_name("single_counts"))
+    table.initializer = ir.Constant(table.value_type, counts)
+    table.linkage, table.global_constant = "internal", True
+    return em.b.load(em.b.gep(types.opaque(table), [ir.Constant(I32, 0), instance],
+                              source_etype=table.value_type), typ=I32)
+
+
+# ----------------------------------------------------------------------------- printing
+def emit_device_print(em, op):
+    """printf with ``{}`` placeholders filled by the arguments in order (extra arguments
+    are appended), one line per call."""
+    b = em.b
+    pieces = op.attrs["fmt"].replace("%", "%%").split("{}")
+    specs, args = zip(*(_printf_arg(em, v) for v in op.operands)) if op.operands else ((), ())
+    parts = [pieces[0]]
+    for i, spec in enumerate(specs):
+        parts += [spec, pieces[i + 1]] if i + 1 < len(pieces) else [" ", spec]
+    parts += ["{}" + piece for piece in pieces[len(specs) + 1:]]  # holes without arguments
+    text = "".join(parts)
+    if not text.endswith("\n"):
+        text += "\n"
+    printf = em.mc.function("printf", I32, [PTR], var_arg=True)
+    b.call(printf, [em.mc.string(text), *args])
+    b.call(em.mc.function("fflush", I32, [PTR]), [ir.Constant(PTR, None)])
+    return []
+
+
+def _printf_arg(em, value):
+    t, v = value.type, em[value]
+    if t.is_float:
+        wide = types.widen(em.b, v, t)
+        return "%g", em.b.fpext(wide, types.F64) if wide.type == types.F32 else wide
+    if t.is_bool or t.kind == "uint":
+        return "%llu", em.b.zext(v, I64) if v.type != I64 else v
+    return "%lld", types.to_i64(em.b, v, t)
+
+
+HANDLERS = {
+    "sync": emit_sync, "warp_shuffle": emit_warp_shuffle, "elect_sync": emit_elect_sync,
+    "alloc_barrier": emit_alloc_barrier, "mbarrier_init": emit_mbarrier_init,
+    "mbarrier_arrive": emit_mbarrier_arrive, "mbarrier_expect_tx": emit_mbarrier_expect_tx,
+    "mbarrier_wait": emit_mbarrier_wait, "intrinsic": emit_intrinsic,
+    "device_print": emit_device_print, "single": emit_single,
+}

@@ -1,0 +1,329 @@
+"""The functions units run, and the per-CTA scheduler.
+
+With one unit per CTA the CTA body is a plain function (:class:`PlainFrame`); a wait that
+is not already satisfied is a deadlock. Otherwise each unit is an LLVM coroutine
+(:class:`CoroFrame`, ``presplitcoroutine``; CoroSplit in the O2/O3 pipeline lowers it)
+resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend only
+inside :meth:`CoroFrame.wait_until` loops. Every state change (an arrival, a passed wait,
+a finished unit) bumps a progress counter; a round of resumes that leaves it unchanged
+while units remain is a deadlock, reported with the wait site of the first waiting unit.
+
+A frame's function takes ``(ctx, unit, cta x/y/z, grid x/y/z, argument slots...)``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llvmlite import ir
+
+from . import abi
+from .types import I1, I8, I32, I64, PTR, VOID, alloca
+
+# Per-CTA context shared by the units: error record, data and sync arenas, progress
+# counter, units still running, error code of a failed unit.
+CTX = ir.LiteralStructType([PTR, PTR, PTR, I64, I32, I32])
+CTX_ERR, CTX_DATA, CTX_SYNC, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(6)
+WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
+
+
+class _TokenType(ir.Type):
+    def _to_string(self) -> str:
+        return "token"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _TokenType)
+
+    def __hash__(self) -> int:
+        return hash(_TokenType)
+
+
+TOKEN = _TokenType()
+
+
+class _NoneToken(ir.Constant):
+    def __init__(self):
+        super().__init__(TOKEN, None)
+
+    def get_reference(self) -> str:
+        return "none"
+
+
+class _CoroutineAttributes(ir.values.FunctionAttributes):
+    _known = ir.values.FunctionAttributes._known | {"presplitcoroutine"}
+
+
+def body_signature(slot_types: Sequence[ir.Type]) -> list[ir.Type]:
+    """(ctx, unit, cta x/y/z, grid x/y/z, argument slots...)"""
+    return [PTR, I32, I32, I32, I32, I32, I32, I32, *slot_types]
+
+
+def counted_loop(b: ir.IRBuilder, count, body: Callable[[ir.Value], None], name: str = "loop"):
+    """``for i in range(count): body(i)`` with an i32 counter."""
+    count = count if isinstance(count, ir.Value) else ir.Constant(I32, count)
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    step = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    index = b.phi(I32)
+    index.add_incoming(ir.Constant(I32, 0), pre)
+    b.cbranch(b.icmp_unsigned("<", index, count), step, done)
+    b.position_at_end(step)
+    body(index)
+    index.add_incoming(b.add(index, ir.Constant(I32, 1)), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+class _Frame:
+    """The function one unit runs: its parameters, entry block and error exit."""
+
+    def __init__(self, mc, name: str, ret: ir.Type, slot_types, slot_attrs):
+        self.mc = mc
+        self.fn = ir.Function(mc.module, ir.FunctionType(ret, body_signature(slot_types)), name)
+        self.fn.linkage = "internal"
+        args = self.fn.args
+        for arg, attrs in zip(args[8:], slot_attrs):
+            for attr in attrs.get("flags", ()):
+                arg.add_attribute(attr)
+            if attrs.get("align"):
+                arg.attributes.align = attrs["align"]
+        self.ctx, self.unit = args[0], args[1]
+        self.cta, self.grid, self.slots = args[2:5], args[5:8], list(args[8:])
+        # Allocas get a block of their own, first in the function, so that adding one never
+        # disturbs the main builder's position.
+        self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
+        self.entry = self.fn.append_basic_block("entry")
+        self.builder = ir.IRBuilder(self.entry)
+        self.error_exit = self.fn.append_basic_block("error")
+
+    def _load_ctx(self, field: int, typ: ir.Type):
+        return self.builder.load(self.ctx_field(field), typ=typ)
+
+    def ctx_field(self, field: int):
+        return self.builder.gep(self.ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)],
+                                source_etype=CTX)
+
+    def _prologue(self):
+        self.err = self._load_ctx(CTX_ERR, PTR)
+        self.data = self._load_ctx(CTX_DATA, PTR)
+        self.sync = self._load_ctx(CTX_SYNC, PTR)
+
+    def alloca(self, typ: ir.Type, count: int, align: int = 64):
+        """Per-unit memory (an entry-block alloca; live across suspends it moves into the
+        coroutine frame)."""
+        return alloca(self._allocas, ir.ArrayType(typ, count), align)
+
+    def _close_allocas(self) -> None:
+        self._allocas.branch(self.entry)
+
+
+class PlainFrame(_Frame):
+    """One unit per CTA: returns 0 or the error code of the record it filled."""
+
+    def __init__(self, mc, slot_types, slot_attrs):
+        super().__init__(mc, "tj.cta", I32, slot_types, slot_attrs)
+        self._prologue()
+
+    def progress(self) -> None:
+        pass
+
+    def wait_until(self, em, ready: Callable[[], ir.Value], site: int, values=()) -> None:
+        em.fail_unless(ready(), abi.DEADLOCK, site, values)
+
+    def finish(self) -> None:
+        self._close_allocas()
+        self.builder.ret(ir.Constant(I32, 0))
+        b = ir.IRBuilder(self.error_exit)
+        code = b.load(b.gep(self.err, [ir.Constant(I32, abi.ERR_CODE)], source_etype=I64), typ=I64)
+        b.ret(b.trunc(code, I32))
+
+
+class CoroFrame(_Frame):
+    """A unit as a coroutine; the scheduler resumes it until it reaches its end."""
+
+    def __init__(self, mc, slot_types, slot_attrs):
+        super().__init__(mc, "tj.unit", PTR, slot_types, slot_attrs)
+        self.fn.attributes = _CoroutineAttributes(["presplitcoroutine"])
+        b = self.builder
+        null = ir.Constant(PTR, None)
+        self.coro_id = b.call(mc.function("llvm.coro.id", TOKEN, [I32, PTR, PTR, PTR]),
+                              [ir.Constant(I32, 0), null, null, null])
+        size = b.call(mc.function("llvm.coro.size.i64", I64, []), [])
+        memory = b.call(mc.function("malloc", PTR, [I64]), [size])
+        self.handle = b.call(mc.function("llvm.coro.begin", PTR, [TOKEN, PTR]),
+                             [self.coro_id, memory])
+        self._prologue()
+        self.wait_records = mc.sync.reserve(mc.units.count * WAIT_RECORD_SLOTS * 8, 8)
+        self.final = self.fn.append_basic_block("final")
+        self.cleanup = self.fn.append_basic_block("cleanup")
+        self.suspended = self.fn.append_basic_block("suspended")
+
+    def _suspend(self, resume: ir.Block, final: bool = False) -> None:
+        b = self.builder
+        state = b.call(self.mc.function("llvm.coro.suspend", I8, [TOKEN, I1]),
+                       [_NoneToken(), ir.Constant(I1, int(final))])
+        switch = b.switch(state, self.suspended)
+        switch.add_case(ir.Constant(I8, 0), resume)
+        switch.add_case(ir.Constant(I8, 1), self.cleanup)
+
+    def _bump(self, field: int, delta: int, typ: ir.Type) -> None:
+        b, ptr = self.builder, self.ctx_field(field)
+        b.store(b.add(b.load(ptr, typ=typ), ir.Constant(typ, delta)), ptr)
+
+    def progress(self) -> None:
+        self._bump(CTX_PROGRESS, 1, I64)
+
+    def wait_until(self, em, ready: Callable[[], ir.Value], site: int, values=()) -> None:
+        b = self.builder
+        check = b.append_basic_block("wait.check")
+        b.branch(check)
+        b.position_at_end(check)
+        ok = ready()
+        passed = b.append_basic_block("wait.passed")
+        blocked = b.append_basic_block("wait.blocked")
+        b.cbranch(ok, passed, blocked)
+        b.position_at_end(blocked)
+        record = b.gep(self.sync, [b.add(ir.Constant(I64, self.wait_records),
+                                         b.mul(b.zext(self.unit, I64),
+                                               ir.Constant(I64, WAIT_RECORD_SLOTS * 8)))],
+                       source_etype=I8)
+        for slot, value in enumerate([ir.Constant(I64, site), *values][:WAIT_RECORD_SLOTS]):
+            b.store(value, b.gep(record, [ir.Constant(I32, slot)], source_etype=I64))
+        self._suspend(check)
+        b.position_at_end(passed)
+        self.progress()
+
+    def finish(self) -> None:
+        self._close_allocas()
+        b, mc = self.builder, self.mc
+        self._bump(CTX_ALIVE, -1, I32)
+        self.progress()
+        b.branch(self.final)
+        b.position_at_end(self.error_exit)
+        code = b.load(b.gep(self.err, [ir.Constant(I32, abi.ERR_CODE)], source_etype=I64), typ=I64)
+        b.store(b.trunc(code, I32), self.ctx_field(CTX_ERROR))
+        b.branch(self.final)
+        b.position_at_end(self.final)
+        self._suspend(self.cleanup, final=True)
+        b.position_at_end(self.cleanup)
+        memory = b.call(mc.function("llvm.coro.free", PTR, [TOKEN, PTR]), [self.coro_id, self.handle])
+        b.call(mc.function("free", VOID, [PTR]), [memory])
+        b.branch(self.suspended)
+        b.position_at_end(self.suspended)
+        b.call(mc.function("llvm.coro.end", VOID, [PTR, I1, TOKEN]),
+               [self.handle, ir.Constant(I1, 0), _NoneToken()])
+        b.ret(self.handle)
+
+
+# --------------------------------------------------------------------------- scheduler
+def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
+    """``i32 tj.schedule(ctx, cta, grid, slots...)``: run every unit of one CTA to the end."""
+    m, count = mc.module, mc.units.count
+    fn = ir.Function(m, ir.FunctionType(I32, list(unit_fn.function_type.args[:1])
+                                        + list(unit_fn.function_type.args[2:])), "tj.schedule")
+    fn.linkage = "internal"
+    ctx, rest = fn.args[0], list(fn.args[1:])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    handles_type = ir.ArrayType(PTR, count)
+    handles = alloca(b, handles_type)
+    alive, first_waiting = alloca(b, I1), alloca(b, I32)
+    done_fn = mc.function("llvm.coro.done", I1, [PTR])
+    resume_fn = mc.function("llvm.coro.resume", VOID, [PTR])
+    destroy_fn = mc.function("llvm.coro.destroy", VOID, [PTR])
+    abort = fn.append_basic_block("abort")
+    finished = fn.append_basic_block("finished")
+
+    def ctx_field(field):
+        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
+
+    def handle_ptr(unit):
+        return b.gep(handles, [ir.Constant(I32, 0), unit], source_etype=handles_type)
+
+    def stop_on_error():
+        failed = b.icmp_unsigned("!=", b.load(ctx_field(CTX_ERROR), typ=I32), ir.Constant(I32, 0))
+        go_on = b.append_basic_block("ok")
+        b.cbranch(failed, abort, go_on)
+        b.position_at_end(go_on)
+
+    def start(unit):  # the ramp runs the unit up to its first suspension
+        b.store(b.call(unit_fn, [ctx, unit, *rest]), handle_ptr(unit))
+        stop_on_error()
+
+    # Units not started yet must not be destroyed when an earlier one fails.
+    counted_loop(b, count, lambda u: b.store(ir.Constant(PTR, None), handle_ptr(u)), "clear")
+    counted_loop(b, count, start, "start")
+    round_head = b.append_basic_block("round")
+    b.branch(round_head)
+    b.position_at_end(round_head)
+    before = b.load(ctx_field(CTX_PROGRESS), typ=I64)
+    b.store(ir.Constant(I1, 0), alive)
+
+    def resume(unit):
+        handle = b.load(handle_ptr(unit), typ=PTR)
+        with b.if_then(b.not_(b.call(done_fn, [handle]))):
+            b.store(ir.Constant(I1, 1), alive)
+            b.call(resume_fn, [handle])
+            stop_on_error()
+
+    counted_loop(b, count, resume, "resume")
+    any_alive = b.load(alive, typ=I1)
+    stalled = b.icmp_unsigned("==", b.load(ctx_field(CTX_PROGRESS), typ=I64), before)
+    deadlock = fn.append_basic_block("deadlock")
+    next_round = fn.append_basic_block("next_round")
+    b.cbranch(any_alive, next_round, finished)
+    b.position_at_end(next_round)
+    b.cbranch(stalled, deadlock, round_head)
+
+    b.position_at_end(deadlock)
+    _report_deadlock(b, ctx_field, first_waiting, handle_ptr, done_fn, count, wait_records)
+    b.branch(abort)
+
+    def destroy(unit):
+        handle = b.load(handle_ptr(unit), typ=PTR)
+        with b.if_then(b.icmp_unsigned("!=", handle, ir.Constant(PTR, None))):
+            b.call(destroy_fn, [handle])
+
+    def destroy_all():
+        counted_loop(b, count, destroy, "destroy")
+
+    b.position_at_end(abort)
+    destroy_all()
+    b.ret(b.load(ctx_field(CTX_ERROR), typ=I32))
+    b.position_at_end(finished)
+    destroy_all()
+    b.ret(ir.Constant(I32, 0))
+    return fn
+
+
+def _report_deadlock(b, ctx_field, first, handle_ptr, done_fn, count, wait_records):
+    """Fill the error record from the wait record of the first unit still waiting."""
+    err = b.load(ctx_field(CTX_ERR), typ=PTR)
+    sync = b.load(ctx_field(CTX_SYNC), typ=PTR)
+    b.store(ir.Constant(I32, count), first)
+
+    def find(unit):
+        waiting = b.not_(b.call(done_fn, [b.load(handle_ptr(unit), typ=PTR)]))
+        unseen = b.icmp_unsigned("==", b.load(first, typ=I32), ir.Constant(I32, count))
+        with b.if_then(b.and_(waiting, unseen)):
+            b.store(unit, first)
+
+    counted_loop(b, count, find, "find_waiting")
+    unit = b.load(first, typ=I32)
+    record = b.gep(sync, [b.add(ir.Constant(I64, wait_records),
+                                b.mul(b.zext(unit, I64), ir.Constant(I64, WAIT_RECORD_SLOTS * 8)))],
+                   source_etype=I8)
+
+    def put(slot, value):
+        b.store(value, b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
+
+    def wait_field(index):
+        return b.load(b.gep(record, [ir.Constant(I32, index)], source_etype=I64), typ=I64)
+
+    put(abi.ERR_CODE, ir.Constant(I64, abi.DEADLOCK))
+    put(abi.ERR_SITE, wait_field(0))
+    put(abi.ERR_UNIT, b.zext(unit, I64))
+    put(abi.ERR_VALUES, wait_field(1))
+    put(abi.ERR_VALUES + 1, wait_field(2))
+    b.store(ir.Constant(I32, abi.DEADLOCK), ctx_field(CTX_ERROR))

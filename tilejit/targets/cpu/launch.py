@@ -1,0 +1,352 @@
+"""Launching: argument packing, the worker pool, and run-time errors.
+
+``CpuModule.launch(grid, args)`` packs the arguments into the flat slot array of
+``abi`` (one ``struct.pack`` into a ``bytes`` object, passed to ctypes without a copy),
+splits the grid into one contiguous CTA range per worker and calls the JIT'd
+``run_ctas`` on each -- the calling thread takes the first range, pool threads (one per
+core, started once per process) take the others; ctypes releases the GIL for the call.
+A launch whose previous run showed less work than a pool handoff is worth stays on the
+calling thread. Each CTA always runs on one thread, in order, so deterministic kernels
+give the same results for any worker count. A failed CTA range turns its error record into a
+:class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
+the barrier waited on) and the kernel's source line.
+
+Per-parameter converters are chosen on first use of each argument type and cached; the
+ctypes function object is built once per module.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Sequence
+
+from tilejit.errors import LaunchError, SourceLocation
+from tilejit.ir.types import SCALAR_TYPES
+
+from . import abi
+from .jit import CpuArtifact, load_object
+
+_CORES = os.cpu_count() or 1  # os.cpu_count() costs microseconds: ask once
+_CACHE_LIMIT = 256
+_PARALLEL_MIN_SECONDS = 100e-6  # below this much work a launch stays on the calling thread
+_GRIDS: dict = {}
+_RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
+                             ctypes.c_char_p)
+_ERR_BYTES = abi.ERR_SLOTS * 8
+
+
+class _Pool:
+    """Persistent worker threads, each fed through its own queue."""
+
+    def __init__(self, size: int):
+        self.queues = [queue.SimpleQueue() for _ in range(size)]
+        for q in self.queues:
+            threading.Thread(target=self._work, args=(q,), daemon=True,
+                             name="tilejit-cpu-worker").start()
+
+    @staticmethod
+    def _work(jobs: queue.SimpleQueue) -> None:
+        err = ctypes.create_string_buffer(_ERR_BYTES)
+        while True:
+            fn, packed, first, last, results, index = jobs.get()
+            status = fn(packed, first, last, err)
+            results.put((index, status, err.raw if status else None))
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+_LOCAL = threading.local()
+
+
+def _pool() -> _Pool:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = _Pool(max(1, _CORES - 1))
+    return _POOL
+
+
+def _forget_pool() -> None:
+    """A forked child has none of the parent's threads: it starts its own pool."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+#os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _error_buffer():
+    err = getattr(_LOCAL, "err", None)
+    if err is None:
+        err = _LOCAL.err = ctypes.create_string_buffer(_ERR_BYTES)
+    return err
+
+
+class CpuModule:
+    """A loaded kernel. ``launch(grid, args)`` runs it; ``args`` follow the kernel's
+    parameters: numpy arrays or CPU torch tensors for global buffers, Python (or numpy)
+    numbers for scalars."""
+
+    def __init__(self, artifact: CpuArtifact):
+        self.artifact = artifact
+        self.meta = artifact.meta
+        self._engine, address = load_object(artifact.obj, artifact.entry)
+        self._run_ctas = _RUN_CTAS(address)
+        self._pack = struct.Struct(self.meta["struct_format"]).pack
+        self._params = [_Param(self.name, p) for p in self.meta["params"]]
+        self._seconds_per_cta = math.inf  # single-thread cost estimate from the last launch
+
+    @property
+    def name(self) -> str:
+        return self.meta["name"]
+
+    def launch(self, grid, args: Sequence, workers: int | None = None) -> None:
+        """Run the kernel on ``grid`` (an int or a 1-3 tuple of CTA counts).
+
+        ``workers`` caps the OS threads used (default: one per core).
+        """
+        try:
+            grid = _GRIDS[grid]
+        except (KeyError, TypeError):  # not seen yet, or a list
+            grid = _grid3(grid)
+        if len(args) != len(self._params):
+            raise LaunchError(f"kernel {self.name!r} takes {len(self._params)} arguments, "
+                              f"got {len(args)}")
+        values = list(grid)
+        for param, arg in zip(self._params, args):
+            param.pack(arg, values)
+        try:
+            packed = self._pack(*values)
+        except struct.error as err:  # e.g. a float beyond the f32 range
+            raise LaunchError(f"kernel {self.name!r}: cannot pass the arguments: {err}") from None
+        total = grid[0] * grid[1] * grid[2]
+        if workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS:
+            workers = 1  # handing work to the pool would cost more than it saves
+        workers = min(total, _CORES, workers or total)
+        start = time.perf_counter()
+        if workers == 1:
+            err = _error_buffer()
+            status = self._run_ctas(packed, 0, total, err)
+            if status:
+                self._raise(status, err.raw)
+        elif workers > 1:
+            self._launch_parallel(packed, total, workers)
+        if total:
+            self._seconds_per_cta = (time.perf_counter() - start) * workers / total
+
+    def _launch_parallel(self, packed: bytes, total: int, workers: int) -> None:
+        bounds = [total * i // workers for i in range(workers + 1)]
+        results: queue.SimpleQueue = queue.SimpleQueue()
+        pool = _pool()
+        for index in range(1, workers):
+            pool.queues[index - 1].put((self._run_ctas, packed, bounds[index], bounds[index + 1],
+                                        results, index))
+        err = _error_buffer()
+        failures = {}
+        status = self._run_ctas(packed, bounds[0], bounds[1], err)
+        if status:
+            failures[0] = (status, err.raw)
+        for _ in range(1, workers):
+            index, status, record = results.get()
+            if status:
+                failures[index] = (status, record)
+        if failures:
+            self._raise(*failures[min(failures)])
+
+    def _raise(self, status: int, record: bytes) -> None:
+        raise run_time_error(self.meta, status, record)
+
+
+def buffers_disjoint(args: Sequence) -> bool:
+    """True when no two numpy/torch arguments share a byte: the runtime may then compile
+    with ``noalias=True``."""
+    extents = []
+    for arg in args:
+        layout = _byte_layout(arg)
+        if layout is None or 0 in layout[1]:
+            continue
+        start, shape, strides, itemsize = layout
+        low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+        high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+        extents.append((start + low, start + high + itemsize))
+    extents.sort()
+    return all(end <= following for (_, end), (following, _) in zip(extents, extents[1:]))
+
+
+def _byte_layout(arg):
+    """(data pointer, shape, byte strides, itemsize) of a tensor argument, else None."""
+    module = type(arg).__module__
+    if module.startswith("torch") and hasattr(arg, "data_ptr"):
+        size = arg.element_size()
+        return arg.data_ptr(), tuple(arg.shape), [s * size for s in arg.stride()], size
+    if module == "numpy" and hasattr(arg, "strides"):
+        return _numpy_data_pointer(arg), arg.shape, arg.strides, arg.itemsize
+    return None
+
+
+def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
+    """The LaunchError for an error record filled by the JIT'd code."""
+    fields = struct.unpack(f"<{abi.ERR_SLOTS}q", record)
+    site = meta["sites"][fields[abi.ERR_SITE]] if 0 <= fields[abi.ERR_SITE] < len(meta["sites"]) \
+        else {"kind": "unknown", "file": meta["file"], "line": meta["line"], "col": 0}
+    loc = SourceLocation(site["file"], site["line"], site["col"])
+    where = f"in CTA {fields[abi.ERR_CTA]} ({meta['granularity']} unit {fields[abi.ERR_UNIT]})"
+    values = fields[abi.ERR_VALUES:abi.ERR_VALUES + abi.MAX_REPORTED_DIMS]
+    if status == abi.OUT_OF_BOUNDS:
+        rank = site["rank"]
+        index = list(values[:rank])
+        dims = list(fields[abi.ERR_DIMS:abi.ERR_DIMS + rank])
+        message = (f"kernel {meta['name']!r}: out-of-bounds {site['op']} of {site['scope']} "
+                   f"buffer {site['buffer']!r}: index {index} outside shape {dims} {where}")
+    elif status == abi.DEADLOCK:
+        message = (f"kernel {meta['name']!r}: deadlock {where}: every unit is waiting and none "
+                   f"can make progress; the first waits at {site.get('what', site['op'])}")
+        if site["op"] == "mbarrier_wait":
+            message += f" index {values[0]} for phase parity {values[1] & 1}"
+        message += f" (line {site['line']})"
+    else:
+        message = f"kernel {meta['name']!r} failed with error code {status} {where}"
+    return LaunchError(message, loc)
+
+
+def _grid3(grid) -> tuple[int, int, int]:
+    key = grid
+    if isinstance(grid, int):
+        grid = (grid,)
+    grid = tuple(grid)
+    if not 1 <= len(grid) <= 3 or any(not isinstance(g, int) or g < 0 for g in grid):
+        raise LaunchError(f"grid must be 1 to 3 non-negative ints, got {grid!r}")
+    grid = grid + (1,) * (3 - len(grid))
+    if isinstance(key, (int, tuple)) and len(_GRIDS) < _CACHE_LIMIT:
+        _GRIDS[key] = grid
+    return grid
+
+
+class _Param:
+    """Checks and packs one kernel argument. A converter is made per argument type, and the
+    checked (shape, strides) of each tensor layout seen are cached: launching again with
+    the same kind of arguments costs a few dictionary lookups."""
+
+    def __init__(self, kernel: str, desc: dict):
+        self.kernel, self.desc, self.name = kernel, desc, desc["name"]
+        self.dtype = SCALAR_TYPES[desc["dtype"]]
+        self.is_buffer = desc["kind"] == "buffer"
+        self._converters: dict[type, object] = {}
+        self._layouts: dict[tuple, tuple] = {}
+
+    def pack(self, arg, out: list) -> None:
+        if not self.is_buffer:
+            out.append(self._scalar(arg))
+            return
+        convert = self._converters.get(type(arg))
+        if convert is None:
+            convert = self._converters[type(arg)] = self._buffer_converter(arg)
+        convert(arg, out)
+
+    def _fail(self, what: str) -> LaunchError:
+        return LaunchError(f"kernel {self.kernel!r}: argument {self.name!r} {what}")
+
+    def _scalar(self, arg):
+        t = self.dtype
+        if t.is_float:
+            if isinstance(arg, (bool, str)) or not hasattr(arg, "__float__"):
+                raise self._fail(f"must be a float, got {type(arg).__name__}")
+            return float(arg)
+        if not hasattr(arg, "__index__"):
+            raise self._fail(f"must be an integer, got {type(arg).__name__}")
+        value = int(arg)
+        if t.is_bool:
+            return bool(value)
+        low, high = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.kind == "int" else (0, 1 << t.bits)
+        if not low <= value < high:
+            raise self._fail(f"= {value} does not fit in {t}")
+        return value
+
+    def _buffer_converter(self, arg):
+        module = type(arg).__module__
+        if module.startswith("torch"):
+            return self._torch_converter()
+        if module == "numpy":
+            return self._numpy_converter()
+        raise self._fail(f"must be a numpy array or a CPU torch tensor, got {type(arg).__name__}")
+
+    def _torch_converter(self):
+        wanted, layouts = self.dtype.torch_dtype(), self._layouts
+
+        def convert(t, out):
+            if t.dtype != wanted:
+                raise self._fail(f"has dtype {t.dtype}, the kernel was compiled for {wanted}")
+            if not t.is_cpu:
+                raise self._fail(f"is on {t.device}; the CPU target needs CPU tensors")
+            shape, strides = t.shape, t.stride()
+            fields = layouts.get((shape, strides)) or self._layout(shape, strides, 1)
+            out.append(t.data_ptr())
+            out += fields
+        return convert
+
+    def _numpy_converter(self):
+        try:
+            wanted = self.dtype.numpy_dtype()
+        except TypeError:
+            raise self._fail(f"is {self.dtype}, which numpy cannot hold; pass a torch "
+                             "tensor") from None
+        itemsize, layouts, data = wanted.itemsize, self._layouts, _numpy_data_pointer
+
+        def convert(a, out):
+            if a.dtype != wanted:
+                raise self._fail(f"has dtype {a.dtype}, the kernel was compiled for {wanted}")
+            shape, strides = a.shape, a.strides
+            fields = layouts.get((shape, strides)) or self._layout(shape, strides, itemsize)
+            out.append(data(a))
+            out += fields
+        return convert
+
+    def _layout(self, shape, strides, stride_unit: int) -> tuple:
+        """Check a tensor layout against the compiled one; return its slot values."""
+        if any(s % stride_unit for s in strides):
+            raise self._fail(f"has strides {tuple(strides)} bytes, not whole elements")
+        elements = tuple(s // stride_unit for s in strides)
+        desc = self.desc
+        expected_strides = desc["strides"] or [None] * len(desc["shape"])
+        if len(shape) != len(desc["shape"]) or any(
+                e is not None and a != e
+                for a, e in zip((*shape, *elements), (*desc["shape"], *expected_strides))):
+            raise self._fail(f"has shape {list(shape)} and strides {list(elements)}; the kernel "
+                             f"was compiled for shape {_dims(desc['shape'])} and strides "
+                             f"{_dims(expected_strides)}")
+        fields = (*shape, *elements)
+        if len(self._layouts) < _CACHE_LIMIT:
+            self._layouts[(shape, strides)] = fields
+        return fields
+
+
+def _dims(values) -> str:
+    return "[" + ", ".join("?" if v is None else str(v) for v in values) + "]"
+
+
+def _numpy_data_pointer_from_header(a) -> int:
+    """``PyArray_DATA(a)``: the first field after the object header of an ndarray (numpy's
+    stable C layout) -- ten times cheaper than ``a.__array_interface__``."""
+    return _VOID_P.from_address(id(a) + _OBJECT_HEADER).value
+
+
+def _numpy_data_pointer_slow(a) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _choose_numpy_data_pointer():
+    import numpy
+    probe = numpy.arange(6.0)[1::2]
+    if _numpy_data_pointer_from_header(probe) == _numpy_data_pointer_slow(probe):
+        return _numpy_data_pointer_from_header
+    return _numpy_data_pointer_slow
+
+
+_VOID_P = ctypes.c_void_p
+_OBJECT_HEADER = object.__basicsize__
+_numpy_data_pointer = _choose_numpy_data_pointer()

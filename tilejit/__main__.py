@@ -37,6 +37,41 @@ def _layout_demo(picture: str | None) -> None:
         print(f"\nwrote {picture} (the tensor-core tile, replicas shown)")
 
 
+def _kernel_demo() -> None:
+    """Compile and run the example kernels on the default target, check them against torch."""
+    import torch
+
+    import tilejit as tj
+    from tilejit.examples import (matmul, row_softmax, run_matmul, run_softmax,
+                                  run_vector_add, vector_add)
+
+    torch.manual_seed(0)
+    n = 10_000_019
+    x, y = torch.randn(n), torch.randn(n)
+    rows, cols = 1024, 1000
+    s = torch.randn(rows, cols)
+    m, k, nn = 512, 384, 448
+    a, b = torch.randn(m, k), torch.randn(k, nn)
+    cases = [
+        ("vector add", f"{n}", vector_add, lambda out: run_vector_add(x, y, out),
+         torch.empty(n), lambda: x + y, 3 * n * 4, None),
+        ("row softmax", f"{rows}x{cols}", row_softmax, lambda out: run_softmax(s, out),
+         torch.empty(rows, cols), lambda: torch.softmax(s, dim=1), 2 * rows * cols * 4, None),
+        ("tiled GEMM", f"{m}x{k}x{nn}", matmul, lambda out: run_matmul(a, b, out),
+         torch.empty(m, nn), lambda: a @ b, None, 2 * m * k * nn),
+    ]
+    print("\n== Kernels on the CPU target (checked against torch)")
+    print(f"{'kernel':12s} {'shape':>14s} {'ms':>9s} {'rate':>14s}  dispatch")
+    for name, shape, kernel, run, out, reference, nbytes, flops in cases:
+        run(out)
+        tj.testing.assert_close(out, reference(), rtol=1e-4, atol=1e-4)
+        ms = float(tj.testing.do_bench(lambda: run(out), warmup=20, rep=100))
+        rate = f"{nbytes / ms / 1e6:8.1f} GB/s" if nbytes else f"{flops / ms / 1e6:6.1f} GFLOP/s"
+        families = sorted({f"{r.primitive}:{r.rule}" for r in
+                           next(iter(kernel._fast.values())).dispatch_log})
+        print(f"{name:12s} {shape:>14s} {ms:9.3f} {rate:>14s}  {', '.join(families)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilejit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -46,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo":
         _layout_demo(args.picture or None)
+        _kernel_demo()
     return 0
 
 

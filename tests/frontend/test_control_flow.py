@@ -31,7 +31,7 @@ def test_run_time_if_merges_variables_through_yields():
         out[0] = x + y
     k = build(kernel, {"a": S(i32), "out": T(f32, 1)})
     outer, inner = ops(k, "if")
-    assert [r.type for r in outer.results] == [i32, f32] and [r.name_hint for r in outer.results] == ["x", "y"]
+    assert [(r.name_hint, r.type) for r in outer.results] == [("x", i32), ("y", f32)]
     assert [r.type for r in inner.results] == [i32]
     then_yield = outer.regions[0].ops[-1]
     assert then_yield.operands[0] is k.param("a")
@@ -53,7 +53,7 @@ def test_a_name_defined_in_one_branch_is_unusable_after():
         if a > 0:
             t = 1
         out[0] = t
-    err = raises(kernel, "'t' is assigned in only one branch of the if at line", "out[0] = t",
+    err = raises(kernel, "'t' is not assigned on every path through the if at line", "out[0] = t",
                  {"a": S(i32), "out": T(i32, 1)})
     assert err.col == 17
 
@@ -306,6 +306,16 @@ def test_return_under_run_time_control_flow_is_rejected():
 
     def kernel(a, out):
         out[0] = early(a)
-    err = raises(kernel, "return inside run-time control flow", None, {"a": S(i32), "out": T(i32, 1)})
+    err = raises(kernel, "return inside run-time control flow", None,
+                 {"a": S(i32), "out": T(i32, 1)})
     assert err.line == early.fn.__code__.co_firstlineno + 3
     assert isinstance(err, CompilationError)
+
+
+def test_a_name_defined_under_a_thread_filter_is_unusable_after():
+    def kernel(out):
+        with tj.tfilter(warp=0):
+            only_warp0 = 1
+        out[0] = only_warp0
+    raises(kernel, "'only_warp0' is not assigned on every path through the tj.tfilter block",
+           "out[0] = only_warp0", {"out": T(i32, 1)})

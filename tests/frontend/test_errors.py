@@ -2,7 +2,8 @@
 import pytest
 
 from tilejit.errors import CompilationError, TilejitError
-from tilejit.frontend import compile_to_ir, language as tj
+from tilejit.frontend import compile_to_ir
+from tilejit.frontend import language as tj
 from tilejit.frontend.semantics_memory import MemorySemantics
 
 from .helpers import S, T, f32, i32, kernel_from_source, line_of, raises
@@ -66,10 +67,12 @@ RUNTIME_MISUSE = [
     ("assert 1 > 2, 'nope'", "assertion failed: nope"),
     ("assert n > 2", "assert needs a compile-time condition"),
     ("for i in x:\n        pass", "cannot iterate over a buffer"),
-    ("for i in tj.static_range(n):\n        pass", "tj.static_range bounds must be compile-time ints"),
+    ("for i in tj.static_range(n):\n        pass",
+     "tj.static_range bounds must be compile-time ints"),
     ("for i in range(0, n, 0):\n        pass", "range step must not be zero"),
     ("for i in range(0.5, n):\n        pass", "range bounds must be integers"),
-    ("for i in tj.range(n, unroll=0):\n        pass", "unroll= must be a positive compile-time int"),
+    ("for i in tj.range(n, unroll=0):\n        pass",
+     "unroll= must be a positive compile-time int"),
     ("tj.cta_id(n)", "the dimension must be a compile-time int"),
     ("tj.cta_id(3)", "dimension must be 0, 1 or 2"),
     ("tj.device_print(n)", "tj.device_print needs a format string first"),
@@ -118,8 +121,8 @@ def kernel(n):
     for i in range(n):
         shape = (8,)
 """)
-    raises(fixed, "'shape' holds the compile-time tuple \\(4,\\) and is reassigned in a run-time loop",
-           "for i in range(n):", {"n": S(i32)})
+    raises(fixed, "'shape' holds the compile-time tuple \\(4,\\) and is reassigned in a "
+                  "run-time loop", "for i in range(n):", {"n": S(i32)})
 
 
 def test_signature_errors(tmp_path):
@@ -153,6 +156,9 @@ def plain(v):
     assert err.line == line_of(fn.__globals__["helper"].fn, "return v + nowhere")
 
 
+PLAIN = "\ndef plain(v):\n    return v\n"
+
+
 def test_device_function_argument_errors(tmp_path):
     source = """
 @tj.func
@@ -162,10 +168,11 @@ def helper(v, N: tj.constexpr):
 def kernel(n):
     {call}
 """
-    for call, message in [("helper(n, n)", "parameter 'N' of helper is a tj.constexpr, but got a run-time value"),
-                          ("helper(n)", r"helper\(\): missing a required argument: 'N'"),
-                          ("plain(n)", "plain is called with run-time values")]:
-        fn = kernel_from_source(tmp_path, source.format(call=call) + "\ndef plain(v):\n    return v\n")
+    cases = [("helper(n, n)", "parameter 'N' of helper is a tj.constexpr, but got a run-time"),
+             ("helper(n)", r"helper\(\): missing a required argument: 'N'"),
+             ("plain(n)", "plain is called with run-time values")]
+    for call, message in cases:
+        fn = kernel_from_source(tmp_path, source.format(call=call) + PLAIN)
         raises(fn, message, call, {"n": S(i32)})
 
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tilejit.errors import TilejitError
-from tilejit.frontend import compile_to_ir, LaunchOptions
+from tilejit.frontend import LaunchOptions, compile_to_ir
 from tilejit.ir import parse_kernel, verify
 from tilejit.ir.types import f16
 
@@ -42,14 +42,14 @@ leaves = st.one_of(literals, st.sampled_from(NAMES))
 # dtype, $L a name (f-strings cannot nest); statement templates add $N, an assignment target,
 # and $C, a condition.
 EXPRESSIONS = [
-    "($E $O $E)", "($U $E)", "($E if $E else $E)", "($E, $E)", "($E)[$E]", "x[$E]", "x[$E:$E + B]",
-    "y[$E, $E:$E + 4]", "x.shape[$E]", "x.strides[0]", "($E).dtype", "($E).shape", "tj.cdiv($E, $E)",
-    "tj.exp($E)", "tj.maximum($E, $E)", "min($E, $E)", "abs($E)", "len($E)", "int($E)", "float($E)",
-    "tj.cta_id($E)", "tj.warp_id()", "tj.lane_id()", "tj.elect_sync()", "tj.fragment((B,), $D)",
-    "tj.fragment(($E,), tj.float32)", "tj.alloc_shared((4, B), $D)", "helper($E)",
-    "helper($E, q=$E)", "tj.cast($E, $D)", "tj.select($E, $E, 1.0)", "tj.ptx.nop($E)",
-    "(lambda q: q)($E)", "[i for i in $E]", "tj.nothing($E)", "zz($E)", 'f"{$L}"', "($E).view((B,))",
-    "tj.alloc_barriers(2)[$E]",
+    "($E $O $E)", "($U $E)", "($E if $E else $E)", "($E, $E)", "($E)[$E]", "x[$E]",
+    "x[$E:$E + B]", "y[$E, $E:$E + 4]", "x.shape[$E]", "x.strides[0]", "($E).dtype",
+    "($E).shape", "tj.cdiv($E, $E)", "tj.exp($E)", "tj.maximum($E, $E)", "min($E, $E)",
+    "abs($E)", "len($E)", "int($E)", "float($E)", "tj.cta_id($E)", "tj.warp_id()",
+    "tj.lane_id()", "tj.elect_sync()", "tj.fragment((B,), $D)", "tj.fragment(($E,), tj.float32)",
+    "tj.alloc_shared((4, B), $D)", "helper($E)", "helper($E, q=$E)", "tj.cast($E, $D)",
+    "tj.select($E, $E, 1.0)", "tj.ptx.nop($E)", "(lambda q: q)($E)", "[i for i in $E]",
+    "tj.nothing($E)", "zz($E)", 'f"{$L}"', "($E).view((B,))", "tj.alloc_barriers(2)[$E]",
 ]
 
 
@@ -79,9 +79,10 @@ SIMPLE_STATEMENTS = [
     "tj.wg.copy($E, $E)",
 ]
 COMPOUND_STATEMENTS = [
-    "if $E:\n{body}", "if $E:\n{body}{indent}else:\n{loop_body}", "for i in range($E):\n{loop_body}",
-    "for i in tj.static_range(3):\n{loop_body}", "for i in tj.range(0, $E, 2, pipeline=2):\n{loop_body}",
-    "while $E:\n{loop_body}", "with tj.warpgroup():\n{body}", "with tj.tfilter(warp=(0, 2)):\n{body}",
+    "if $E:\n{body}", "if $E:\n{body}{indent}else:\n{loop_body}",
+    "for i in range($E):\n{loop_body}", "for i in tj.static_range(3):\n{loop_body}",
+    "for i in tj.range(0, $E, 2, pipeline=2):\n{loop_body}", "while $E:\n{loop_body}",
+    "with tj.warpgroup():\n{body}", "with tj.tfilter(warp=(0, 2)):\n{body}",
     "try:\n{body}{indent}except Exception:\n{indent}    pass\n",
     "def inner():\n{indent}    pass\n", "class Inner:\n{indent}    pass\n",
 ]
@@ -118,7 +119,7 @@ def kernels(draw):
     return PRELUDE + "def kernel(x, y, n, v, B: tj.constexpr = 16):\n" + draw(blocks())
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=kernels(), num_warps=st.sampled_from([4, 8]))
 def test_random_kernels_compile_or_raise_a_tilejit_error(source, num_warps):
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
@@ -177,19 +178,24 @@ def scalar_blocks(draw, names=(), depth=0, in_loop=False, indent="    "):
         choice = draw(st.sampled_from(simple + (compound if depth < 2 else [])))
         inner = indent + "    "
         loop_var = [f"i{depth}"] if "for i" in choice else []
+        def nested(slot, *args):
+            return draw(scalar_blocks(*args)) if slot in choice else ""
         text = choice.format(
             inner=inner, indent=indent, d=depth,
-            body=draw(scalar_blocks(names, depth + 1, in_loop, inner)) if "{body" in choice else "",
-            body2=draw(scalar_blocks(names, depth + 1, in_loop, inner)) if "{body2}" in choice else "",
-            loop=draw(scalar_blocks(names + loop_var, depth + 1, True, inner)) if "{loop}" in choice else "")
+            body=nested("{body", names, depth + 1, in_loop, inner),
+            body2=nested("{body2}", names, depth + 1, in_loop, inner),
+            loop=nested("{loop}", names + loop_var, depth + 1, True, inner))
         lines.append(indent + draw(_template(text, {"E": expr, "C": cond})) + "\n")
     return "".join(lines).replace("\n\n", "\n")
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SCALAR_HEADER = "def kernel(x, n, v, B: tj.constexpr = 16):\n    a = 0\n    b = 1.0\n    c = n\n"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(body=scalar_blocks(), num_warps=st.sampled_from([4, 8]))
 def test_well_formed_scalar_programs_always_compile(body, num_warps):
-    source = "def kernel(x, n, v, B: tj.constexpr = 16):\n    a = 0\n    b = 1.0\n    c = n\n" + body
+    source = SCALAR_HEADER + body
     with tempfile.TemporaryDirectory() as folder:
         fn = kernel_from_source(pathlib.Path(folder), source)
         try:

@@ -2,8 +2,10 @@
 import pytest
 
 from tilejit.frontend import language as tj
-from tilejit.ir.types import BarrierType, MemScope, RegionType, f16 as F16
-from tilejit.layout import S as Shard, TileLayout
+from tilejit.ir.types import BarrierType, MemScope, RegionType
+from tilejit.ir.types import f16 as F16
+from tilejit.layout import S as Shard
+from tilejit.layout import TileLayout
 
 from .helpers import S, T, build, f16, f32, i32, kernel_from_source, op_lines, ops, raises
 
@@ -79,7 +81,8 @@ def test_copy_gemm_reduce_pointwise_attributes():
     assert gemm.attrs["config"] == {"shape": (64, 32, 16)}
     assert gemm_async.attrs["transpose_b"] is True
     assert ops(k, "tile.reduce")[0].attrs["axis"] == 1
-    assert [op.attrs["op"] for op in ops(k, "tile.pointwise")] == ["add", "fill", "select", "fma", "cast"]
+    assert [op.attrs["op"] for op in ops(k, "tile.pointwise")] == ["add", "fill", "select", "fma",
+                                                                   "cast"]
     assert op_lines(k, "tile.pointwise")[1].startswith("tile.pointwise(%acc, %")
     select = ops(k, "tile.pointwise")[2]
     assert select.operands[1].name_hint == "row" and select.operands[3].type == f32
@@ -93,58 +96,60 @@ def test_reduce_may_drop_or_keep_the_axis():
     build(kernel, {"x": S(f32)})
 
 
+# Short names for the one-line kernels below.
+ALIASES = "F = tj.fragment\nF32, F16, I32 = tj.float32, tj.float16, tj.int32\n\n"
 SHAPE_ERRORS = [
-    ("tj.copy(tj.fragment((8,), tj.float32), tj.fragment((4,), tj.float32))",
+    ("tj.copy(F((8,), F32), F((4,), F32))",
      r"tj.copy: src of shape \(4,\) does not fit dst of shape \(8,\)"),
-    ("tj.gemm(tj.fragment((8, 8), tj.float32), tj.fragment((8, 4), tj.float16), tj.fragment((8, 8), tj.float16))",
+    ("tj.gemm(F((8, 8), F32), F((8, 4), F16), F((8, 8), F16))",
      r"tj.gemm: A\(8, 4\) and B\(8, 8\) disagree on K \(4 vs 8\)"),
-    ("tj.gemm(tj.fragment((8, 8), tj.float32), tj.fragment((4, 8), tj.float16), tj.fragment((4, 8), tj.float16), transpose_a=True)",
+    ("tj.gemm(F((8, 8), F32), F((4, 8), F16), F((4, 8), F16), transpose_a=True)",
      None),
-    ("tj.gemm(tj.fragment((8, 4), tj.float32), tj.fragment((8, 4), tj.float16), tj.fragment((4, 8), tj.float16))",
+    ("tj.gemm(F((8, 4), F32), F((8, 4), F16), F((4, 8), F16))",
      r"tj.gemm: C has shape \(8, 4\) but A @ B has shape \(8, 8\)"),
-    ("tj.gemm(tj.fragment((8, 8), tj.int32), tj.fragment((8, 8), tj.float16), tj.fragment((8, 8), tj.float16))",
+    ("tj.gemm(F((8, 8), I32), F((8, 8), F16), F((8, 8), F16))",
      "must be all float or all integer"),
-    ("tj.gemm(tj.fragment((8,), tj.float32), tj.fragment((8, 8), tj.float16), tj.fragment((8, 8), tj.float16))",
+    ("tj.gemm(F((8,), F32), F((8, 8), F16), F((8, 8), F16))",
      "C must be a rank-2 tile"),
-    ("tj.reduce(tj.fragment((16,), tj.float32), tj.fragment((8, 16), tj.float32), 'sum', 1)",
+    ("tj.reduce(F((16,), F32), F((8, 16), F32), 'sum', 1)",
      r"reducing \(8, 16\) over axis 1 gives \(8,\) or \(8, 1\), but dst has shape \(16,\)"),
-    ("tj.reduce(tj.fragment((8,), tj.float32), tj.fragment((8, 16), tj.float32), 'mean', 1)",
+    ("tj.reduce(F((8,), F32), F((8, 16), F32), 'mean', 1)",
      "op must be one of 'sum', 'max', 'min'"),
-    ("tj.reduce(tj.fragment((8,), tj.float32), tj.fragment((8, 16), tj.float32), 'sum', 2)",
+    ("tj.reduce(F((8,), F32), F((8, 16), F32), 'sum', 2)",
      r"axis must be a compile-time int in \[-2, 2\)"),
-    ("tj.add(tj.fragment((8, 16), tj.float32), tj.fragment((8, 16), tj.float32), tj.fragment((16, 1), tj.float32))",
+    ("tj.add(F((8, 16), F32), F((8, 16), F32), F((16, 1), F32))",
      r"source 1 of shape \(16, 1\) does not broadcast to dst of shape \(8, 16\)"),
-    ("tj.exp(tj.fragment((8,), tj.int32), tj.fragment((8,), tj.int32))",
+    ("tj.exp(F((8,), I32), F((8,), I32))",
      "tj.exp needs a float destination"),
-    ("tj.fill(tj.fragment((8,), tj.int32), tj.fragment((8,), tj.int32))",
+    ("tj.fill(F((8,), I32), F((8,), I32))",
      "tj.fill\\(dst, value\\) takes a scalar value"),
-    ("tj.add(tj.fragment((8,), tj.int32))", r"tj.add is called as tj.add\(dst, src0, src1\)"),
-    ("tj.copy(tj.fragment((8,), tj.int32), 3)", "tj.copy: src must be a buffer or region"),
-    ("tj.copy(tj.fragment((8,), tj.int32))", r"tj.copy\(\): missing a required argument: 'src'"),
-    ("tj.copy(tj.fragment((8,), tj.int32), tj.fragment((8,), tj.int32), dispatch=3)",
+    ("tj.add(F((8,), I32))", r"tj.add is called as tj.add\(dst, src0, src1\)"),
+    ("tj.copy(F((8,), I32), 3)", "tj.copy: src must be a buffer or region"),
+    ("tj.copy(F((8,), I32))", r"tj.copy\(\): missing a required argument: 'src'"),
+    ("tj.copy(F((8,), I32), F((8,), I32), dispatch=3)",
      "dispatch= must be a string"),
-    ("tj.copy(tj.fragment((8,), tj.int32), tj.fragment((8,), tj.int32), config={'k': x})",
+    ("tj.copy(F((8,), I32), F((8,), I32), config={'k': x})",
      "config= must be a dict of compile-time values"),
-    ("tj.gemm(tj.fragment((8, 8), tj.float32), tj.fragment((8, 8), tj.float16), tj.fragment((8, 8), tj.float16), transpose_a=x > 0)",
+    ("tj.gemm(F((8, 8), F32), F((8, 8), F16), F((8, 8), F16), transpose_a=x > 0)",
      "transpose_a= must be a compile-time bool"),
-    ("tj.fragment((8, x), tj.float32)", "tile shapes must be compile-time constants"),
-    ("tj.fragment((8, 0), tj.float32)", "a tile shape is a tuple of positive ints"),
-    ("tj.fragment((8,), 'f32')", "dtype must be a tj dtype"),
-    ("tj.alloc_shared((8,), tj.float32, layout=3)", "layout= must be a TileLayout or ComposeLayout"),
-    ("tj.fragment((8,), tj.float32).view((3,))", r"view changes the element count: \[8\] -> \[3\]"),
+    ("F((8, x), F32)", "tile shapes must be compile-time constants"),
+    ("F((8, 0), F32)", "a tile shape is a tuple of positive ints"),
+    ("F((8,), 'f32')", "dtype must be a tj dtype"),
+    ("tj.alloc_shared((8,), F32, layout=3)", "layout= must be a TileLayout or ComposeLayout"),
+    ("F((8,), F32).view((3,))", r"view changes the element count: \[8\] -> \[3\]"),
     ("tj.alloc_barriers(x)", "tj.alloc_barriers needs a positive compile-time count"),
     ("tj.mbarrier_arrive(3)", "expected a barrier such as bars\\[i\\]"),
     ("tj.alloc_barriers(2)[2]", "index 2 is out of bounds for dimension 0 of size 2"),
-    ("tj.fragment((8, 4), tj.float32) + tj.fragment((3,), tj.float32)", r"tile shapes \(8, 4\) and \(3,\) do not broadcast"),
-    ("tj.fragment((8,), tj.float32) < 1.0", "'<' on tiles needs a pointwise 'lt' op"),
-    ("tj.fragment((8,), tj.float32) @ tj.fragment((8,), tj.float32)", "use tj.gemm"),
-    ("tj.fragment((8,), tj.float32) + y", "a tile expression needs static shapes"),
+    ("F((8, 4), F32) + F((3,), F32)", r"tile shapes \(8, 4\) and \(3,\) do not broadcast"),
+    ("F((8,), F32) < 1.0", "'<' on tiles needs a pointwise 'lt' op"),
+    ("F((8,), F32) @ F((8,), F32)", "use tj.gemm"),
+    ("F((8,), F32) + y", "a tile expression needs static shapes"),
 ]
 
 
 @pytest.mark.parametrize("call, message", SHAPE_ERRORS, ids=[c[:40] for c, _ in SHAPE_ERRORS])
 def test_primitive_argument_checks(tmp_path, call, message):
-    fn = kernel_from_source(tmp_path, f"def kernel(x, y):\n    {call}\n")
+    fn = kernel_from_source(tmp_path, f"{ALIASES}def kernel(x, y):\n    {call}\n")
     specs = {"x": S(i32), "y": T(f32, 1)}
     if message is None:
         build(fn, specs)
@@ -157,10 +162,10 @@ SLICE_ERRORS = [
     ("x[:]", "dimension 0 has a run-time size, so ':' has no static size"),
     ("x[0:8:2]", "strided slices are not supported"),
     ("x[4:4]", "slice 0 is empty"),
-    ("tj.fragment((8,), tj.float32)[4:12]", "slice 0 of size 8 does not fit in a dimension of size 8"),
-    ("tj.fragment((8,), tj.float32)[8]", "index 8 is out of bounds"),
-    ("tj.fragment((8,), tj.float32)[1, 2]", r"too many indices \(2\) for a rank-1 buffer"),
-    ("tj.fragment((8,), tj.float32)[1.5]", "index 0 must be an integer"),
+    ("F((8,), F32)[4:12]", "slice 0 of size 8 does not fit in a dimension of size 8"),
+    ("F((8,), F32)[8]", "index 8 is out of bounds"),
+    ("F((8,), F32)[1, 2]", r"too many indices \(2\) for a rank-1 buffer"),
+    ("F((8,), F32)[1.5]", "index 0 must be an integer"),
     ("x[0:8][1:2][0:1]", None),
     ("i[0]", "cannot index a run-time i32 value"),
     ("x.shape[3]", r"shape index must be a compile-time int in \[-1, 1\)"),
@@ -170,7 +175,7 @@ SLICE_ERRORS = [
 
 @pytest.mark.parametrize("expr, message", SLICE_ERRORS, ids=[e for e, _ in SLICE_ERRORS])
 def test_slice_checks(tmp_path, expr, message):
-    fn = kernel_from_source(tmp_path, f"def kernel(x, i, j):\n    {expr}\n")
+    fn = kernel_from_source(tmp_path, f"{ALIASES}def kernel(x, i, j):\n    {expr}\n")
     specs = {"x": T(f32, 1), "i": S(i32), "j": S(i32)}
     if message is None:
         build(fn, specs)

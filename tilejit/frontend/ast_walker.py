@@ -6,8 +6,8 @@ and column, and every error raised below it is located there (the innermost node
 An unexpected Python exception becomes a located "internal compiler error".
 
 Names resolve to the local symbol table, then the function's closure and globals
-(constants are recorded for the cache key), then a few Python builtins. Control flow (if/for/while/with, break/continue)
-is in :mod:`control_flow`.
+(constants are recorded for the cache key), then a few Python builtins. Control flow
+(if/for/while/with, break/continue) is in :mod:`control_flow`.
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ UNARY_OPS = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert", ast.Not: "n
 # Python builtins usable in kernels. They run at compile time on compile-time arguments;
 # those in RUNTIME_BUILTINS also take run-time scalars (and tiles, for min/max/abs).
 PYTHON_BUILTINS = {name: getattr(builtins, name) for name in (
-    "len", "int", "float", "bool", "tuple", "list", "isinstance", "print", "round", "divmod",
+    "len", "int", "float", "bool", "tuple", "list", "isinstance", "round", "divmod",
     "pow", "sum", "any", "all", "zip", "enumerate", "reversed", "sorted", "str", "repr",
     "type", "getattr", "hasattr", "slice", "min", "max", "abs")}
 PYTHON_BUILTINS["range"] = language.range
@@ -130,7 +130,9 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         if name in PYTHON_BUILTINS:
             return PYTHON_BUILTINS[name]
         if hasattr(builtins, name):
-            raise CompilationError(f"the Python builtin '{name}' is not supported inside a kernel")
+            hint = "; use tj.device_print" if name == "print" else ""
+            raise CompilationError(f"the Python builtin '{name}' is not supported inside a "
+                                   f"kernel{hint}")
         raise CompilationError(f"name '{name}' is not defined")
 
     def bind(self, name: str, value):
@@ -205,7 +207,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
 
     def store(self, container, index, value):
         if not is_value(container):
-            raise CompilationError(f"only elements of buffers can be assigned, not of {describe(container)}")
+            raise CompilationError("only elements of buffers can be assigned, not of "
+                                   f"{describe(container)}")
         return self.sem.memory.store(container, index, value)
 
     def visit_Return(self, node):
@@ -215,7 +218,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
                                    "variable and return it at the end")
         value = None if node.value is None else self.visit(node.value)
         if self.inline_depth == 0 and value is not None:
-            raise CompilationError("a kernel cannot return a value; write results to an output tensor")
+            raise CompilationError("a kernel cannot return a value; write results to an output "
+                                   "tensor")
         self.returned, self.return_value = True, value
 
     def visit_Assert(self, node):
@@ -290,7 +294,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         return value
 
     def visit_BinOp(self, node):
-        return self.sem.binary(BINARY_OPS[type(node.op)], self.visit(node.left), self.visit(node.right))
+        op = BINARY_OPS[type(node.op)]
+        return self.sem.binary(op, self.visit(node.left), self.visit(node.right))
 
     def visit_UnaryOp(self, node):
         return self.sem.unary(UNARY_OPS[type(node.op)], self.visit(node.operand))
@@ -341,7 +346,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         if contains_value(index):
             raise CompilationError(f"{describe(container)} can only be indexed with compile-time "
                                    f"values, got {describe(index)}")
-        return unwrap_constexpr(fold(lambda: container[index], what=f"indexing {describe(container)}"))
+        item = fold(lambda: container[index], what=f"indexing {describe(container)}")
+        return unwrap_constexpr(item)
 
     def visit_index(self, node: ast.AST):
         """An index expression; slices become Python ``slice`` objects of walker values."""
@@ -389,7 +395,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
                 "compile time)")
         if not callable(callee):
             raise CompilationError(f"{describe(callee)} is not callable")
-        return unwrap_constexpr(fold(lambda: callee(*args, **kwargs), what=f"the call to {name or callee!r}"))
+        result = fold(lambda: callee(*args, **kwargs), what=f"the call to {name or callee!r}")
+        return unwrap_constexpr(result)
 
     def runtime_builtin(self, name: str, args, kwargs):
         if kwargs or len(args) != RUNTIME_BUILTINS[name]:
@@ -424,7 +431,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         saved = (self.source, self.closure, self.syms, self.loop_depth,
                  self.function_region_depth, self.returned, self.return_value)
         self.source, self.closure, self.syms, self.loop_depth = source, source.closure, {}, 0
-        self.function_region_depth, self.returned, self.return_value = self.region_depth, False, None
+        self.function_region_depth = self.region_depth
+        self.returned, self.return_value = False, None
         self.inline_depth += 1
         try:
             for name, value in bound.arguments.items():

@@ -83,7 +83,8 @@ def _bind_parameters(source: FunctionSource, arg_specs: dict, constexprs: dict):
     for name, param in signature.parameters.items():
         where = source.loc(arg_nodes[name]) if name in arg_nodes else source.loc(source.node)
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise CompilationError("*args and **kwargs are not supported in kernel signatures", where)
+            raise CompilationError("*args and **kwargs are not supported in kernel signatures",
+                                   where)
         spec = arg_specs.get(name)
         if name in constexprs:
             folded[name] = constexprs[name]
@@ -97,7 +98,8 @@ def _bind_parameters(source: FunctionSource, arg_specs: dict, constexprs: dict):
         elif param.default is not param.empty:
             folded[name] = param.default
         else:
-            raise CompilationError(f"no value for parameter '{name}' of kernel {fn.__name__}", where)
+            raise CompilationError(f"no value for parameter '{name}' of kernel {fn.__name__}",
+                                   where)
     return params, {name: unwrap_constexpr(value) for name, value in folded.items()}
 
 

@@ -6,6 +6,7 @@ copy of the symbol table, and the names it changed flow out through ``yield``:
 
 * ``if``: a name changed in either branch becomes a result of the ``if`` op; a name
   defined in only one branch becomes ``Undefined`` (an error only if it is used later).
+  ``with tj.tfilter(...)`` is an ``if`` without an ``else``.
 * loops: a name assigned in the body and defined before the loop is loop-carried (an
   iteration argument). Its type is the initial value's type, widened when the body
   assigns a wider one (``acc = 0`` then ``acc += x_f32`` makes an f32 loop), in which
@@ -25,6 +26,7 @@ from tilejit.ir.core import Block
 from tilejit.ir.types import ScalarType, promote
 
 from . import language
+from .filters import filter_condition, thread_filter
 from .semantics import fold, literal_type
 from .values import (BarrierRef, Undefined, contains_value, describe, is_int_number, is_number,
                      is_scalar, is_value, number_type_promote, python_number_type)
@@ -89,7 +91,7 @@ class ControlFlowMixin:
                 with self.at(rest[0]):
                     running = self.sem.logical_not(
                         self.sem.logical("or", self.syms[BREAK], self.syms[CONTINUE]))
-                    self._guard(running, lambda: self.visit_stmts(rest))
+                    self._guard(running, lambda rest=rest: self.visit_stmts(rest))
                 return
 
     def visit_Break(self, node):
@@ -120,7 +122,7 @@ class ControlFlowMixin:
             self.visit_stmts(node.body if cond else node.orelse)
             return
         with self.at(node.test):
-            spec = self.sem.thread_filter(cond)
+            spec = thread_filter(cond, self.sem.options)
         orelse = (lambda: self.visit_stmts(node.orelse)) if node.orelse else None
         self._build_if(cond, lambda: self.visit_stmts(node.body), orelse, spec, self._line(node))
 
@@ -133,7 +135,9 @@ class ControlFlowMixin:
             return
         self._build_if(cond, then_fn, else_fn, None, self.b.loc.line)
 
-    def _build_if(self, cond, then_fn, else_fn, spec, line: int):
+    def _build_if(self, cond, then_fn, else_fn, spec, line: int, construct: str = "if"):
+        """An ``if`` op running ``then_fn``/``else_fn`` (walkers of the branches) whose
+        results are the names the branches change; ``construct`` names it in messages."""
         before = self.syms
         branches = []
         for fn in (then_fn, else_fn):
@@ -146,7 +150,7 @@ class ControlFlowMixin:
         names, types = [], []
         for name in self._changed(before, *(syms for _, syms in branches)):
             values = [syms.get(name, MISSING) for _, syms in branches]
-            kind, merged = self._merge(name, *values, line)
+            kind, merged = self._merge(name, *values, f"{construct} at line {line}")
             if kind == "phi":
                 names.append(name)
                 types.append(merged)
@@ -168,21 +172,21 @@ class ControlFlowMixin:
                     names.setdefault(name)
         return list(names)
 
-    def _merge(self, name: str, a, b, line: int):
+    def _merge(self, name: str, a, b, where: str):
         """("value", v) when both branches agree at compile time, ("phi", type) when the
         ``if`` must yield it, ("value", Undefined) when it cannot be defined after."""
         for value in (a, b):
             if isinstance(value, Undefined):
                 return "value", value
         if a is MISSING or b is MISSING:
-            return "value", Undefined(f"'{name}' is assigned in only one branch of the if at "
-                                      f"line {line}, so it is not defined after it")
+            return "value", Undefined(f"'{name}' is not assigned on every path through the "
+                                      f"{where}, so it is not defined after it")
         if a is b or (not contains_value(a) and not contains_value(b) and _same_constant(a, b)):
             return "value", a
         joined = self._join_type(a, b)
         if joined is None:
-            return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the if at "
-                                      f"line {line} and {describe(b)} in the other")
+            return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the {where} "
+                                      f"and {describe(b)} in the other")
         return "phi", joined
 
     def _join_type(self, a, b):
@@ -193,7 +197,9 @@ class ControlFlowMixin:
             return promote(a.type, b.type) if is_scalar(a) and is_scalar(b) else None
         if is_value(a) or is_value(b):
             value, other = (a, b) if is_value(a) else (b, a)
-            return literal_type(value.type, other) if is_scalar(value) and is_number(other) else None
+            if is_scalar(value) and is_number(other):
+                return literal_type(value.type, other)
+            return None
         return number_type_promote(a, b) if is_number(a) and is_number(b) else None
 
     def _materialize(self, value, type_):
@@ -429,8 +435,8 @@ class ControlFlowMixin:
                 raise CompilationError("'with ... as name' is not supported")
             ctx = self.visit(item.context_expr)
             if isinstance(ctx, language.ThreadFilter):
-                cond = self.sem.filter_condition(ctx.axis, ctx.lo, ctx.hi)
-                spec = self.sem.thread_filter(cond)
+                cond = filter_condition(self.sem, ctx.axis, ctx.lo, ctx.hi)
+                spec = thread_filter(cond, self.sem.options)
             elif isinstance(ctx, language.TeamScope):
                 raise CompilationError(f"write 'with tj.{ctx.name}():' (call the scope)")
             elif not isinstance(ctx, language.TeamSwitch):
@@ -439,7 +445,8 @@ class ControlFlowMixin:
         if isinstance(ctx, language.TeamSwitch):
             self._team(ctx.kind, inner, self._line(item.context_expr))
         else:
-            self._build_if(cond, inner, None, spec, self._line(item.context_expr))
+            self._build_if(cond, inner, None, spec, self._line(item.context_expr),
+                           "tj.tfilter block")
 
     def _team(self, kind, body_fn, line: int):
         before = self.syms

@@ -13,12 +13,10 @@ import copy
 import math
 import operator
 
-from tilejit.errors import CompilationError, ScopeError
-from tilejit.ir.attrs import FilterSpec
+from tilejit.errors import CompilationError
 from tilejit.ir.builder import Builder
-from tilejit.ir.core import Operation, Value
+from tilejit.ir.core import Value
 from tilejit.ir.ops_native import PER_DIM_INDEX_KINDS
-from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.ir.types import ScalarType, TeamKind, f32, i1, i32, i64, promote
 
 from .semantics_memory import MemorySemantics
@@ -55,11 +53,6 @@ PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "sqrt":
 MAX_FOLDED_SIZE = 1 << 16
 # Largest exponent `x ** n` expands into multiplications for a run-time x.
 MAX_UNROLLED_POWER = 16
-# thread_index kind -> filter axis (docs/ir.md "Filters").
-FILTER_AXES = {"warp_id": "warp", "warpgroup_id": "warpgroup", "warp_id_in_wg": "warp_in_wg",
-               "lane_id": "lane", "thread_id": "thread", "cta_id_in_cluster": "cta"}
-FILTER_KINDS = {axis: kind for kind, axis in FILTER_AXES.items()}
-FLIPPED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
 def literal_type(dtype: ScalarType, literal) -> ScalarType:
@@ -92,7 +85,7 @@ class Semantics:
         self.memory = MemorySemantics(self)
         self.tile = TileSemantics(self)
 
-    def with_team(self, kind: TeamKind) -> "Semantics":
+    def with_team(self, kind: TeamKind) -> Semantics:
         scoped = copy.copy(self)
         scoped.team = kind
         scoped.memory = MemorySemantics(scoped)
@@ -176,7 +169,8 @@ class Semantics:
     def _power(self, base, exponent):
         if not (is_int_number(exponent) and 0 <= exponent <= MAX_UNROLLED_POWER):
             raise CompilationError(f"'**' on a run-time value needs a compile-time integer "
-                                   f"exponent in [0, {MAX_UNROLLED_POWER}], got {describe(exponent)}")
+                                   f"exponent in [0, {MAX_UNROLLED_POWER}], got "
+                                   f"{describe(exponent)}")
         base = self.to_ir(base)
         result = self.const(1, base.type)
         for _ in range(int(exponent)):
@@ -278,12 +272,14 @@ class Semantics:
 
     def device_print(self, fmt, args):
         if not isinstance(fmt, str):
-            raise CompilationError(f"tj.device_print needs a format string first, got {describe(fmt)}")
+            raise CompilationError("tj.device_print needs a format string first, got "
+                                   f"{describe(fmt)}")
         return self.b.device_print(fmt, [self.to_ir(a) for a in args])
 
     def intrinsic(self, target: str, name: str, args, dtype):
         if dtype is not None and not isinstance(dtype, ScalarType):
-            raise CompilationError(f"dtype= of an intrinsic must be a tj dtype, got {describe(dtype)}")
+            raise CompilationError("dtype= of an intrinsic must be a tj dtype, got "
+                                   f"{describe(dtype)}")
         operands = [a if is_value(a) else self.to_ir(a) for a in args]
         return self.b.intrinsic(target, name, operands, dtype)
 
@@ -299,66 +295,11 @@ class Semantics:
         dtype = types[0] if types else i32
         for t in types[1:]:
             dtype = promote(dtype, t)
-        if dtype.is_bool or any(is_int_number(v) and not fits(int(v), dtype) for v in bounds):
-            dtype = promote(dtype, i64) if not dtype.is_bool else i32
+        if dtype.is_bool:
+            dtype = i32
+        if any(is_int_number(v) and not fits(int(v), dtype) for v in bounds):
+            dtype = promote(dtype, i64)
         return tuple(self.to_ir(v, dtype) for v in bounds)
-
-    # ------------------------------------------------------------------ thread filters
-    def axis_extent(self, axis: str) -> int:
-        warps = self.options.num_warps
-        return {"lane": LANES_PER_WARP, "warp": warps,
-                "warp_in_wg": min(WARPS_PER_WARPGROUP, warps),
-                "warpgroup": -(-warps // WARPS_PER_WARPGROUP),
-                "thread": LANES_PER_WARP * warps, "cta": self.options.cluster_size}[axis]
-
-    def filter_condition(self, axis: str, lo: int, hi: int) -> Value:
-        """The native condition ``lo <= id < hi`` of ``tj.tfilter(axis=(lo, hi))``."""
-        if not 0 <= lo < hi:
-            raise ScopeError(f"tj.tfilter({axis}=({lo}, {hi})) keeps no thread")
-        ident = self.b.thread_index(FILTER_KINDS[axis])
-        if hi == lo + 1:
-            return self.compare("eq", ident, lo)
-        upper = self.compare("lt", ident, hi)
-        return upper if lo == 0 else self.logical("and", self.compare("ge", ident, lo), upper)
-
-    def thread_filter(self, cond: Value) -> FilterSpec | None:
-        """The filter an ``if`` on ``cond`` applies, when ``cond`` compares a thread id with
-        compile-time constants (``warp_id() == 0``, ``2 <= warp_id() < 4``, ``elect_sync()``)."""
-        found = self._filter_range(cond)
-        if found is None:
-            return None
-        axis, lo, hi = found
-        if axis == "elect":
-            return FilterSpec("elect")
-        if lo >= hi:
-            raise ScopeError(f"this condition keeps no thread: {FILTER_KINDS[axis]}() ranges "
-                             f"over [0, {self.axis_extent(axis)}) with num_warps="
-                             f"{self.options.num_warps}, cluster={self.options.cluster}")
-        return FilterSpec(axis, lo, hi)
-
-    def _filter_range(self, cond: Value):
-        op = _defining_op(cond)
-        if op is None:
-            return None
-        if op.name == "elect_sync":
-            return "elect", None, None
-        if op.name == "binary" and op.attrs["op"] == "and":
-            left, right = (self._filter_range(v) for v in op.operands)
-            if left and right and left[0] == right[0] != "elect":
-                return left[0], max(left[1], right[1]), min(left[2], right[2])
-            return None
-        if op.name != "cmp" or op.attrs["pred"] == "ne":
-            return None
-        pred, (lhs, rhs) = op.attrs["pred"], op.operands
-        axis, bound = _thread_axis(lhs), _const_int(rhs)
-        if axis is None:
-            axis, bound, pred = _thread_axis(rhs), _const_int(lhs), FLIPPED[pred]
-        if axis is None or bound is None:
-            return None
-        extent = self.axis_extent(axis)
-        lo, hi = {"eq": (bound, bound + 1), "lt": (0, bound), "le": (0, bound + 1),
-                  "gt": (bound + 1, extent), "ge": (bound, extent)}[pred]
-        return axis, max(lo, 0), min(hi, extent)
 
 
 def _check_fold_size(op: str, a, b):
@@ -373,26 +314,3 @@ def _check_fold_size(op: str, a, b):
         bits = len(seq) * int(count) if is_int_number(count) else 0
     if bits > MAX_FOLDED_SIZE:
         raise CompilationError("the compile-time result would be too large to compute")
-
-
-def _defining_op(value: Value) -> Operation | None:
-    """The op defining ``value``, looking through integer casts."""
-    op = value.owner if isinstance(value.owner, Operation) else None
-    while op is not None and op.name == "cast" and op.operands[0].type.is_int:
-        inner = op.operands[0].owner
-        op = inner if isinstance(inner, Operation) else None
-    return op
-
-
-def _thread_axis(value: Value) -> str | None:
-    op = _defining_op(value)
-    if op is None or op.name != "thread_index" or op.attrs["dim"] != 0:
-        return None
-    return FILTER_AXES.get(op.attrs["kind"])
-
-
-def _const_int(value: Value) -> int | None:
-    op = _defining_op(value)
-    if op is None or op.name != "const" or isinstance(op.attrs["value"], (bool, float)):
-        return None
-    return op.attrs["value"]

@@ -66,7 +66,7 @@ def static_difference(start, stop) -> int | None:
 
 
 class MemorySemantics:
-    def __init__(self, sem: "Semantics"):
+    def __init__(self, sem: Semantics):
         self.sem = sem
         self.b = sem.b
 
@@ -82,13 +82,15 @@ class MemorySemantics:
 
     def check_layout(self, layout):
         if layout is not None and not isinstance(layout, _layout_classes()):
-            raise CompilationError(f"layout= must be a TileLayout or ComposeLayout, got {describe(layout)}")
+            raise CompilationError("layout= must be a TileLayout or ComposeLayout, got "
+                                   f"{describe(layout)}")
         return layout
 
     def alloc(self, scope: MemScope, shape, dtype, layout) -> Value:
         shape = self.static_shape(shape)
         if not isinstance(dtype, ScalarType):
-            raise CompilationError(f"dtype must be a tj dtype such as tj.float32, got {describe(dtype)}")
+            raise CompilationError("dtype must be a tj dtype such as tj.float32, got "
+                                   f"{describe(dtype)}")
         return self.b.alloc(scope, dtype, shape, self.check_layout(layout))
 
     def view(self, buf, shape, layout=None) -> Value:
@@ -104,7 +106,8 @@ class MemorySemantics:
 
     def alloc_barriers(self, count) -> Value:
         if not (is_int_number(count) and not isinstance(count, bool) and count > 0):
-            raise CompilationError(f"tj.alloc_barriers needs a positive compile-time count, got {describe(count)}")
+            raise CompilationError("tj.alloc_barriers needs a positive compile-time count, got "
+                                   f"{describe(count)}")
         return self.b.alloc_barrier(int(count))
 
     # ----------------------------------------------------------------- attributes
@@ -179,7 +182,7 @@ class MemorySemantics:
         if item.step is not None and not (is_int_number(item.step) and item.step == 1):
             raise CompilationError(f"strided slices are not supported (step {describe(item.step)})")
         for bound in (start, item.stop):
-            if bound is not None and not (is_int_number(bound) or (is_scalar(bound) and bound.type.is_int)):
+            if bound is not None and not _is_integer(bound):
                 raise CompilationError(f"slice bounds must be integers, got {describe(bound)}")
         if item.stop is None:
             if extent is None:
@@ -194,8 +197,10 @@ class MemorySemantics:
                                    "write it as start:start + SIZE")
         if size <= 0:
             raise CompilationError(f"slice {axis} is empty (size {size})")
-        if extent is not None and (size > extent or (is_int_number(start) and (start < 0 or start + size > extent))):
-            raise CompilationError(f"slice {axis} of size {size} does not fit in a dimension of size {extent}")
+        outside = is_int_number(start) and not 0 <= start <= (extent or 0) - size
+        if extent is not None and (size > extent or outside):
+            raise CompilationError(f"slice {axis} of size {size} does not fit in a dimension of "
+                                   f"size {extent}")
         return start, size, True
 
     def region(self, value: Value, items) -> Value:
@@ -230,7 +235,8 @@ class MemorySemantics:
 
     def store(self, target, index, value):
         if not is_tile(target):
-            raise CompilationError(f"only elements of buffers can be assigned, not of {describe(target)}")
+            raise CompilationError("only elements of buffers can be assigned, not of "
+                                   f"{describe(target)}")
         items = index if isinstance(index, tuple) else (index,)
         if len(items) != target.type.rank or any(isinstance(i, slice) for i in items):
             raise CompilationError("assigning to a slice is not supported; use "
@@ -271,6 +277,11 @@ class MemorySemantics:
 @builtin("view")
 def _view(buf, shape, layout=None, *, _sem):
     return _sem.memory.view(buf, shape, layout)
+
+
+def _is_integer(x) -> bool:
+    """A compile-time int or a run-time integer scalar."""
+    return is_int_number(x) or (is_scalar(x) and x.type.is_int)
 
 
 def _product(shape) -> int:

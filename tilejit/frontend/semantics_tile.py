@@ -19,7 +19,8 @@ from tilejit.errors import CompilationError
 from tilejit.ir.ops_tile import POINTWISE_ARITY, REDUCE_OPS
 from tilejit.ir.types import MemScope, ScalarType, f32, i1, promote
 
-from .values import contains_value, describe, is_int_number, is_number, is_scalar, is_tile, python_number_type
+from .values import (contains_value, describe, is_int_number, is_number, is_scalar, is_tile,
+                     python_number_type)
 
 if TYPE_CHECKING:
     from .semantics import Semantics
@@ -54,11 +55,12 @@ def broadcasts_to(shape, target) -> bool:
 
 
 def _shape_text(shape) -> str:
-    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    dims = ", ".join("?" if d is None else str(d) for d in shape)
+    return f"({dims},)" if len(shape) == 1 else f"({dims})"
 
 
 class TileSemantics:
-    def __init__(self, sem: "Semantics"):
+    def __init__(self, sem: Semantics):
         self.sem = sem
         self.b = sem.b
 
@@ -76,13 +78,15 @@ class TileSemantics:
     @staticmethod
     def _tile(x, role: str, primitive: str):
         if not is_tile(x):
-            raise CompilationError(f"tj.{primitive}: {role} must be a buffer or region, got {describe(x)}")
+            raise CompilationError(f"tj.{primitive}: {role} must be a buffer or region, got "
+                                   f"{describe(x)}")
         return x
 
     @staticmethod
     def _flag(x, name: str, primitive: str) -> bool:
         if not isinstance(x, bool):
-            raise CompilationError(f"tj.{primitive}: {name}= must be a compile-time bool, got {describe(x)}")
+            raise CompilationError(f"tj.{primitive}: {name}= must be a compile-time bool, got "
+                                   f"{describe(x)}")
         return x
 
     # ----------------------------------------------------------------- primitives
@@ -109,8 +113,9 @@ class TileSemantics:
         m, k = a[::-1] if transpose_a else a
         k2, n = b[::-1] if transpose_b else b
         if None not in (k, k2) and k != k2:
+            transposed = " after the transposes" if transpose_a or transpose_b else ""
             raise CompilationError(f"tj.{name}: A{_shape_text(a)} and B{_shape_text(b)} disagree "
-                                   f"on K ({k} vs {k2}){' after the transposes' if transpose_a or transpose_b else ''}")
+                                   f"on K ({k} vs {k2}){transposed}")
         if not broadcasts_to(c, (m, n)) or not broadcasts_to((m, n), c):
             raise CompilationError(f"tj.{name}: C has shape {_shape_text(c)} but A @ B has shape "
                                    f"{_shape_text((m, n))}")
@@ -124,10 +129,11 @@ class TileSemantics:
     def reduce(self, dst, src, op, axis, dispatch, config):
         dst, src = self._tile(dst, "dst", "reduce"), self._tile(src, "src", "reduce")
         if op not in REDUCE_OPS:
-            raise CompilationError(f"tj.reduce: op must be one of {', '.join(map(repr, REDUCE_OPS))}, "
-                                   f"got {describe(op)}")
+            choices = ", ".join(map(repr, REDUCE_OPS))
+            raise CompilationError(f"tj.reduce: op must be one of {choices}, got {describe(op)}")
         shape = src.type.shape
-        if not (is_int_number(axis) and not isinstance(axis, bool) and -len(shape) <= axis < len(shape)):
+        if not (is_int_number(axis) and not isinstance(axis, bool)
+                and -len(shape) <= axis < len(shape)):
             raise CompilationError(f"tj.reduce: axis must be a compile-time int in "
                                    f"[{-len(shape)}, {len(shape)}), got {describe(axis)}")
         axis = int(axis) % len(shape)
@@ -135,9 +141,9 @@ class TileSemantics:
         out = dst.type.shape
         if not any(len(out) == len(s) and broadcasts_to(out, s) and broadcasts_to(s, out)
                    for s in (dropped, kept)):
-            raise CompilationError(f"tj.reduce: reducing {_shape_text(shape)} over axis {axis} gives "
-                                   f"{_shape_text(dropped)} or {_shape_text(kept)}, but dst has shape "
-                                   f"{_shape_text(out)}")
+            raise CompilationError(f"tj.reduce: reducing {_shape_text(shape)} over axis {axis} "
+                                   f"gives {_shape_text(dropped)} or {_shape_text(kept)}, but dst "
+                                   f"has shape {_shape_text(out)}")
         return self.b.tile("reduce", dst, src, op=op, axis=axis, **self._attrs(dispatch, config))
 
     # ------------------------------------------------------------------ pointwise
@@ -185,7 +191,8 @@ class TileSemantics:
         if op in FLOAT_ONLY and not dtype.is_float:
             raise CompilationError(f"tj.{op} needs a float destination, got {dtype!r}")
         if op == "fill" and not (is_scalar(srcs[0]) or is_number(srcs[0])):
-            raise CompilationError(f"tj.fill(dst, value) takes a scalar value, got {describe(srcs[0])}")
+            raise CompilationError("tj.fill(dst, value) takes a scalar value, got "
+                                   f"{describe(srcs[0])}")
         operands = []
         for index, src in enumerate(srcs):
             if is_tile(src):
@@ -200,7 +207,8 @@ class TileSemantics:
 
     def _scalar_operand(self, op: str, index: int, x, dtype):
         if not (is_scalar(x) or is_number(x)):
-            raise CompilationError(f"tj.{op}: operand {index} must be a tile or a scalar, got {describe(x)}")
+            raise CompilationError(f"tj.{op}: operand {index} must be a tile or a scalar, got "
+                                   f"{describe(x)}")
         if op == "select" and index == 0:
             return self.sem.to_i1(x)
         return self.sem.to_ir(x, dtype)
@@ -241,12 +249,12 @@ class TileSemantics:
         tiles = [x for x in operands if is_tile(x)]
         for x in tiles:
             if None in x.type.shape:
-                raise CompilationError(f"a tile expression needs static shapes, but {describe(x)} has "
-                                       "a run-time size; slice it to a static size first")
+                raise CompilationError(f"a tile expression needs static shapes, but {describe(x)} "
+                                       "has a run-time size; slice it to a static size first")
         shape = broadcast_shapes([x.type.shape for x in tiles])
         if shape is None:
-            raise CompilationError("tile shapes " + " and ".join(_shape_text(x.type.shape) for x in tiles)
-                                   + " do not broadcast")
+            shapes = " and ".join(_shape_text(x.type.shape) for x in tiles)
+            raise CompilationError(f"tile shapes {shapes} do not broadcast")
         computed = operands[1:] if op == "select" else operands
         operand_dtype = tiles[0].type.dtype if op == "cast" else self._operand_dtype(op, computed)
         dst = self.b.alloc(MemScope.FRAGMENT, dtype or operand_dtype, shape)

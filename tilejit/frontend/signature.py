@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from tilejit.ir.types import ScalarType, i1, i32, i64, f32
+from tilejit.ir.types import ScalarType, f32, i1, i32, i64
 
 __all__ = ["ArgSpec", "LaunchOptions", "TENSOR", "SCALAR", "CONSTEXPR"]
 
@@ -55,22 +55,22 @@ class ArgSpec:
 
     @classmethod
     def tensor(cls, dtype: ScalarType, rank: int, shape: tuple | None = None,
-               **flags: bool) -> "ArgSpec":
+               **flags: bool) -> ArgSpec:
         unknown = set(flags) - set(_SPECIALIZATION_FLAGS)
         if unknown:
             raise ValueError(f"unknown specialization flags {sorted(unknown)}")
         return cls(TENSOR, dtype, rank, shape, **flags)
 
     @classmethod
-    def scalar(cls, dtype: ScalarType) -> "ArgSpec":
+    def scalar(cls, dtype: ScalarType) -> ArgSpec:
         return cls(SCALAR, dtype)
 
     @classmethod
-    def constexpr(cls, value) -> "ArgSpec":
+    def constexpr(cls, value) -> ArgSpec:
         return cls(CONSTEXPR, value=value)
 
     @classmethod
-    def of_python_scalar(cls, value) -> "ArgSpec":
+    def of_python_scalar(cls, value) -> ArgSpec:
         """The spec of a Python bool/int/float argument (ints wider than 32 bits get i64)."""
         if isinstance(value, bool):
             return cls.scalar(i1)

@@ -54,7 +54,7 @@ def _is_set(cell) -> bool:
     return True
 
 
-_CACHE: "weakref.WeakKeyDictionary[object, tuple]" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[object, tuple] = weakref.WeakKeyDictionary()
 
 
 def function_source(fn) -> FunctionSource:

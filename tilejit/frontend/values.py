@@ -12,8 +12,7 @@ import numbers
 from dataclasses import dataclass
 
 from tilejit.ir.core import Value
-from tilejit.ir.types import (BarrierType, BufferType, RegionType, ScalarType, f32, i1, i32,
-                              i64, promote)
+from tilejit.ir.types import BufferType, RegionType, ScalarType, f32, i1, i32, i64, promote
 
 __all__ = ["is_value", "is_scalar", "is_tile", "is_number", "is_int_number", "contains_value",
            "python_number_type", "fits", "describe", "BarrierRef", "Undefined",

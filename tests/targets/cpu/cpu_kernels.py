@@ -11,7 +11,8 @@ from tilejit.ir.types import BufferType, MemScope, f32, i32
 from tilejit.targets import cpu
 
 FILE = "/src/cpu_test_kernels.py"
-GLOBAL, SHARED, LOCAL, FRAGMENT = MemScope.GLOBAL, MemScope.SHARED, MemScope.LOCAL, MemScope.FRAGMENT
+GLOBAL, SHARED, LOCAL, FRAGMENT = (MemScope.GLOBAL, MemScope.SHARED, MemScope.LOCAL,
+                                   MemScope.FRAGMENT)
 
 
 def vector(dtype=f32) -> BufferType:
@@ -53,6 +54,11 @@ class KernelBuilder:
 
     def op(self, name: str, a, b):
         return self.b.binary(name, a, b)
+
+    def global_thread_id(self):
+        """cta_id * num_threads + thread_id"""
+        per_cta = self.op("mul", self.tid("cta_id"), self.tid("num_threads"))
+        return self.op("add", per_cta, self.tid("thread_id"))
 
     @contextmanager
     def loop(self, lb, ub, step=None, inits=()):

@@ -67,7 +67,8 @@ def test_local_out_of_bounds():
         with kb.loop(kb.c(0), kb.c(6)) as (j,):
             kb.line(44)
             kb.store(scratch, j, [j])
-    with pytest.raises(LaunchError, match=r"local buffer 'scratch': index \[5\] outside shape \[5\]"):
+    expected = r"local buffer 'scratch': index \[5\] outside shape \[5\]"
+    with pytest.raises(LaunchError, match=expected):
         kb.run(2, [np.zeros(1, np.float32)], debug=True)
 
 
@@ -76,7 +77,8 @@ def test_barrier_index_out_of_bounds():
         bar = kb.alloc_barrier(2)
         bar.name_hint = "bars"
         kb.mbarrier_init(bar, kb.c(2), kb.c(1))
-    with pytest.raises(LaunchError, match=r"barrier buffer 'bars': index \[2\] outside shape \[2\]"):
+    expected = r"barrier buffer 'bars': index \[2\] outside shape \[2\]"
+    with pytest.raises(LaunchError, match=expected):
         kb.run(1, [np.zeros(1, np.float32)], debug=True)
 
 

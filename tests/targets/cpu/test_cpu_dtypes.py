@@ -5,20 +5,8 @@ import pytest
 import torch
 from cpu_kernels import KernelBuilder, vector
 
-from tilejit.ir.types import (
-    ScalarType,
-    bf16,
-    f8e4m3,
-    f8e5m2,
-    f16,
-    f32,
-    f64,
-    i1,
-    i8,
-    i32,
-    i64,
-    u8,
-)
+from tilejit.ir.types import (ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, f64, i1, i8, i32,
+                              i64, u8, u32)
 
 NARROW = [f16, bf16, f8e4m3, f8e5m2]
 
@@ -31,6 +19,10 @@ def pointwise(name: str, out_type: ScalarType, in_types, body) -> KernelBuilder:
             values = [kb.load(kb.p[f"x{k}"], [i]) for k in range(len(in_types))]
             kb.store(kb.p["out"], body(kb, *values), [i])
     return kb
+
+
+def binary(name: str):
+    return lambda kb, x, y: kb.op(name, x, y)
 
 
 def interesting_f32(count=4001) -> torch.Tensor:
@@ -96,8 +88,8 @@ def test_integer_floor_division_and_modulo_follow_python():
     a = np.array([7, -7, 7, -7, 0, 5, -2**31, 13], np.int32)
     b = np.array([2, 2, -2, -2, 3, 0, -1, 1], np.int32)
     floordiv, mod = np.zeros_like(a), np.zeros_like(a)
-    pointwise("floordiv", i32, [i32, i32], lambda kb, x, y: kb.op("floordiv", x, y)).run(1, [a, b, floordiv])
-    pointwise("mod", i32, [i32, i32], lambda kb, x, y: kb.op("mod", x, y)).run(1, [a, b, mod])
+    pointwise("floordiv", i32, [i32, i32], binary("floordiv")).run(1, [a, b, floordiv])
+    pointwise("mod", i32, [i32, i32], binary("mod")).run(1, [a, b, mod])
     ok = b != 0  # x // 0 gives an unspecified value, not a crash
     np.testing.assert_array_equal(floordiv[:5], [3, -4, -4, 3, 0])
     np.testing.assert_array_equal(mod[:5], [1, 1, -1, -1, 0])
@@ -113,7 +105,8 @@ def test_casts_saturate_and_wrap():
     np.testing.assert_array_equal(to_u8, [255, 0, 0, 255, 2])
     np.testing.assert_array_equal(to_i8, [127, -5, 0, 127, 2])
     wrapped = np.zeros(3, np.uint8)
-    pointwise("wrap", u8, [i32], lambda kb, v: kb.cast(v, u8)).run(1, [np.array([256 + 7, -1, 42], np.int32), wrapped])
+    source = np.array([256 + 7, -1, 42], np.int32)
+    pointwise("wrap", u8, [i32], lambda kb, v: kb.cast(v, u8)).run(1, [source, wrapped])
     np.testing.assert_array_equal(wrapped, [7, 255, 42])
 
 
@@ -122,3 +115,28 @@ def test_bool_buffers_and_unsigned_compare():
     out = np.zeros(4, np.bool_)
     pointwise("gt", i1, [u8], lambda kb, v: kb.cmp("gt", v, kb.c(100, u8))).run(1, [x, out])
     np.testing.assert_array_equal(out, [False, False, True, True])
+
+
+def test_unsigned_arithmetic():
+    a = np.array([3_000_000_000, 7, 4_294_967_295, 12], np.uint32)
+    b = np.array([7, 3_000_000_000, 2, 5], np.uint32)
+    out = np.zeros(4, np.uint32)
+
+    def body(kb, x, y):  # (x // y) + (x >> 1) + max(x, y) % 1000
+        shifted = kb.op("shr", x, kb.c(1, u32))
+        return kb.op("add", kb.op("add", kb.op("floordiv", x, y), shifted),
+                     kb.op("mod", kb.op("max", x, y), kb.c(1000, u32)))
+    pointwise("unsigned", u32, [u32, u32], body).run(1, [a, b, out])
+    a64, b64 = a.astype(np.uint64), b.astype(np.uint64)
+    expected = (a64 // b64 + (a64 >> 1) + np.maximum(a64, b64) % 1000) % 2**32
+    np.testing.assert_array_equal(out, expected.astype(np.uint32))
+
+
+def test_float_floor_division_and_modulo_follow_python():
+    a = np.array([7.5, -7.5, 7.5, -7.5, 0.25], np.float32)
+    b = np.array([2.0, 2.0, -2.0, -2.0, 0.1], np.float32)
+    floordiv, mod = np.zeros_like(a), np.zeros_like(a)
+    pointwise("ffloordiv", f32, [f32, f32], binary("floordiv")).run(1, [a, b, floordiv])
+    pointwise("fmod", f32, [f32, f32], binary("mod")).run(1, [a, b, mod])
+    np.testing.assert_array_equal(floordiv, np.floor_divide(a, b))
+    np.testing.assert_allclose(mod, np.mod(a, b), rtol=1e-6)

@@ -9,9 +9,9 @@ import llvmlite.binding as llvm
 import numpy as np
 import pytest
 import torch
-from cpu_kernels import KernelBuilder, matrix, vector
+from cpu_kernels import FRAGMENT, SHARED, KernelBuilder, matrix, vector
 
-from tilejit.errors import LaunchError
+from tilejit.errors import CompilationError, LaunchError
 from tilejit.ir.types import f32, i32, i64
 from tilejit.targets import cpu
 
@@ -64,6 +64,9 @@ def test_object_code_alone_reloads(vadd_artifact):
     out = np.zeros_like(x)
     cpu.load(cached).launch(3, [x, x, out])
     np.testing.assert_array_equal(out, 2 * x)
+    elsewhere = cpu.CpuArtifact("", vadd_artifact.obj, meta=dict(meta, host_cpu="other-cpu"))
+    with pytest.raises(CompilationError, match="compiled for CPU other-cpu"):
+        cpu.load(elsewhere)
 
 
 def test_buffers_disjoint_decides_noalias():
@@ -157,6 +160,41 @@ def test_launch_in_a_forked_child(vadd_artifact):
 
     process = context.Process(target=child)
     process.start()
-    assert receive.poll(30), "the child hung"
-    assert receive.recv() == 2 * x.size
-    process.join()
+    try:
+        assert receive.poll(30), "the child hung"
+        assert receive.recv() == 2 * x.size
+    finally:
+        process.kill()
+        process.join()
+
+
+@pytest.mark.parametrize("through", ["global", "fragment", "shared"])
+def test_instruction_loops_vectorize_without_gathers(through):
+    """Loop generation's shape: an outer loop over 16-element steps around an inner
+    `unroll = 16` loop (one vector instruction). The inner loop must become packed ops;
+    vectorizing the outer loop would stride across them with gathers and scatters.
+    Global-to-global needs the runtime's no-overlap promise; CTA-private memory does not,
+    also inside coroutine units (here: shared memory with thread units)."""
+    n = 16 * 37
+    with KernelBuilder("blocked", num_warps=1, x=vector(), out=vector()) as kb:
+        x, out = kb.p["x"], kb.p["out"]
+        scope = {"fragment": FRAGMENT, "shared": SHARED}.get(through)
+        tile = out if scope is None else kb.alloc(scope, f32, (n,))
+
+        def blocked(body):
+            with kb.loop(kb.c(0, i64), kb.c(n, i64), kb.c(16, i64)) as (i,):
+                _, inner = kb.for_(kb.c(0, i64), kb.c(16, i64), kb.c(1, i64), unroll=16)
+                with kb.insert_into(inner):
+                    body(kb.op("add", i, inner.args[0]))
+                    kb.yield_()
+        blocked(lambda k: kb.store(tile, kb.op("add", kb.load(x, [k]), kb.c(1.0, f32)), [k]))
+        if scope is not None:
+            blocked(lambda k: kb.store(out, kb.load(tile, [k]), [k]))
+    artifact = kb.compile(noalias=through == "global",
+                          granularity="thread" if through == "shared" else None)
+    assert not re.search(r"gather|scatter", artifact.asm)
+    assert re.search(r"vaddps\s.*%[yz]mm", artifact.asm)
+    x = np.random.rand(n).astype(np.float32)
+    out = np.zeros_like(x)
+    cpu.load(artifact).launch(1, [x, out])
+    np.testing.assert_array_equal(out, x + 1)

@@ -32,7 +32,8 @@ def pipeline(use_tx: bool, consumer_iters: int = ITERS) -> KernelBuilder:
         kb.sync()
 
         def stage_and_phase(it):
-            return kb.op("mod", it, kb.c(STAGES)), kb.op("and", kb.op("floordiv", it, kb.c(STAGES)), kb.c(1))
+            phase = kb.op("and", kb.op("floordiv", it, kb.c(STAGES)), kb.c(1))
+            return kb.op("mod", it, kb.c(STAGES)), phase
 
         _, producer, consumer = kb.if_filter(is_producer, "warp", 0, 1)
         with kb.insert_into(producer):

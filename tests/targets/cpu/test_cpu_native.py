@@ -46,7 +46,7 @@ def test_float_math(name, reference):
 @pytest.mark.parametrize("dtype", [f32, f16], ids=str)
 def test_float_atomic_add_on_global(dtype):
     with KernelBuilder("fsum", num_warps=2, x=vector(dtype), total=vector(dtype)) as kb:
-        g = kb.op("add", kb.op("mul", kb.tid("cta_id"), kb.tid("num_threads")), kb.tid("thread_id"))
+        g = kb.global_thread_id()
         kb.atomic("add", kb.p["total"], kb.load(kb.p["x"], [g]), [kb.c(0)])
     x = torch.full((9 * 64,), 0.5, dtype=dtype.torch_dtype())
     total = torch.zeros(1, dtype=dtype.torch_dtype())

@@ -111,7 +111,7 @@ def test_sync_between_shared_write_and_read_reverses_each_cta():
 def test_warp_reduction_with_xor_shuffles():
     """Butterfly sum over each warp: lane 0 of warp w writes the warp's total."""
     with KernelBuilder("warp_sum", num_warps=NUM_WARPS, x=vector(), out=vector()) as kb:
-        g = kb.op("add", kb.op("mul", kb.tid("cta_id"), kb.tid("num_threads")), kb.tid("thread_id"))
+        g = kb.global_thread_id()
         with kb.loop(kb.c(0), kb.c(5), inits=[kb.load(kb.p["x"], [g])]) as (step, acc):
             offset = kb.op("shr", kb.c(16), step)
             kb.yield_([kb.op("add", acc, kb.warp_shuffle("xor", acc, offset))])
@@ -142,7 +142,7 @@ def test_histogram_with_atomics():
     bins = 37
     with KernelBuilder("hist", num_warps=2, x=vector(i32), hist=vector(i32)) as kb:
         threads = kb.op("mul", kb.tid("num_ctas"), kb.tid("num_threads"))
-        start = kb.op("add", kb.op("mul", kb.tid("cta_id"), kb.tid("num_threads")), kb.tid("thread_id"))
+        start = kb.global_thread_id()
         n = kb.cast(kb.buffer_dim(kb.p["x"], 0), i32)
         with kb.loop(start, n, threads) as (i,):
             kb.atomic("add", kb.p["hist"], kb.c(1), [kb.load(kb.p["x"], [i])])
@@ -185,7 +185,8 @@ def test_single_region_runs_once_per_team_and_others_wait():
                 with kb.loop(kb.c(0), kb.c(32)) as (j,):
                     kb.store(frag, kb.op("add", kb.op("mul", warp, kb.c(100)), j), [j])
                 kb.atomic("add", kb.p["count"], kb.c(1), [kb.c(0)])
-            kb.store(kb.p["out"], kb.load(frag, [kb.op("sub", kb.c(31), lane)]), [kb.tid("thread_id")])
+            mirrored = kb.load(frag, [kb.op("sub", kb.c(31), lane)])
+            kb.store(kb.p["out"], mirrored, [kb.tid("thread_id")])
             kb.yield_()
         with kb.single(TeamKind.CTA):
             kb.atomic("add", kb.p["count"], kb.c(1000), [kb.c(0)])

@@ -4,12 +4,15 @@
     module = load(artifact)                                     # CpuModule (from obj alone)
     module.launch(grid, [x, y, out, n])
     buffers_disjoint([x, y, out])   # whether the runtime may compile with noalias=True
+    host_cpu_id()                   # what object code is specific to (part of a cache key)
 
 See ``docs/lowering.md`` ("CPU target") for the design.
 """
-from .jit import CpuArtifact, compile, load
+from .jit import CpuArtifact, compile, host_cpu_id, load
 from .launch import CpuModule, buffers_disjoint
+from .target import CONTEXT  # registers the "cpu" target with dispatch
 
 PIPELINE_EXTRA: list = []  # the CPU target adds no passes of its own
 
-__all__ = ["PIPELINE_EXTRA", "CpuArtifact", "CpuModule", "compile", "load"]
+__all__ = ["CONTEXT", "PIPELINE_EXTRA", "CpuArtifact", "CpuModule", "buffers_disjoint",
+           "compile", "host_cpu_id", "load"]

@@ -18,8 +18,8 @@ from . import abi, emit_control, emit_memory, emit_native, emit_sync, types
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
-from .frames import (CTX, CTX_ALIVE, CTX_DATA, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CTX_SYNC,
-                     CoroFrame, PlainFrame, counted_loop, emit_scheduler)
+from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CoroFrame, PlainFrame,
+                     counted_loop, emit_scheduler)
 from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
@@ -121,8 +121,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
 
     arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
-    for field, value in ((CTX_ERR, err), (CTX_DATA, arenas[0][0]), (CTX_SYNC, arenas[1][0])):
-        b.store(value, ctx_field(field))
+    b.store(err, ctx_field(CTX_ERR))
 
     def free_arenas():
         for ptr, size in arenas:
@@ -144,7 +143,8 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
             b.store(value, ctx_field(field))
         unit = [] if units.coroutine else [ir.Constant(I32, 0)]
         coords = [b.trunc(c, I32) for c in (x, y, z)]
-        status = b.call(body, [ctx, *unit, *coords, *grid, *slot_values])
+        data_and_sync = [ptr for ptr, _ in arenas]
+        status = b.call(body, [ctx, *unit, *data_and_sync, *coords, *grid, *slot_values])
         with b.if_then(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
             b.store(cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
             free_arenas()

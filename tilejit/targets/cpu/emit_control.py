@@ -13,6 +13,8 @@ from llvmlite import ir
 from tilejit.errors import ScopeError
 from tilejit.ir.types import TeamKind
 
+from .metadata import loop_id
+
 
 def _phis(b: ir.IRBuilder, values) -> list:
     return [b.phi(v.type) for v in values]
@@ -38,9 +40,27 @@ def emit_for(em, op):
     iv.add_incoming(b.add(iv, step, flags=flags), b.block)
     for phi, value in zip(carried, yielded):
         phi.add_incoming(value, b.block)
-    b.branch(head)
+    back_edge = b.branch(head)
+    hints = _loop_hints(op)
+    if hints:
+        back_edge.set_metadata("llvm.loop", loop_id(b.module, hints))
     b.position_at_end(exit_)
     return carried
+
+
+def _loop_hints(op) -> list[tuple[str, ir.Value]]:
+    """LLVM loop properties for a ``for``: its ``unroll`` count, and no loop vectorization
+    when its body holds an unrolled loop -- that inner loop is one vector instruction of
+    the tile (loop generation sized it to the vector width), which the SLP vectorizer
+    turns into vector ops; vectorizing the outer loop instead would stride across those
+    instructions (gathers and scatters)."""
+    hints = []
+    if op.attrs["unroll"] is not None:
+        hints.append(("llvm.loop.unroll.count", ir.Constant(ir.IntType(32), op.attrs["unroll"])))
+    if any(inner.name == "for" and inner.attrs["unroll"] is not None
+           for inner in op.regions[0].ops):
+        hints.append(("llvm.loop.vectorize.enable", ir.Constant(ir.IntType(1), 0)))
+    return hints
 
 
 def _in_range(em, op, iv, ub, step):
@@ -83,7 +103,7 @@ def emit_if(em, op):
 
 def _branch_states(em, spec) -> tuple[dict, dict]:
     """EmitState changes for the then- and else-branch of an ``if`` with filter ``spec``."""
-    active, lanes = em.state.active, em.state.lanes
+    active = em.state.active
     if spec is None or active is None:
         return {}, {}
 

@@ -178,14 +178,20 @@ def element_ptr(em, op, ref, index_values):
     return ref.element_ptr(b, indices), ref
 
 
+def _alias_tag(em, ref: BufferRef):
+    """Marks an access as touching global or CTA-private memory (see ``metadata``)."""
+    is_global = ref.scope is MemScope.GLOBAL
+    return lambda instruction: em.mc.alias.tag(instruction, is_global)
+
+
 def emit_load(em, op):
     ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[1:])
-    return [types.load(em.b, ptr, ref.dtype)]
+    return [types.load(em.b, ptr, ref.dtype, tag=_alias_tag(em, ref))]
 
 
 def emit_store(em, op):
     ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
-    types.store(em.b, em[op.operands[1]], ptr, ref.dtype)
+    types.store(em.b, em[op.operands[1]], ptr, ref.dtype, tag=_alias_tag(em, ref))
     return []
 
 
@@ -206,8 +212,9 @@ def emit_atomic(em, op):
         value = _scaled(em, value, t, threads_per_unit(em))
     if ref.scope is not MemScope.GLOBAL:
         # Shared and local memory belong to one CTA, whose units run on one OS thread.
-        old = types.load(b, ptr, t)
-        types.store(b, _combine(em, name, old, value, t), ptr, t)
+        tag = _alias_tag(em, ref)
+        old = types.load(b, ptr, t, tag=tag)
+        types.store(b, _combine(em, name, old, value, t), ptr, t, tag=tag)
         return [old]
     if t in types.NARROW_FLOATS:
         return [_cas_loop(em, ptr, name, value, t)]
@@ -234,8 +241,8 @@ def _combine(em, name: str, old, value, t: ScalarType):
         return value
     b = em.b
     if t.is_float:
-        result = emit_native.FLOAT_BINARY[name](em, types.widen(b, old, t), types.widen(b, value, t))
-        return types.narrow(b, result, t)
+        wide_old, wide_value = types.widen(b, old, t), types.widen(b, value, t)
+        return types.narrow(b, emit_native.FLOAT_BINARY[name](em, wide_old, wide_value), t)
     return emit_native.INT_BINARY[name](em, old, value, t.kind == "int")
 
 

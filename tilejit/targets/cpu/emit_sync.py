@@ -207,7 +207,8 @@ def emit_mbarrier_expect_tx(em, op):
     threads = threads_per_unit(em)
     nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
     if not (isinstance(threads, int) and threads == 1):
-        nbytes = em.b.mul(nbytes, ir.Constant(I32, threads) if isinstance(threads, int) else threads)
+        count = ir.Constant(I32, threads) if isinstance(threads, int) else threads
+        nbytes = em.b.mul(nbytes, count)
     _update(em, state, threads if op.attrs["arrive"] else 0, nbytes)
     return []
 
@@ -266,7 +267,8 @@ def emit_single(em, op):
     _arrive(em, base)
     arrived = b.load(_field(em, base, 0), typ=I32)
     site = em.mc.add_site("wait", op, what=f"single region (team {team})")
-    with b.if_else(b.icmp_unsigned("==", arrived, _expected(em, counts, instance))) as (last, other):
+    is_last = b.icmp_unsigned("==", arrived, _expected(em, counts, instance))
+    with b.if_else(is_last) as (last, other):
         with last:  # the last unit to arrive runs the region for its team
             b.store(ir.Constant(I32, 0), _field(em, base, 0))
             with em.scoped(single_team=team, team=team):

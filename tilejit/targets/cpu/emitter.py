@@ -23,6 +23,7 @@ from tilejit.ir.types import TeamKind
 
 from . import abi
 from .frames import CoroFrame, PlainFrame
+from .metadata import AliasScopes
 from .types import I32, I64, opaque
 from .units import UnitModel
 
@@ -62,6 +63,10 @@ class ModuleContext:
     data: Arena = field(default_factory=Arena)   # shared memory, CTA-wide fragments
     sync: Arena = field(default_factory=Arena)   # barrier and scheduler state (zeroed per CTA)
     named_state: dict = field(default_factory=dict)
+    alias: AliasScopes = field(init=False)
+
+    def __post_init__(self):
+        self.alias = AliasScopes(self.module)
 
     def sync_state(self, key: str, nbytes: int) -> int:
         """Offset of the named piece of sync state, reserved on first use."""

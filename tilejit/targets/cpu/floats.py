@@ -2,9 +2,9 @@
 
 x86 has no bf16/fp8 arithmetic, so values are kept in their storage bits and converted to
 f32 around each op. The conversions are branch-free bit manipulation (so loops using them
-still vectorize) and round to nearest even and treat overflow like torch 2.x casts do: e4m3fn
-saturates to +-448 (it has no inf), e5m2 overflows to inf at >= 2**16; NaN stays NaN. The helpers are internal ``alwaysinline`` functions created on
-first use in a module.
+still vectorize), round to nearest even and treat overflow like torch 2.x casts do:
+e4m3fn saturates to +-448 (it has no inf), e5m2 overflows to inf at >= 2**16; NaN stays
+NaN. The helpers are internal ``alwaysinline`` functions created on first use in a module.
 
 f64 sources are first rounded to f32 *to odd* (inexact results get their last bit set), so
 the second rounding into the narrow format is still a single correct rounding.

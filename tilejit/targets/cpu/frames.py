@@ -8,7 +8,10 @@ inside :meth:`CoroFrame.wait_until` loops. Every state change (an arrival, a pas
 a finished unit) bumps a progress counter; a round of resumes that leaves it unchanged
 while units remain is a deadlock, reported with the wait site of the first waiting unit.
 
-A frame's function takes ``(ctx, unit, cta x/y/z, grid x/y/z, argument slots...)``.
+A frame's function takes ``(ctx, unit, data, sync, cta x/y/z, grid x/y/z, argument
+slots...)``. ``data`` and ``sync`` are the CTA's private arenas, passed as ``noalias``
+parameters: no kernel argument can point into them, and saying so lets LLVM vectorize
+copies between them and global memory.
 """
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ from llvmlite import ir
 from . import abi
 from .types import I1, I8, I32, I64, PTR, VOID, alloca
 
-# Per-CTA context shared by the units: error record, data and sync arenas, progress
-# counter, units still running, error code of a failed unit.
-CTX = ir.LiteralStructType([PTR, PTR, PTR, I64, I32, I32])
-CTX_ERR, CTX_DATA, CTX_SYNC, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(6)
+# Per-CTA context shared by the units: error record, progress counter, units still
+# running, error code of a failed unit.
+CTX = ir.LiteralStructType([PTR, I64, I32, I32])
+CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(4)
 WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
 
 
+# llvmlite's IR layer has neither the ``token`` type of the coroutine intrinsics nor the
+# ``presplitcoroutine`` attribute; these three small classes supply them.
 class _TokenType(ir.Type):
     def _to_string(self) -> str:
         return "token"
@@ -53,8 +58,8 @@ class _CoroutineAttributes(ir.values.FunctionAttributes):
 
 
 def body_signature(slot_types: Sequence[ir.Type]) -> list[ir.Type]:
-    """(ctx, unit, cta x/y/z, grid x/y/z, argument slots...)"""
-    return [PTR, I32, I32, I32, I32, I32, I32, I32, *slot_types]
+    """(ctx, unit, data, sync, cta x/y/z, grid x/y/z, argument slots...)"""
+    return [PTR, I32, PTR, PTR, I32, I32, I32, I32, I32, I32, *slot_types]
 
 
 def counted_loop(b: ir.IRBuilder, count, body: Callable[[ir.Value], None], name: str = "loop"):
@@ -84,13 +89,15 @@ class _Frame:
         self.fn = ir.Function(mc.module, ir.FunctionType(ret, body_signature(slot_types)), name)
         self.fn.linkage = "internal"
         args = self.fn.args
-        for arg, attrs in zip(args[8:], slot_attrs):
+        for arg, attrs in zip(args[10:], slot_attrs):
             for attr in attrs.get("flags", ()):
                 arg.add_attribute(attr)
             if attrs.get("align"):
                 arg.attributes.align = attrs["align"]
-        self.ctx, self.unit = args[0], args[1]
-        self.cta, self.grid, self.slots = args[2:5], args[5:8], list(args[8:])
+        self.ctx, self.unit, self.data, self.sync = args[:4]
+        for arena in (self.data, self.sync):
+            arena.add_attribute("noalias")
+        self.cta, self.grid, self.slots = args[4:7], args[7:10], list(args[10:])
         # Allocas get a block of their own, first in the function, so that adding one never
         # disturbs the main builder's position.
         self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
@@ -107,8 +114,6 @@ class _Frame:
 
     def _prologue(self):
         self.err = self._load_ctx(CTX_ERR, PTR)
-        self.data = self._load_ctx(CTX_DATA, PTR)
-        self.sync = self._load_ctx(CTX_SYNC, PTR)
 
     def alloca(self, typ: ir.Type, count: int, align: int = 64):
         """Per-unit memory (an entry-block alloca; live across suspends it moves into the
@@ -208,7 +213,8 @@ class CoroFrame(_Frame):
         b.position_at_end(self.final)
         self._suspend(self.cleanup, final=True)
         b.position_at_end(self.cleanup)
-        memory = b.call(mc.function("llvm.coro.free", PTR, [TOKEN, PTR]), [self.coro_id, self.handle])
+        coro_free = mc.function("llvm.coro.free", PTR, [TOKEN, PTR])
+        memory = b.call(coro_free, [self.coro_id, self.handle])
         b.call(mc.function("free", VOID, [PTR]), [memory])
         b.branch(self.suspended)
         b.position_at_end(self.suspended)
@@ -219,12 +225,13 @@ class CoroFrame(_Frame):
 
 # --------------------------------------------------------------------------- scheduler
 def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
-    """``i32 tj.schedule(ctx, cta, grid, slots...)``: run every unit of one CTA to the end."""
+    """``i32 tj.schedule(ctx, data, sync, cta, grid, slots...)``: run every unit of one CTA
+    to the end."""
     m, count = mc.module, mc.units.count
     fn = ir.Function(m, ir.FunctionType(I32, list(unit_fn.function_type.args[:1])
                                         + list(unit_fn.function_type.args[2:])), "tj.schedule")
     fn.linkage = "internal"
-    ctx, rest = fn.args[0], list(fn.args[1:])
+    ctx, sync, rest = fn.args[0], fn.args[2], list(fn.args[1:])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     handles_type = ir.ArrayType(PTR, count)
     handles = alloca(b, handles_type)
@@ -277,7 +284,8 @@ def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
     b.cbranch(stalled, deadlock, round_head)
 
     b.position_at_end(deadlock)
-    _report_deadlock(b, ctx_field, first_waiting, handle_ptr, done_fn, count, wait_records)
+    _report_deadlock(b, ctx_field, sync, first_waiting, handle_ptr, done_fn, count,
+                     wait_records)
     b.branch(abort)
 
     def destroy(unit):
@@ -297,10 +305,9 @@ def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
     return fn
 
 
-def _report_deadlock(b, ctx_field, first, handle_ptr, done_fn, count, wait_records):
+def _report_deadlock(b, ctx_field, sync, first, handle_ptr, done_fn, count, wait_records):
     """Fill the error record from the wait record of the first unit still waiting."""
     err = b.load(ctx_field(CTX_ERR), typ=PTR)
-    sync = b.load(ctx_field(CTX_SYNC), typ=PTR)
     b.store(ir.Constant(I32, count), first)
 
     def find(unit):

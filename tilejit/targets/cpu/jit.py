@@ -9,6 +9,7 @@ skip compilation.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from dataclasses import dataclass, field
 
@@ -56,6 +57,14 @@ def new_target_machine(opt_level: int = 3) -> llvm.TargetMachine:
 target_machine = functools.cache(new_target_machine)  # for compiling only
 
 
+@functools.cache
+def host_cpu_id() -> str:
+    """Names the instruction set object code is compiled for: the host CPU and a digest of
+    its features. Object code only runs where this matches (a disk cache keys on it)."""
+    features = llvm.get_host_cpu_features().flatten()
+    return f"{llvm.get_host_cpu_name()}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
+
+
 def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = False,
             opt_level: int = 3, granularity: TeamKind | str | None = None,
             fp_contract: bool = True) -> CpuArtifact:
@@ -85,7 +94,7 @@ def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = Fals
         builder = llvm.create_pass_builder(tm, tuning)
         builder.getModulePassManager().run(parsed, builder)
         obj = tm.emit_object(parsed)
-    meta["opt_level"] = opt_level
+    meta["opt_level"], meta["host_cpu"] = opt_level, host_cpu_id()
     return CpuArtifact(str(parsed), obj, meta["entry"], meta)
 
 
@@ -103,5 +112,10 @@ def load_object(obj: bytes, entry: str) -> tuple[llvm.ExecutionEngine, int]:
 
 def load(artifact: CpuArtifact):
     """A :class:`~tilejit.targets.cpu.launch.CpuModule` ready to launch."""
+    if artifact.meta.get("host_cpu") != host_cpu_id():
+        raise CompilationError(f"kernel {artifact.meta.get('name')!r} was compiled for CPU "
+                               f"{artifact.meta.get('host_cpu')}, this one is {host_cpu_id()}: "
+                               "its object code may not run here; recompile it (a stale disk "
+                               "cache entry: clear TILEJIT_CACHE_DIR)")
     from .launch import CpuModule
     return CpuModule(artifact)

@@ -77,7 +77,7 @@ def _forget_pool() -> None:
     _POOL, _POOL_LOCK = None, threading.Lock()
 
 
-#os.register_at_fork(after_in_child=_forget_pool)
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def _error_buffer():
@@ -262,7 +262,8 @@ class _Param:
         value = int(arg)
         if t.is_bool:
             return bool(value)
-        low, high = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.kind == "int" else (0, 1 << t.bits)
+        signed = t.kind == "int"
+        low, high = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if signed else (0, 1 << t.bits)
         if not low <= value < high:
             raise self._fail(f"= {value} does not fit in {t}")
         return value

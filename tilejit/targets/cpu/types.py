@@ -106,15 +106,20 @@ def constant(t: ScalarType, value) -> ir.Constant:
     return ir.Constant(REGISTER_TYPES[t], int(value) & ((1 << t.bits) - 1))
 
 
-def load(b: ir.IRBuilder, ptr, t: ScalarType, align: int | None = None):
+def load(b: ir.IRBuilder, ptr, t: ScalarType, align: int | None = None, tag=None):
+    """Load an element of type ``t``; ``tag(instruction)`` may attach metadata."""
     value = b.load(ptr, typ=storage_type(t), align=align or t.itemsize)
+    if tag is not None:
+        tag(value)
     return b.trunc(value, I1) if t == i1 else value
 
 
-def store(b: ir.IRBuilder, value, ptr, t: ScalarType, align: int | None = None):
+def store(b: ir.IRBuilder, value, ptr, t: ScalarType, align: int | None = None, tag=None):
     if t == i1:
         value = b.zext(value, I8)
-    b.store(value, ptr, align=align or t.itemsize)
+    instruction = b.store(value, ptr, align=align or t.itemsize)
+    if tag is not None:
+        tag(instruction)
 
 
 def to_i64(b: ir.IRBuilder, value, t: ScalarType):

@@ -47,6 +47,8 @@ def compile_to_ir_with_deps(fn, arg_specs=None, constexprs=None,
             verify(kernel)
     except TilejitError as err:
         reraise_located(err, None)
+    except Exception as err:  # a compiler bug outside any statement (the walker wraps its own)
+        raise CompilationError(f"internal compiler error: {type(err).__name__}: {err}") from None
     return kernel, Dependencies(tuple(gen.device_functions), dict(gen.globals_read))
 
 

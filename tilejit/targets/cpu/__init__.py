@@ -11,6 +11,7 @@ See ``docs/lowering.md`` ("CPU target") for the design.
 from .jit import CpuArtifact, compile, host_cpu_id, load
 from .launch import CpuModule, buffers_disjoint
 from .target import CONTEXT  # registers the "cpu" target with dispatch
+from .rules import async_copy  # noqa: F401  (copy_async / gemm_async families)
 
 PIPELINE_EXTRA: list = []  # the CPU target adds no passes of its own
 

@@ -16,7 +16,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
-from tilejit.ir.ops_tile import POINTWISE_ARITY, REDUCE_OPS
+from tilejit.ir.ops_tile import POINTWISE_ARITY, POINTWISE_COMPARISONS, REDUCE_OPS
 from tilejit.ir.types import MemScope, ScalarType, f32, i1, promote
 
 from .values import (contains_value, describe, is_int_number, is_number, is_scalar, is_tile,
@@ -31,7 +31,6 @@ FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt")
 # Python operator (semantics.PY_BINARY / PY_COMPARE / PY_UNARY names) -> pointwise op.
 OPERATOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg",
                 "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
 def broadcast_shapes(shapes) -> tuple | None:
@@ -224,7 +223,7 @@ class TileSemantics:
         if name not in POINTWISE_ARITY:
             raise CompilationError(f"'{symbol}' on tiles needs a pointwise '{name}' op, which the "
                                    "IR does not provide yet")
-        return self.expression(name, operands, i1 if name in COMPARISONS else None)
+        return self.expression(name, operands, i1 if name in POINTWISE_COMPARISONS else None)
 
     def _operand_dtype(self, op: str, operands) -> ScalarType:
         """The dtype the operation computes in: tiles promote; a float scalar makes ints

@@ -28,7 +28,10 @@ POINTWISE_ARITY = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
     "exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "neg": 1, "abs": 1,
     "cast": 1, "fill": 1, "fma": 3, "select": 3,
+    # comparisons: computed in the promoted source type, stored as the dst dtype (1/0)
+    "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
 }
+POINTWISE_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 
 def _shape(value):

@@ -21,6 +21,8 @@ __all__ = ["copy", "gemm", "pointwise", "read_region", "reduce", "write_region"]
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
            "maximum": np.maximum, "minimum": np.minimum}
+_COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+            "gt": np.greater, "ge": np.greater_equal}
 _UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "sqrt": np.sqrt,
           "rsqrt": lambda x: 1 / np.sqrt(x), "neg": np.negative, "abs": np.abs}
 
@@ -47,6 +49,10 @@ def pointwise(op: str, dst: np.ndarray, *srcs) -> np.ndarray:
             cond, a, b = (np.asarray(s) for s in srcs)
             return _fit(np.where(cond != 0, np.asarray(a).astype(dtype),
                                  np.asarray(b).astype(dtype)), dst)
+        if op in _COMPARE:
+            a, b = (np.asarray(s) for s in srcs)
+            common = np.result_type(a, b)
+            return _fit(_COMPARE[op](a.astype(common), b.astype(common)), dst)
         values = [np.asarray(s).astype(dtype) for s in srcs]
         if op in ("cast", "fill"):
             result = values[0]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 
 from ...errors import LayoutError
-from ...ir.types import MemScope, i1
+from ...ir.ops_tile import POINTWISE_COMPARISONS
+from ...ir.types import MemScope, i1, promote
 from ...layout import ComposeLayout
 from ...layout.transform import group_iters
 from ..dispatch.call import Operand, PrimitiveCall
@@ -150,6 +151,10 @@ def compute(em: Emitter, call: PrimitiveCall, values: list):
         if cond.type != i1:
             cond = em.b.cmp("ne", cond, em.const(0.0 if cond.type.is_float else 0, cond.type))
         return em.b.select(cond, _convert(em, a, dtype), _convert(em, b, dtype))
+    if op in POINTWISE_COMPARISONS:
+        common = promote(values[0].type, values[1].type)
+        flag = em.b.cmp(op, *(_convert(em, v, common) for v in values))
+        return _convert(em, flag, dtype)
     values = [_convert(em, v, dtype) for v in values]
     if op == "fma":
         a, b, c = values

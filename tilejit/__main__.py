@@ -68,7 +68,7 @@ def _kernel_demo() -> None:
         ms = float(tj.testing.do_bench(lambda: run(out), warmup=20, rep=100))
         rate = f"{nbytes / ms / 1e6:8.1f} GB/s" if nbytes else f"{flops / ms / 1e6:6.1f} GFLOP/s"
         families = sorted({f"{r.primitive}:{r.rule}" for r in
-                           next(iter(kernel._fast.values())).dispatch_log})
+                           kernel.compiled_kernels()[-1].dispatch_log})
         print(f"{name:12s} {shape:>14s} {ms:9.3f} {rate:>14s}  {', '.join(families)}")
 
 

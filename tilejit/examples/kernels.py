@@ -5,27 +5,34 @@ import tilejit as tj
 
 
 @tj.kernel
-def vector_add(x, y, out, BLOCK: tj.constexpr = 1024):
+def vector_add(x, y, out, BLOCK: tj.constexpr = 1024, CACHE: tj.constexpr = None):
+    """``out = x + y``, BLOCK elements per CTA, straight from the inputs to the output.
+
+    ``CACHE="stream"`` writes ``out`` past the caches (non-temporal stores on the CPU): for
+    outputs larger than the last-level cache that are not read again soon."""
     base = tj.cta_id(0) * BLOCK
-    a = tj.fragment((BLOCK,), x.dtype)
-    b = tj.fragment((BLOCK,), y.dtype)
-    tj.copy(a, x[base:base + BLOCK])          # the last tile is masked at the tensor's end
-    tj.copy(b, y[base:base + BLOCK])
-    tj.copy(out[base:base + BLOCK], a + b)
+    # The last tile is masked at the tensors' end: no loads or stores past it.
+    tj.add(out[base:base + BLOCK], x[base:base + BLOCK], y[base:base + BLOCK],
+           config={"cache": CACHE})
 
 
 @tj.kernel
-def row_softmax(x, out, BM: tj.constexpr, BN: tj.constexpr):
-    """Softmax over each row of ``x`` (BN = the row length; BM rows per CTA)."""
+def row_softmax(x, out, BM: tj.constexpr, BN: tj.constexpr, CACHE: tj.constexpr = None):
+    """Softmax over each row of ``x`` (BN = the row length; BM rows per CTA).
+
+    The row tile is updated in place, so one tile stays in L1 while it is shifted,
+    exponentiated and scaled; the division is one reciprocal per row. ``CACHE="stream"``
+    writes ``out`` past the caches (see ``vector_add``)."""
     row0 = tj.cta_id(0) * BM
     tile = tj.fragment((BM, BN), tj.float32)
     tj.copy(tile, x[row0:row0 + BM, 0:BN])
     row_max = tj.fragment((BM, 1), tj.float32)
     tj.reduce(row_max, tile, "max", axis=1)
-    shifted = tj.exp(tile - row_max)          # (BM, BN) - (BM, 1) broadcasts
+    tj.sub(tile, tile, row_max)               # (BM, BN) - (BM, 1) broadcasts
+    tj.exp(tile, tile)
     denom = tj.fragment((BM, 1), tj.float32)
-    tj.reduce(denom, shifted, "sum", axis=1)
-    tj.copy(out[row0:row0 + BM, 0:BN], shifted / denom)
+    tj.reduce(denom, tile, "sum", axis=1)
+    tj.mul(out[row0:row0 + BM, 0:BN], tile, 1.0 / denom, config={"cache": CACHE})
 
 
 @tj.kernel
@@ -46,18 +53,24 @@ def matmul(A, B, C, BM: tj.constexpr = 64, BN: tj.constexpr = 64, BK: tj.constex
     tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
 
 
-def run_vector_add(x, y, out, block: int = 1024):
-    vector_add[(tj.cdiv(x.numel(), block),)](x, y, out, BLOCK=block)
+def run_vector_add(x, y, out, block: int = 1024, cache: str | None = None):
+    vector_add[(tj.cdiv(x.numel(), block),)](x, y, out, BLOCK=block, CACHE=cache)
     return out
 
 
-def run_softmax(x, out, rows_per_cta: int = 1):
+def run_softmax(x, out, rows_per_cta: int = 1, cache: str | None = None):
     vector_rows, cols = x.shape
-    row_softmax[(tj.cdiv(vector_rows, rows_per_cta),)](x, out, BM=rows_per_cta, BN=cols)
+    row_softmax[(tj.cdiv(vector_rows, rows_per_cta),)](x, out, BM=rows_per_cta, BN=cols,
+                                                       CACHE=cache)
     return out
 
 
-def run_matmul(a, b, c, bm: int = 64, bn: int = 64, bk: int = 64):
+def run_matmul(a, b, c, bm: int | None = None, bn: int | None = None, bk: int | None = None):
+    """``c = a @ b``. Default tiles: 128 x 128 x 128 on the CPU (an A and a B tile, 64 KiB
+    each, stay in L2 while a 32-column panel of B stays in L1), 64 x 64 x 64 elsewhere."""
+    on_cpu = getattr(getattr(c, "device", None), "type", "cpu") == "cpu"
+    default = 128 if on_cpu else 64
+    bm, bn, bk = bm or default, bn or default, bk or default
     m, n = c.shape
     matmul[(tj.cdiv(m, bm), tj.cdiv(n, bn))](a, b, c, BM=bm, BN=bn, BK=bk)
     return c

@@ -6,7 +6,9 @@ copy of the symbol table, and the names it changed flow out through ``yield``:
 
 * ``if``: a name changed in either branch becomes a result of the ``if`` op; a name
   defined in only one branch becomes ``Undefined`` (an error only if it is used later).
-  ``with tj.tfilter(...)`` is an ``if`` without an ``else``.
+  ``with tj.tfilter(...)`` is an ``if`` without an ``else``. ``if A and B:`` without an
+  ``else`` whose operands filter on different thread axes (``warp_id() == 0 and
+  elect_sync()``) becomes the nested ``if A: if B:``, so each filter narrows the threads.
 * loops: a name assigned in the body and defined before the loop is loop-carried (an
   iteration argument). Its type is the initial value's type, widened when the body
   assigns a wider one (``acc = 0`` then ``acc += x_f32`` makes an f32 loop), in which
@@ -117,6 +119,8 @@ class ControlFlowMixin:
 
     # --------------------------------------------------------------------------- if
     def visit_If(self, node):
+        if self._filter_conjunction(node):
+            return
         cond = self.sem.truth(self.visit(node.test))
         if not is_value(cond):
             self.visit_stmts(node.body if cond else node.orelse)
@@ -125,6 +129,50 @@ class ControlFlowMixin:
             spec = thread_filter(cond, self.sem.options)
         orelse = (lambda: self.visit_stmts(node.orelse)) if node.orelse else None
         self._build_if(cond, lambda: self.visit_stmts(node.body), orelse, spec, self._line(node))
+
+    def _filter_conjunction(self, node) -> bool:
+        """Walk ``if A and B: ...`` (no ``else``) as ``if A: if B: ...`` when its operands are
+        thread filters on different axes, or filters mixed with run-time conditions
+        (``if tj.warp_id() == 0 and tj.elect_sync():``): one filter is one range on one
+        axis, so only the nested form narrows the active threads step by step, which the
+        tile primitives inside need. True when the statement was walked here. (Operands
+        are evaluated up front, as ``and`` on run-time values always is; a compile-time
+        false operand ends the conjunction as in Python.)"""
+        test = node.test
+        if node.orelse or not (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And)):
+            return False
+        conds, specs = [], []
+        for operand in test.values:
+            cond = self.sem.truth(self.visit(operand))
+            if not is_value(cond):
+                if not cond:
+                    return True  # never true, and there is no else-branch
+                continue
+            with self.at(operand):
+                specs.append(thread_filter(cond, self.sem.options))
+            conds.append(cond)
+        axes = {spec.axis for spec in specs if spec is not None}
+        one_filter = None not in specs and len(axes) == 1 and "elect" not in axes
+        line = self._line(node)
+        if len(conds) < 2 or not axes or one_filter:  # what `and` gives: one condition
+            cond = conds[0] if conds else True
+            for other in conds[1:]:
+                cond = self.sem.logical("and", cond, other)
+            if not is_value(cond):
+                self.visit_stmts(node.body)
+                return True
+            with self.at(test):
+                spec = thread_filter(cond, self.sem.options)
+            self._build_if(cond, lambda: self.visit_stmts(node.body), None, spec, line)
+            return True
+
+        def level(i: int):
+            if i == len(conds):
+                self.visit_stmts(node.body)
+            else:
+                self._build_if(conds[i], lambda: level(i + 1), None, specs[i], line)
+        level(0)
+        return True
 
     def _guard(self, cond, then_fn, else_fn=None):
         """Run ``then_fn`` (else ``else_fn``) under ``cond``: directly when it is known."""

@@ -6,7 +6,9 @@ body starts at team ``cta`` with every thread of the cluster active.
 * ``team`` ops switch the kind for their region. The switch is checked by decomposing the
   active set, so a non-uniform switch (warps ``[3, 7)`` into warpgroups) fails at the
   ``team`` op even when no tile op follows.
-* ``if`` ops with a ``filter`` attribute narrow the active set in the then-branch. The
+* ``if`` ops with a ``filter`` attribute narrow the active set in the then-branch (a range
+  that is not a warps x lanes product, such as ``thread_id() < 100``, leaves the set "not
+  statically representable", like the else-branch below; an empty range is an error). The
   else-branch gets the complement when that is again a representable set (``warp_id()
   == 0`` on warps ``[0, 4)`` leaves ``[1, 4)``); otherwise its set is marked "not
   statically representable": native ops are fine there, a tile op is a ScopeError that
@@ -102,14 +104,21 @@ def filter_states(spec, state: ScopeState) -> tuple[ScopeState, ScopeState]:
     """(then, else) scopes of an ``if`` whose condition is the thread filter ``spec``."""
     if state.active is None:
         return state, state
-    then_active = state.active.narrow(spec.axis, spec.lo, spec.hi)
+    text = describe_filter(spec.axis, spec.lo, spec.hi)
+    try:
+        then_state = replace(state, active=state.active.narrow(spec.axis, spec.lo, spec.hi))
+    except ScopeError as err:
+        if err.message.startswith("filter leaves no active thread"):
+            raise  # an empty then-branch is a mistake at the `if` itself
+        # Not representable (`if thread_id() < 100` cuts a warp): fine for native code.
+        then_state = replace(state, active=None, why=f"in the then-branch of `if {text}`: "
+                                                     f"{err.message}")
     try:
         else_state = replace(state, active=state.active.complement(spec.axis, spec.lo, spec.hi))
     except ScopeError as err:
-        text = describe_filter(spec.axis, spec.lo, spec.hi)
         else_state = replace(state, active=None, why=f"in the else-branch of `if {text}`: "
                                                      f"{err.message}")
-    return replace(state, active=then_active), else_state
+    return then_state, else_state
 
 
 def tile_scope(op: Operation, state: ScopeState) -> ExecScope:

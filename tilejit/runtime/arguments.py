@@ -1,39 +1,172 @@
-"""Launch arguments: what each one is, which target it asks for, and what is wrong with it.
+"""Launch arguments: their cheap signatures, which target they ask for, what is wrong with them.
 
-Everything a launch checks happens here, before anything runs, and raises ``LaunchError``
-naming the argument.
+A launch summarizes each argument in a *signature* (:func:`signature_of`): a small hashable
+value holding exactly what the compiled code may depend on (dtype, rank, device, 16-byte
+alignment and unit innermost stride for arrays; i32/i64/f32/i1 for scalars; type and value
+for compile-time values). Two calls with equal signatures can run the same binary, so
+``Kernel`` finds its binary with one dict lookup. Everything else here runs only when that
+lookup misses, and raises ``LaunchError`` naming the argument before anything runs.
+
+So a tensor the compiled code cannot take *recompiles* when it differs in what the code
+assumed (dtype, rank, device, alignment, a unit innermost stride), and is a ``LaunchError``
+only where no binary could take it: negative strides, strides that are not whole elements,
+an unsupported dtype or argument type.
 """
 from __future__ import annotations
 
+import operator
+import sys
+from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import LaunchError
+from ..frontend.language import constexpr
 from ..frontend.signature import ArgSpec
 from ..ir import types
-from ..knobs import knobs
 
 TARGETS = ("cpu", "cuda", "nki")
+_GRID_CACHE_LIMIT = 1024
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor argument for ``kernel.compile`` without data: shape, dtype, strides."""
+
+    shape: tuple
+    dtype: Any
+    strides: tuple | None = None
+    device: str = "cpu"
+    aligned16: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.strides is None:
+            strides, step = [], 1
+            for dim in reversed(self.shape):
+                strides.append(step)
+                step *= dim
+            object.__setattr__(self, "strides", tuple(reversed(strides)))
+        object.__setattr__(self, "strides", tuple(self.strides))
+
+
+# -- signatures (the per-launch hot path) ------------------------------------------------
+def _torch_signature(t) -> tuple:
+    # get_device() is -1 on the CPU and the index on CUDA: it tells apart both the target
+    # and the GPU, at a fifth of the cost of t.device.
+    strides = t.stride()
+    return (t.dtype, t.get_device(), not t.data_ptr() & 15, len(strides),
+            strides[-1:] == (1,))
+
+
+def _numpy_signature(a) -> tuple:
+    strides, itemsize = a.strides, a.itemsize
+    return ("ndarray", a.dtype, not _numpy_address(a) & 15, len(strides),
+            strides[-1:] == (itemsize,), min(strides, default=0) >= 0)
+
+
+def _spec_signature(spec: TensorSpec) -> tuple:
+    return ("spec", spec)
+
+
+def _int_signature(value: int) -> str:
+    return "i32" if -2147483648 <= value <= 2147483647 else "i64"
+
+
+def _constexpr_signature(value: constexpr) -> tuple:
+    return ("constexpr", exact(value.value))
+
+
+def _unsupported_signature(value: Any) -> tuple:
+    return ("unsupported", type(value))   # arg_spec_of rejects it with the argument's name
+
+
+def _constant(signature) -> Callable[[Any], Any]:
+    return lambda value: signature
+
+
+_SIGNATURES: dict[type, Callable[[Any], Any]] = {
+    bool: _constant("i1"), int: _int_signature, float: _constant("f32"),
+    constexpr: _constexpr_signature, TensorSpec: _spec_signature,
+}
+
+
+def signature_of(value: Any) -> Any:
+    """The signature of an argument of a type not seen yet; its type is remembered."""
+    cls = type(value)
+    if _is_tensor(value):
+        signature = _torch_signature
+    elif _is_ndarray(value):
+        _use_fast_numpy_address()
+        signature = _numpy_signature
+    elif isinstance(value, bool) or _is_numpy_scalar(value, "bool_"):
+        signature = _SIGNATURES[bool]
+    elif isinstance(value, int) or _is_numpy_scalar(value, "integer"):
+        signature = _int_signature
+    elif isinstance(value, float) or _is_numpy_scalar(value, "floating"):
+        signature = _SIGNATURES[float]
+    else:
+        signature = _unsupported_signature
+    _SIGNATURES[cls] = signature
+    return signature(value)
+
+
+signatures = _SIGNATURES.get   # signatures(type(v), signature_of)(v): the launch's dispatch
+
+
+def exact(value: Any) -> Any:
+    """``value`` as a dict-key part that also tells apart values Python calls equal
+    (``1``, ``1.0``, ``True``; ``(1,)`` and ``(True,)``)."""
+    cls = type(value)
+    if cls is tuple or cls is list:
+        return (cls, *(exact(v) for v in value))
+    if cls is constexpr:
+        return (cls, exact(value.value))
+    return (cls, value)
+
 
 def _is_tensor(value: Any) -> bool:
-    return hasattr(value, "data_ptr") and hasattr(value, "stride")
+    torch = sys.modules.get("torch")   # a tensor means torch is loaded: never imported here
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _is_ndarray(value: Any) -> bool:
-    return hasattr(value, "__array_interface__") and hasattr(value, "strides")
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.ndarray)
 
 
+def _is_numpy_scalar(value: Any, kind: str) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, getattr(numpy, kind))
+
+
+def _numpy_address(a) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _use_fast_numpy_address() -> None:
+    """The CPU backend (which every numpy argument is launched on) reads an ndarray's data
+    pointer five times faster than ``__array_interface__``."""
+    global _numpy_address
+    from ..targets.cpu.launch import _numpy_data_pointer
+    _numpy_address = _numpy_data_pointer
+
+
+# -- checks made when the signature lookup misses -----------------------------------------
 def device_of(value: Any) -> str | None:
-    """'cpu' / 'cuda' for array-like arguments, None for scalars."""
+    """'cpu' / 'cuda' / ... for array-like arguments, None for scalars."""
     if _is_tensor(value):
         return value.device.type
     if _is_ndarray(value):
         return "cpu"
-    return getattr(value, "device", None) if hasattr(value, "shape") else None
+    if isinstance(value, TensorSpec):
+        return value.device
+    return None
 
 
-def choose_target(bound: dict, explicit: str | None, kernel: str) -> str:
-    """``target=`` beats ``TILEJIT_TARGET`` beats the tensors' device (CUDA → cuda)."""
-    target = explicit or knobs.target
+def choose_target(bound: dict, explicit: str | None, default: str | None, kernel: str) -> str:
+    """``target=`` beats ``TILEJIT_TARGET`` (``default``) beats the tensors' device."""
+    target = explicit or default
     if target is None:
         devices = {device_of(v) for v in bound.values()} - {None}
         target = "cuda" if "cuda" in devices else "cpu"
@@ -44,51 +177,38 @@ def choose_target(bound: dict, explicit: str | None, kernel: str) -> str:
 
 def check_devices(bound: dict, target: str, kernel: str) -> None:
     """Tensors must all sit on one device, and it must be the target's."""
-    placed = {name: device_of(v) for name, v in bound.items() if device_of(v) is not None}
+    placed = {name: _device_name(v) for name, v in bound.items() if device_of(v) is not None}
     if len(set(placed.values())) > 1:
-        listing = ", ".join(f"{n} on {d}" for n, d in placed.items())
+        listing = ", ".join(f"{n!r} on {d}" for n, d in placed.items())
         raise LaunchError(f"{kernel}: tensors are on different devices ({listing})")
     wanted = {"cpu": "cpu", "cuda": "cuda"}.get(target)
-    for name, device in placed.items():
-        if wanted is not None and device != wanted:
+    for name, value in bound.items():
+        device = device_of(value)
+        if wanted is not None and device is not None and device != wanted:
             raise LaunchError(f"{kernel}: argument {name!r} is on {device} but the kernel "
                               f"is compiled for target {target!r} (needs {wanted} tensors)")
 
 
-def fast_signature(value: Any, is_constexpr: bool) -> tuple:
-    """A cheap, hashable summary of what the compiled code depends on in ``value``."""
-    if is_constexpr:
-        return ("c", value)
-    if _is_tensor(value):
-        return ("t", value.dtype, value.dim(), value.data_ptr() % 16 == 0,
-                value.dim() == 0 or value.stride(-1) == 1, value.device.type)
-    if _is_ndarray(value):
-        return ("a", value.dtype.str, value.ndim, value.__array_interface__["data"][0] % 16 == 0,
-                value.ndim == 0 or value.strides[-1] == value.itemsize)
-    if isinstance(value, bool):
-        return ("b",)
-    if isinstance(value, int):
-        return ("i", -2**31 <= value < 2**31)
-    if isinstance(value, float):
-        return ("f",)
-    return ("?", type(value))   # rejected by arg_spec_of with a clear message
+def _device_name(value: Any) -> str:
+    return str(value.device) if _is_tensor(value) else device_of(value)
 
 
 def _tensor_facts(value: Any) -> tuple[Any, tuple, tuple, bool] | None:
     """(dtype, shape, strides in elements, 16-byte aligned) of an array-like argument."""
-    from .jit import TensorSpec
     if isinstance(value, TensorSpec):
         return value.dtype, value.shape, value.strides, value.aligned16
     if _is_tensor(value):
         return value.dtype, tuple(value.shape), tuple(value.stride()), value.data_ptr() % 16 == 0
     if _is_ndarray(value):
+        if any(s % value.itemsize for s in value.strides):
+            return value.dtype, value.shape, value.strides, False   # rejected below
         strides = tuple(s // value.itemsize for s in value.strides)
-        return (value.dtype, tuple(value.shape), strides,
-                value.__array_interface__["data"][0] % 16 == 0)
+        return value.dtype, value.shape, strides, _numpy_address(value) % 16 == 0
     return None
 
 
 def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> ArgSpec:
+    """What the compiler may assume about ``value``: exactly what its signature holds."""
     facts = _tensor_facts(value)
     if facts is not None:
         dtype, shape, strides, aligned = facts
@@ -96,18 +216,24 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
         if scalar is None:
             raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
                               "does not support")
+        if _is_ndarray(value) and any(s % value.itemsize for s in value.strides):
+            raise LaunchError(f"{kernel}: argument {name!r} has strides {value.strides} bytes, "
+                              f"not whole {value.itemsize}-byte elements")
         if any(s < 0 for s in strides):
-            raise LaunchError(f"{kernel}: argument {name!r} has negative strides {strides}; "
-                              "pass a contiguous copy")
+            raise LaunchError(f"{kernel}: argument {name!r} has negative strides {strides}, "
+                              "which kernels cannot take; pass a copy (numpy.ascontiguousarray)")
         if not specialize:
             return ArgSpec.tensor(scalar, len(shape))
-        div16 = all(d % 16 == 0 for d in shape) and all(s % 16 == 0 for s in strides if s != 1)
-        return ArgSpec.tensor(scalar, len(shape), aligned16=aligned, div16=div16,
+        # Only what the signature holds may be assumed; div16 is left unproved because no
+        # backend uses it yet and testing every dim on every launch would cost a microsecond.
+        return ArgSpec.tensor(scalar, len(shape), aligned16=aligned,
                               unit_stride=not strides or strides[-1] == 1)
-    if isinstance(value, (bool, int, float)):
-        return ArgSpec.of_python_scalar(value)
+    signature = _SIGNATURES.get(type(value), signature_of)(value)
+    if signature in ("i1", "i32", "i64", "f32"):
+        return ArgSpec.scalar(types.SCALAR_TYPES[signature])
     raise LaunchError(f"{kernel}: argument {name!r} has type {type(value).__name__}; expected a "
-                      "torch tensor, numpy array, tj.TensorSpec, int, float or bool")
+                      "torch tensor, numpy array, tj.TensorSpec, int, float, bool or "
+                      "tj.constexpr")
 
 
 def spec_key(spec: ArgSpec) -> list:
@@ -117,6 +243,8 @@ def spec_key(spec: ArgSpec) -> list:
 
 def json_safe(value: Any) -> Any:
     """Constexpr and global values as cache-key material: dtypes and layouts by their text."""
+    if isinstance(value, constexpr):
+        return json_safe(value.value)
     if isinstance(value, types.ScalarType):
         return f"dtype:{value}"
     if isinstance(value, (tuple, list)):
@@ -126,13 +254,31 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+# -- the grid ------------------------------------------------------------------------------
+_GRIDS: dict[tuple, tuple[int, int, int]] = {}
+grids = _GRIDS.get   # grids(grid) -> (x, y, z) for a grid already checked, else None
+
+
 def resolve_grid(grid: Any, meta: dict, kernel: str) -> tuple[int, int, int]:
-    """The launch grid as three positive ints (a callable grid gets the call's meta)."""
+    """The launch grid as three positive ints (a callable grid gets the call's meta).
+
+    Checked tuples are remembered, so a launch with a known grid costs one dict lookup.
+    That lookup compares by value, so a grid equal to a checked one (``(2.0,)`` after
+    ``(2,)``) is taken as it; anything else must hold ints (``operator.index``).
+    """
+    given = grid
     if callable(grid):
         grid = grid(meta)
-    if isinstance(grid, int) and not isinstance(grid, bool):
-        grid = (grid,)
-    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or any(
-            isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid):
-        raise LaunchError(f"{kernel}: the grid must be 1 to 3 positive ints, got {grid!r}")
-    return tuple(grid) + (1,) * (3 - len(grid))
+    try:
+        dims = tuple(operator.index(g) for g in (grid if isinstance(grid, (tuple, list))
+                                                 else (grid,)))
+    except TypeError:
+        dims = ()
+    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+        made_by = f" from the grid function {given!r}" if callable(given) else ""
+        raise LaunchError(f"{kernel}: the grid must be 1 to 3 positive ints, got "
+                          f"{grid!r}{made_by}")
+    grid3 = dims + (1,) * (3 - len(dims))
+    if isinstance(given, tuple) and len(_GRIDS) < _GRID_CACHE_LIMIT:
+        _GRIDS[given] = grid3
+    return grid3

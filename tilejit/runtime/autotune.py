@@ -154,7 +154,8 @@ class Autotuner(_KernelWrapper):
         return self.kernel.run(grid, args, launch_kwargs)
 
     def _key_values(self, named: dict[str, Any]) -> tuple:
-        """The tuning key: the ``key`` arguments' values plus every array argument's dtype."""
+        """The tuning key: the ``key`` arguments' values plus every array argument's dtype
+        and device (numpy arrays are on the CPU)."""
         values = []
         for name in self.key:
             value = named[name]
@@ -162,8 +163,9 @@ class Autotuner(_KernelWrapper):
                 raise LaunchError(f"{self.fn.__name__}: autotune key {name!r} must be a "
                                   f"scalar, got {type(value).__qualname__}")
             values.append(value)
-        dtypes = [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
-        return tuple(values) + tuple(dtypes)
+        arrays = [f"{v.dtype}@{getattr(v, 'device', 'cpu')}" for v in named.values()
+                  if hasattr(v, "dtype")]
+        return tuple(values) + tuple(arrays)
 
     def _launch_kwargs(self, config: Config, kwargs: dict) -> dict[str, Any]:
         tuned = config.launch_kwargs()

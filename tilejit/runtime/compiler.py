@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import CompilationError
 from ..frontend import compile_to_ir
@@ -26,17 +27,38 @@ TEXT_STAGES = ("ir", "lowered", "llir", "asm", "cuda", "ptx", "nki")
 
 @dataclass(frozen=True)
 class _Backend:
-    """How the runtime drives one target: compile lowered IR, load what compile made."""
+    """How the runtime drives one target: compile lowered IR, load what compile made, launch.
+
+    ``arch_id(arch)`` names what the binary is specific to (part of the cache key).
+    ``launchers(module)`` returns ``launch(grid, args)`` (the default stream: on CUDA,
+    torch's current one) and ``launch_on_stream(grid, args, stream)``; a launch calls them
+    directly, so they should be the module's own methods where the target allows.
+    ``derived`` makes, from the module, stages worth making only when asked for.
+    """
 
     register: Callable[[], None]   # imports the target package: its dispatch rules register
+    arch_id: Callable[[str | None], str]
     compile: Callable[[Any, bool], tuple[dict[str, bytes], dict]]
     load: Callable[[dict[str, bytes], dict], Any]
+    launchers: Callable[[Any], tuple[Callable, Callable]]
+    derived: dict[str, Callable[[Any], str]]
+
+
+def _cpu_register() -> None:
+    from ..targets import cpu  # noqa: F401  (registers the CPU dispatch context and rules)
+
+
+def _cpu_arch_id(arch: str | None) -> str:
+    from ..targets import cpu
+    return cpu.host_cpu_id()   # object code runs only on the CPU (and features) it was built for
 
 
 def _cpu_compile(lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
     from ..targets import cpu
     artifact = cpu.compile(lowered, debug=debug)
-    files = {"llir": artifact.llir.encode(), "asm": artifact.asm.encode(), "obj": artifact.obj}
+    files = {"llir": artifact.llir.encode(), "obj": artifact.obj}
+    if "asm" in knobs.dump:   # host assembly costs a quarter of a compile: made on request
+        files["asm"] = artifact.asm.encode()
     return files, {"entry": artifact.entry, "backend": artifact.meta}
 
 
@@ -46,11 +68,13 @@ def _cpu_load(files: dict[str, bytes], meta: dict):
                                     entry=meta["entry"], meta=meta["backend"]))
 
 
-def _cpu_register() -> None:
-    from ..targets import cpu  # noqa: F401  (registers the CPU dispatch context and rules)
+def _cpu_launchers(module) -> tuple[Callable, Callable]:
+    launch = module.launch
+    return launch, lambda grid, args, stream: launch(grid, args)   # CPU launches are synchronous
 
 
-_BACKENDS = {"cpu": _Backend(_cpu_register, _cpu_compile, _cpu_load)}
+_BACKENDS = {"cpu": _Backend(_cpu_register, _cpu_arch_id, _cpu_compile, _cpu_load,
+                             _cpu_launchers, {"asm": lambda module: module.artifact.asm})}
 
 
 def _backend(target: str) -> _Backend:
@@ -62,37 +86,58 @@ def _backend(target: str) -> _Backend:
     return backend
 
 
+def target_arch(target: str, arch: str | None) -> str:
+    """What a binary for ``target`` is specific to, for the cache key."""
+    return _backend(target).arch_id(arch)
+
+
+def machine_identity() -> str:
+    """The CPU, and the current GPU when torch has started CUDA (never started here)."""
+    from ..targets import cpu
+    parts = [f"cpu:{cpu.host_cpu_id()}"]
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability()
+        parts.append(f"cuda:{torch.cuda.get_device_name()}:sm_{major}{minor}")
+    return ",".join(parts)
+
+
 def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: LaunchOptions,
                    debug: bool) -> tuple[dict[str, bytes], dict]:
-    """Compile ``fn`` for one specialization; returns (artifacts, metadata) for the cache."""
+    """Compile ``fn`` for one specialization; returns (artifacts, metadata) for the cache.
+
+    Stages named in ``TILEJIT_DUMP`` are printed as soon as they exist, so a failing stage
+    still shows the ones before it.
+    """
     backend = _backend(options.target)
     backend.register()
-    kernel_ir = compile_to_ir(fn, specs, constexprs, options)
     dump = knobs.dump
-    if "ir" in dump:
-        print(f"// ----- IR of {kernel_ir.name} ----- //\n{kernel_ir}", file=sys.stderr)
+    kernel_ir = compile_to_ir(fn, specs, constexprs, options)
+    _print_stage(dump, "ir", kernel_ir.name, kernel_ir)
     lowered, stages = run_pipeline(kernel_ir)
     records = dispatch_log(stages.kernels["dispatch"])
     if "dispatch" in dump:
-        print(f"// ----- dispatch of {kernel_ir.name} ----- //\n{format_log(records)}",
-              file=sys.stderr)
-    if "lowered" in dump:
-        print(f"// ----- lowered IR of {kernel_ir.name} ----- //\n{lowered}", file=sys.stderr)
+        _print_stage(dump, "dispatch", kernel_ir.name, format_log(records))
+    _print_stage(dump, "lowered", kernel_ir.name, lowered)
     files, backend_meta = backend.compile(lowered, debug)
-    for stage in ("llir", "asm"):
-        if stage in dump and stage in files:
-            print(f"// ----- {stage} of {kernel_ir.name} ----- //\n{files[stage].decode()}",
-                  file=sys.stderr)
+    for stage in TEXT_STAGES[2:]:
+        if stage in files:
+            _print_stage(dump, stage, kernel_ir.name, files[stage].decode())
     files = {"ir": str(kernel_ir).encode(), "lowered": str(lowered).encode(), **files}
     metadata = {
         "name": kernel_ir.name,
         "target": options.target,
         "arch": options.arch,
-        "runtime_params": [name for name in specs],
+        "runtime_params": list(specs),
         "dispatch_log": [_record_json(r) for r in records],
         **backend_meta,
     }
     return files, metadata
+
+
+def _print_stage(dump: frozenset[str], stage: str, kernel: str, text: Any) -> None:
+    if stage in dump:
+        print(f"// ----- {stage} of {kernel} ----- //\n{text}", file=sys.stderr)
 
 
 def _record_json(record: DispatchRecord) -> dict:
@@ -109,7 +154,11 @@ def _record_from_json(data: dict) -> DispatchRecord:
 
 @dataclass
 class CompiledKernel:
-    """One compiled specialization: ``.asm`` (stage → text or bytes), ``.dispatch_log``."""
+    """One compiled specialization: ``.asm`` (stage → text or bytes), ``.dispatch_log``.
+
+    ``launch(grid, args)`` / ``launch_on_stream(grid, args, stream)`` run it with the
+    runtime arguments (``runtime_params``) and a checked 3-int grid.
+    """
 
     name: str
     target: str
@@ -119,20 +168,46 @@ class CompiledKernel:
     runtime_params: tuple[str, ...]
     metadata: dict = field(repr=False)
     module: Any = field(repr=False, default=None)
+    launch: Callable = field(repr=False, default=None)
+    launch_on_stream: Callable = field(repr=False, default=None)
 
     @classmethod
-    def from_cache_entry(cls, entry: CacheEntry) -> "CompiledKernel":
+    def from_cache_entry(cls, entry: CacheEntry) -> CompiledKernel:
         meta = entry.metadata
-        asm = {name: data.decode() if name in TEXT_STAGES else data
-               for name, data in entry.artifacts.items()}
-        module = _backend(meta["target"]).load(entry.artifacts, meta)
+        backend = _backend(meta["target"])
+        module = backend.load(entry.artifacts, meta)
+        asm = _Stages({name: data.decode() if name in TEXT_STAGES else data
+                       for name, data in entry.artifacts.items()}, backend.derived, module)
         return cls(meta["name"], meta["target"], meta["arch"], asm,
                    [_record_from_json(r) for r in meta["dispatch_log"]],
-                   tuple(meta["runtime_params"]), meta, module)
+                   tuple(meta["runtime_params"]), meta, module, *backend.launchers(module))
 
-    def launch(self, grid: tuple[int, int, int], args: list, stream=None) -> None:
-        self.module.launch(grid, args)
+    def dump(self, stages: frozenset[str]) -> None:
+        """Print the stages named (as ``TILEJIT_DUMP`` does when compiling)."""
+        _print_stage(stages, "ir", self.name, self.asm["ir"])
+        _print_stage(stages, "dispatch", self.name, format_log(self.dispatch_log))
+        for stage in ("lowered", *TEXT_STAGES[2:]):
+            if stage in stages and self.asm.has(stage):
+                _print_stage(stages, stage, self.name, self.asm[stage])
 
     def __getitem__(self, grid):
         """``compiled[grid](*runtime_args)``: launch this specialization directly."""
         return lambda *args: self.module.launch(grid, list(args))
+
+
+class _Stages(dict):
+    """Stage name -> text (or bytes, for binaries). Stages the backend derives on request
+    (the CPU's host assembly) appear on first access: ``asm["asm"]``."""
+
+    def __init__(self, stored: dict, derived: dict[str, Callable[[Any], str]], module: Any):
+        super().__init__(stored)
+        self._derived, self._module = derived, module
+
+    def has(self, stage: str) -> bool:
+        return stage in self or stage in self._derived
+
+    def __missing__(self, stage: str) -> str:
+        if stage not in self._derived:
+            raise KeyError(stage)
+        text = self[stage] = self._derived[stage](self._module)
+        return text

@@ -9,6 +9,7 @@ as loop invariants (and global pointers as ``noalias`` when the runtime allows).
 """
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tilejit.ir.core import KernelIR
@@ -124,6 +125,8 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     b.store(err, ctx_field(CTX_ERR))
 
     def free_arenas():
+        if mc.streaming_stores:  # non-temporal stores are weakly ordered: drain them
+            _store_fence(mc, b)
         for ptr, size in arenas:
             if size:
                 b.call(mc.function("free", VOID, [PTR]), [ptr])
@@ -153,6 +156,16 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     counted_loop(b, b.trunc(b.sub(last, first), I32), run_cta, "cta")
     free_arenas()
     b.ret(ir.Constant(I32, 0))
+
+
+def _store_fence(mc: ModuleContext, b: ir.IRBuilder) -> None:
+    """Order the CTAs' non-temporal stores before anything that follows the launch:
+    ``sfence``, the fence x86 documents for them (LLVM may turn a ``seq_cst`` fence into
+    a locked instruction), or a full fence on other hosts."""
+    if llvm.get_process_triple().startswith(("x86_64", "i686")):  # code runs on the host
+        b.call(mc.function("llvm.x86.sse.sfence", VOID, []), [])
+    else:
+        b.fence("seq_cst")
 
 
 def _allocate(mc, b, size: int):

@@ -14,6 +14,7 @@ the pending count is reset. ``mbarrier_wait(bar, i, P)`` passes when the phase w
 parity P has completed (current parity != P). Arrivals and expected bytes are scaled by
 the threads the unit stands for. On the CPU an async copy completes at once and reports
 its bytes with ``intrinsic {target = "cpu", name = "mbarrier_complete_tx"}(bar, i, bytes)``.
+The vector intrinsics of the CPU instruction families live in ``emit_vector``.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from tilejit.errors import CompilationError
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import TeamKind, i32
 
-from . import abi, emit_native, types
+from . import abi, emit_native, emit_vector, types
 from .frames import CTX_ALIVE
 from .types import I1, I32, I64, PTR, VOID
 from .units import instance_counts, threads_per_unit
@@ -235,7 +236,7 @@ def _complete_tx(em, op):
     return []
 
 
-CPU_INTRINSICS = {"mbarrier_complete_tx": _complete_tx}
+CPU_INTRINSICS = {"mbarrier_complete_tx": _complete_tx, **emit_vector.INTRINSICS}
 
 
 def emit_intrinsic(em, op):

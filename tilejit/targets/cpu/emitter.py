@@ -63,6 +63,7 @@ class ModuleContext:
     data: Arena = field(default_factory=Arena)   # shared memory, CTA-wide fragments
     sync: Arena = field(default_factory=Arena)   # barrier and scheduler state (zeroed per CTA)
     named_state: dict = field(default_factory=dict)
+    streaming_stores: bool = False  # non-temporal stores: run_ctas fences before returning
     alias: AliasScopes = field(init=False)
 
     def __post_init__(self):

@@ -111,8 +111,9 @@ def _same_dtype(call: PrimitiveCall, family: str) -> list[str]:
     dst, src = call["dst"], call["src"]
     if dst.dtype == src.dtype:
         return []
-    return [f"{family} copies bytes: src is {src.dtype} but dst is {dst.dtype} (use tj.copy to "
-            "convert)"]
+    why = (f"{family} copies bytes: src is {src.dtype} but dst is {dst.dtype} "
+           "(use tj.copy to convert)")
+    return [why]
 
 
 def _unit_inner_stride(call: PrimitiveCall, family: str) -> list[str]:
@@ -129,7 +130,7 @@ def _unit_inner_stride(call: PrimitiveCall, family: str) -> list[str]:
 
 
 def _tma_reasons(call: PrimitiveCall) -> list[str]:
-    dst, src = call["dst"], call["src"]
+    dst = call["dst"]
     reasons = _role_reasons(call, "tma", ((SHARED, GLOBAL), (GLOBAL, SHARED)))
     reasons += _same_dtype(call, "tma")
     if not reasons:

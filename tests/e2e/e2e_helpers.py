@@ -1,0 +1,76 @@
+"""Shared helpers of the end-to-end tests: dtypes, inputs, guarded outputs, comparisons."""
+from __future__ import annotations
+
+import torch
+
+FLOATS = ["float32", "float64", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"]
+INTS = ["int8", "int16", "int32", "int64", "uint8"]
+ALL = FLOATS + INTS + ["bool"]
+
+_TORCH = {"float8_e4m3": torch.float8_e4m3fn}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return _TORCH.get(name) or getattr(torch, name)
+
+
+def is_float(name: str) -> bool:
+    return name in FLOATS
+
+
+def make(shape, name: str, gen: torch.Generator, low=-8, high=8, nonzero=False) -> torch.Tensor:
+    """Random values representable in ``name`` (small integers scaled for floats)."""
+    dtype = torch_dtype(name)
+    if name == "bool":
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    if name == "uint8":
+        low = max(low, 0)
+    if is_float(name):
+        values = torch.randint(low * 4, high * 4, shape, generator=gen).double() / 4
+    else:
+        values = torch.randint(low, high, shape, generator=gen).double()
+    if nonzero:
+        values[values == 0] = 1
+    return values.to(dtype)
+
+
+SENTINEL = {"bool": True}
+
+
+def guarded(shape, name: str, pad: int = 3):
+    """(out, whole): ``out`` is a ``shape`` view inside ``whole``, a larger tensor filled
+    with a sentinel, so a test can check that nothing past ``out``'s end was written."""
+    dtype = torch_dtype(name)
+    big = tuple(n + pad for n in shape)
+    fill = SENTINEL.get(name, 7)
+    whole = torch.full(big, fill, dtype=torch.float64).to(dtype)
+    out = whole[tuple(slice(0, n) for n in shape)]
+    return out, whole
+
+
+def assert_guard_intact(whole: torch.Tensor, shape, name: str) -> None:
+    """Everything in ``whole`` outside the leading ``shape`` box still holds the sentinel."""
+    mask = torch.ones(whole.shape, dtype=torch.bool)
+    mask[tuple(slice(0, n) for n in shape)] = False
+    outside = whole.double()[mask]
+    fill = float(SENTINEL.get(name, 7))
+    assert torch.all(outside == fill), f"wrote past the end: {outside[outside != fill][:8]}"
+
+
+def as_f64(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float64)
+
+
+TOLERANCES = {"float32": 1e-5, "float64": 1e-12, "float16": 1e-3, "bfloat16": 8e-3,
+              "float8_e4m3": 0.07, "float8_e5m2": 0.13}
+
+
+def tolerance(name: str) -> dict:
+    """rtol/atol for comparing a ``name`` result (integers and bool: exact)."""
+    rtol = TOLERANCES.get(name, 0)
+    return {"rtol": rtol, "atol": min(rtol, 0.02)}
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, name: str) -> None:
+    torch.testing.assert_close(as_f64(actual), as_f64(expected), equal_nan=True,
+                               **tolerance(name))

@@ -1,0 +1,179 @@
+"""Every bad launch is a ``tj.LaunchError`` naming what is wrong, raised before anything runs."""
+import traceback
+
+import numpy as np
+import pytest
+import torch
+
+import tilejit as tj
+
+
+@tj.kernel
+def fill(out, value, n, BLOCK: tj.constexpr = 8):
+    base = tj.cta_id(0) * BLOCK
+    with tj.thread():
+        if tj.thread_id() == 0:
+            for i in range(BLOCK):
+                if base + i < n:
+                    out[base + i] = value
+
+
+@tj.kernel
+def add(x, y, out, n):
+    with tj.thread():
+        if tj.thread_id() == 0:
+            for i in range(n):
+                out[i] = x[i] + y[i]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tilejit-cache")
+
+
+@pytest.fixture(autouse=True)
+def isolated(cache_dir, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(cache_dir))
+    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def out():
+    """A buffer that every test checks is untouched: errors come before anything runs."""
+    buffer = torch.zeros(8)
+    yield buffer
+    assert not buffer.any()
+
+
+def launch_error(launch, *match: str) -> tj.LaunchError:
+    with pytest.raises(tj.LaunchError) as info:
+        launch()
+    for text in match:
+        assert text in str(info.value), str(info.value)
+    return info.value
+
+
+# -- binding -------------------------------------------------------------------------------
+def test_too_many_arguments(out):
+    launch_error(lambda: fill[(1,)](out, 1.0, 8, 8, 9), "fill() takes 4 arguments",
+                 "but 5 were given")
+
+
+def test_missing_argument(out):
+    err = launch_error(lambda: fill[(1,)](out, 1.0), "missing argument 'n'")
+    assert err.file == __file__ and err.line is not None   # points at the parameter
+
+
+def test_unexpected_keyword(out):
+    launch_error(lambda: fill[(1,)](out, 1.0, 8, BLOK=8), "unexpected keyword", "'BLOK'")
+
+
+def test_same_errors_through_the_kernel_protocol(out):
+    launch_error(lambda: fill.run((1,), (out,), {}), "missing argument 'value'")
+    launch_error(lambda: fill.compile(out, 1.0), "missing argument 'n'")
+
+
+def test_calling_a_kernel_without_a_grid(out):
+    launch_error(lambda: fill(out, 1.0, 8), "fill[grid](...)")
+
+
+# -- argument types, dtypes, layouts ----------------------------------------------------------
+@pytest.mark.parametrize("value, kind", [("1", "str"), (None, "NoneType"), ([1.0], "list"),
+                                         (1j, "complex")])
+def test_unsupported_argument_type(out, value, kind):
+    launch_error(lambda: fill[(1,)](out, value, 8), "argument 'value'", kind)
+
+
+def test_unsupported_dtype(out):
+    launch_error(lambda: fill[(1,)](torch.zeros(8, dtype=torch.complex64), 1.0, 8),
+                 "argument 'out'", "complex64")
+
+
+def test_wrong_dtype_for_a_compiled_kernel(out):
+    compiled = fill.compile(out, 1.0, 8)
+    launch_error(lambda: compiled[(1, 1, 1)](torch.zeros(8, dtype=torch.float64), 1.0, 8),
+                 "argument 'out'", "float64")
+
+
+def test_integer_too_wide(out):
+    launch_error(lambda: fill[(1,)](out, 1.0, 2**70), "argument 'n'")
+
+
+def test_negative_strides():
+    a = np.zeros(8, np.float32)
+    launch_error(lambda: fill[(1,)](a[::-1], 1.0, 8), "argument 'out'", "negative strides")
+    b = np.zeros((2, 8), np.float32)
+    launch_error(lambda: add[(1,)](b[::-1], b, b, 8), "argument 'x'", "negative strides")
+    assert not a.any() and not b.any()
+
+
+def test_strides_that_are_not_whole_elements():
+    raw = np.zeros(64, np.uint8)
+    odd = np.ndarray((4,), np.float32, buffer=raw, strides=(6,))
+    launch_error(lambda: fill[(1,)](odd, 1.0, 4), "argument 'out'", "not whole")
+    assert not raw.any()
+
+
+def test_non_contiguous_view_recompiles_instead_of_failing(out):
+    fill[(1,)](torch.zeros(8), 2.0, 8)
+    wide = torch.zeros(16)
+    fill[(1,)](wide[::2], 3.0, 8)   # the stride-2 view gets its own binary
+    assert wide[::2].eq(3.0).all() and wide[1::2].eq(0.0).all()
+
+
+# -- devices -------------------------------------------------------------------------------
+def test_tensor_on_the_wrong_device_for_the_target(out):
+    launch_error(lambda: fill[(1,)](torch.zeros(8, device="meta"), 1.0, 8, target="cpu"),
+                 "argument 'out' is on meta", "target 'cpu'")
+    launch_error(lambda: fill[(1,)](out, 1.0, 8, target="cuda"),
+                 "argument 'out' is on cpu", "target 'cuda'")
+
+
+def test_tensors_on_different_devices(out):
+    meta = torch.zeros(8, device="meta")
+    launch_error(lambda: add[(1,)](out, meta, out, 8), "different devices", "'y' on meta")
+
+
+def test_unknown_target(out):
+    launch_error(lambda: fill[(1,)](out, 1.0, 8, target="tpu"), "unknown target 'tpu'")
+
+
+# -- grid and options ----------------------------------------------------------------------
+@pytest.mark.parametrize("grid", [(), (0,), (1, 2, 3, 4), (1.5,), "a", (False,), (2, -1),
+                                  [1, 0], None, lambda meta: (0,), lambda meta: "x"])
+def test_bad_grid(out, grid):
+    launch_error(lambda: fill[grid](out, 1.0, 8), "grid must be 1 to 3 positive ints")
+
+
+def test_good_grids(out):
+    wide = torch.zeros(8)
+    for grid in [1, (1,), [1], (1, 1), (1, 1, 1), np.int64(1), (np.int32(1),),
+                 lambda meta: (1,), lambda meta: 1]:
+        fill[grid](wide, 1.0, 8)
+    assert wide.eq(1.0).all()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"num_warps": 0}, "num_warps"), ({"num_warps": True}, "num_warps"),
+    ({"num_warps": "4"}, "num_warps"), ({"cluster": (0, 1)}, "cluster"),
+    ({"cluster": (1, 1, 1, 1)}, "cluster"), ({"cluster": "2"}, "cluster")])
+def test_bad_launch_options(out, options, match):
+    launch_error(lambda: fill[(1,)](out, 1.0, 8, **options), match)
+
+
+# -- what the error looks like -------------------------------------------------------------
+def test_error_traceback_stays_out_of_the_argument_checks(out):
+    with pytest.raises(tj.LaunchError) as info:
+        fill[(1,)](out, "1", 8)
+    files = {frame.filename for frame in traceback.extract_tb(info.value.__traceback__)}
+    assert not any(f.endswith("arguments.py") for f in files), files
+    assert info.value.file == __file__
+
+
+def test_errors_are_not_cached(out):
+    for _ in range(2):   # a failed launch stores nothing that a retry could hit
+        launch_error(lambda: fill[(1,)](out, "1", 8), "argument 'value'")
+    good = torch.zeros(8)
+    fill[(1,)](good, 4.0, 8)
+    assert good.eq(4.0).all()

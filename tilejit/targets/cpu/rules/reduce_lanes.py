@@ -1,0 +1,75 @@
+"""Row reduction on the CPU: family ``lanes``.
+
+``sum``/``max``/``min`` along the innermost, contiguous axis of an f32 tile: each output
+is the CPU intrinsic ``row_reduce`` (``emit_vector.py``) -- four interleaved vector
+accumulators of ``W`` lanes over the row, a masked last vector and a shuffle tree across
+the lanes. Instruction shape ``(W,)``. The sum is therefore taken in a different order
+than the sequential ``tree`` fallback (``4 W`` interleaved partial sums combined in
+pairs, as vectorized libraries do); ``max``/``min`` propagate NaN like the fallback, but
+may return either zero when a row's extreme is both ``+0`` and ``-0``.
+
+Legality contract (else ``Decline`` with the reasons; the ``tree`` fallback takes over):
+
+* the target runs tile primitives once per team (``team_once``);
+* src and dst are f32 with static sizes, in global, shared, fragment or local memory, and
+  cannot run past a tensor's end;
+* the reduced axis is src's innermost dim and has unit stride.
+"""
+from __future__ import annotations
+
+from tilejit.ir.types import f32
+from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
+from tilejit.passes.distribution import Uniform
+from tilejit.passes.loopgen import Box, Emitter
+from tilejit.passes.rules.common import element_access_reasons, verdict
+
+from ..emit_vector import REDUCE_OPS
+from .common import lanes, team_once_reason, tile_strides
+
+__all__ = ["LANES_REDUCE"]
+
+
+def check(call: PrimitiveCall) -> Plan | Decline:
+    reasons = element_access_reasons(call, allow_oob=False)
+    why = team_once_reason(call)
+    if why:
+        reasons.append(why)
+    dst, src = call["dst"], call["src"]
+    axis = call.attrs["axis"]
+    for o in (dst, src):
+        if o.dtype != f32:
+            reasons.append(f"{o.name} is {o.dtype}: the vector reduction works on f32")
+    if call.attrs["op"] not in REDUCE_OPS:
+        reasons.append(f"op {call.attrs['op']!r} is not one of {', '.join(REDUCE_OPS)}")
+    if axis != len(src.shape) - 1:
+        reasons.append(f"the reduced axis {axis} is not src's innermost dim "
+                       f"{len(src.shape) - 1}: its elements are not adjacent")
+    elif not reasons:
+        strides, why = tile_strides(src)
+        if why:
+            reasons.append(why)
+        elif strides[-1] != 1 and src.shape[-1] > 1:
+            reasons.append(f"src's innermost stride is {strides[-1]}, not 1")
+    return verdict(reasons, [(lanes(call),)], distribution=Uniform())
+
+
+def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    dst, src = call["dst"], call["src"]
+    axis, length = call.attrs["axis"], src.shape[-1]
+    op = em.const(REDUCE_OPS.index(call.attrs["op"]))
+    params = [op, em.const(length), em.const(plan.shape[0])]
+
+    def row(out_idx):
+        rest = list(out_idx)
+        if len(dst.shape) == len(src.shape):  # the axis kept as extent 1
+            del rest[axis]
+        start = [em.index(i) for i in rest] + [em.const(0)]
+        value = em.b.intrinsic("cpu", "row_reduce", [src.value, *params, *start], f32)
+        em.store(dst, value, out_idx)
+
+    em.each([(Box.full(dst.shape), row)])
+
+
+LANES_REDUCE = register(Rule(
+    "lanes", "reduce", check, lower, targets=("cpu",), priority=10,
+    doc="f32 row reduction in vector accumulators with a shuffle tree across lanes"))

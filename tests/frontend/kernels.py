@@ -54,13 +54,13 @@ def warp_specialized_gemm(A, B, C, K, BM: tj.constexpr = 128, BN: tj.constexpr =
     if tj.thread_id() == 0:
         for s in tj.static_range(WS_STAGES):
             tj.mbarrier_init(full[s], 1)
-            tj.mbarrier_init(empty[s], 1)
+            tj.mbarrier_init(empty[s], 128)     # every consumer thread arrives
     tj.sync()
     m0 = tj.cta_id(0) * BM
     n0 = tj.cta_id(1) * BN
     num_k = tj.cdiv(K, BK)
     if tj.warpgroup_id() == 0:              # producer warpgroup
-        if tj.elect_sync():
+        if tj.warp_id() == 0 and tj.elect_sync():   # one issuing thread
             for k in range(num_k):
                 s = k % WS_STAGES
                 phase = (k // WS_STAGES) % 2

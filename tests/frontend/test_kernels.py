@@ -72,7 +72,7 @@ def test_warp_specialized_gemm():
     assert k.attrs["num_warps"] == 8
     filters = [op.attrs["filter"] for op in ops(k, "if")]
     assert filters == [FilterSpec("thread", 0, 1), FilterSpec("warpgroup", 0, 1),
-                       FilterSpec("elect")]
+                       FilterSpec("warp", 0, 1), FilterSpec("elect")]
     assert len(ops(k, "mbarrier_init")) == 4        # static_range unrolled 2 x 2
     producer_loop, consumer_loop = ops(k, "for")
     names = [op.name for op in producer_loop.regions[0].ops]

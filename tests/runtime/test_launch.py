@@ -37,18 +37,6 @@ def nothing():
     pass
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("tilejit-cache")
-
-
-@pytest.fixture(autouse=True)
-def isolated(cache_dir, monkeypatch):
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(cache_dir))
-    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def binaries(kernel) -> int:
     """Binaries this kernel has obtained: compiled here or loaded from the disk cache."""
     info = kernel.cache_info()

@@ -26,18 +26,6 @@ def add(x, y, out, n):
                 out[i] = x[i] + y[i]
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("tilejit-cache")
-
-
-@pytest.fixture(autouse=True)
-def isolated(cache_dir, monkeypatch):
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(cache_dir))
-    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def out():
     """A buffer that every test checks is untouched: errors come before anything runs."""

@@ -148,8 +148,8 @@ def _use_fast_numpy_address() -> None:
     """The CPU backend (which every numpy argument is launched on) reads an ndarray's data
     pointer five times faster than ``__array_interface__``."""
     global _numpy_address
-    from ..targets.cpu.launch import _numpy_data_pointer
-    _numpy_address = _numpy_data_pointer
+    from ..targets.cpu.launch import numpy_data_pointer
+    _numpy_address = numpy_data_pointer
 
 
 # -- checks made when the signature lookup misses -----------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +20,7 @@ from ..frontend.language import DeviceFunction, constexpr
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..frontend.source import function_source
 from ..ir.types import ScalarType
-from ..knobs import KNOBS, knobs
+from ..knobs import knobs
 from . import arguments
 from .arguments import TensorSpec
 from .cache import CacheInfo, KernelCache, register_kernel
@@ -359,16 +358,6 @@ def _source_hash(fn: Callable) -> str:
 
 
 # -- the generated launcher ----------------------------------------------------------------
-def _environment_reader() -> Callable[[str], Any]:
-    """A reader of one environment variable as the knobs see it, ~20x cheaper than
-    ``os.environ.get``: CPython's ``os.environ`` keeps its values in ``_data`` under
-    encoded keys, which the launcher reads directly on every launch."""
-    data = getattr(os.environ, "_data", None)
-    if not isinstance(data, dict):
-        return lambda name: functools.partial(os.environ.get, name)
-    return lambda name: functools.partial(data.get, os.environ.encodekey(name))
-
-
 def _generate_launcher(kernel: Kernel) -> Callable:
     """``launch(grid, <the kernel's parameters>, *, <launch options>)`` for this kernel.
 
@@ -384,15 +373,14 @@ def _generate_launcher(kernel: Kernel) -> Callable:
         "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
         "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
         "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
-        "_tj_overrides": object.__getattribute__(knobs, "_overrides"),
+        "_tj_overrides": knobs.overrides,
         "_tj_cluster": DEFAULT_CLUSTER, "_tj_name": kernel.__name__,
     }
-    reader = _environment_reader()
     # The knobs a binary depends on: their raw environment text and any Python override are
     # part of the lookup, so changing one makes the next launch take the slow path.
     knob_reads = []
     for i, knob in enumerate(("target", "debug", "always_compile")):
-        namespace[f"_tj_env{i}"] = reader(KNOBS[knob].env)
+        namespace[f"_tj_env{i}"] = knobs.raw_reader(knob)
         knob_reads.append(f"_tj_env{i}()")
     params, signature_parts = [], []
     for i, name in enumerate(names):

@@ -185,7 +185,7 @@ def _byte_layout(arg):
         size = arg.element_size()
         return arg.data_ptr(), tuple(arg.shape), [s * size for s in arg.stride()], size
     if module == "numpy" and hasattr(arg, "strides"):
-        return _numpy_data_pointer(arg), arg.shape, arg.strides, arg.itemsize
+        return numpy_data_pointer(arg), arg.shape, arg.strides, arg.itemsize
     return None
 
 
@@ -296,7 +296,7 @@ class _Param:
         except TypeError:
             raise self._fail(f"is {self.dtype}, which numpy cannot hold; pass a torch "
                              "tensor") from None
-        itemsize, layouts, data = wanted.itemsize, self._layouts, _numpy_data_pointer
+        itemsize, layouts, data = wanted.itemsize, self._layouts, numpy_data_pointer
 
         def convert(a, out):
             if a.dtype != wanted:
@@ -350,4 +350,4 @@ def _choose_numpy_data_pointer():
 
 _VOID_P = ctypes.c_void_p
 _OBJECT_HEADER = object.__basicsize__
-_numpy_data_pointer = _choose_numpy_data_pointer()
+numpy_data_pointer = _choose_numpy_data_pointer()

@@ -153,10 +153,11 @@ def _cp_async_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
-def _copy_async_check(family_reasons):
+def _family_check(family_reasons, base_plan):
+    """A family's legality: its own reasons plus those of the synchronous lowering it reuses."""
     def check(call: PrimitiveCall) -> Plan | Decline:
         reasons = family_reasons(call) if family_reasons else []
-        plan = _element_copy(call)
+        plan = base_plan(call)
         if isinstance(plan, Decline):
             reasons += [r for r in plan.reasons if r not in reasons]
         return Decline(*reasons) if reasons else plan
@@ -171,7 +172,7 @@ def _copy_async_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 
 def _copy_async_rule(family: str, reasons, priority: int, doc: str) -> Rule:
-    return register(Rule(family, "copy_async", _copy_async_check(reasons), _copy_async_lower,
+    return register(Rule(family, "copy_async", _family_check(reasons, _element_copy), _copy_async_lower,
                          targets=CPU, priority=priority, doc=doc))
 
 
@@ -245,23 +246,13 @@ def _tcgen05_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
-def _gemm_async_check(family_reasons):
-    def check(call: PrimitiveCall) -> Plan | Decline:
-        reasons = family_reasons(call) if family_reasons else []
-        plan = _gemm_plan(call)
-        if isinstance(plan, Decline):
-            reasons += [r for r in plan.reasons if r not in reasons]
-        return Decline(*reasons) if reasons else plan
-    return check
-
-
 def _gemm_async_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     rule: Rule = plan.details["gemm_rule"]
     rule.lower(_as_gemm(call), plan.details["gemm_plan"].choose(plan.shape), em)
 
 
 def _gemm_async_rule(family: str, reasons, priority: int, doc: str) -> Rule:
-    return register(Rule(family, "gemm_async", _gemm_async_check(reasons), _gemm_async_lower,
+    return register(Rule(family, "gemm_async", _family_check(reasons, _gemm_plan), _gemm_async_lower,
                          targets=CPU, priority=priority, doc=doc))
 
 

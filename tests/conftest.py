@@ -1,0 +1,15 @@
+"""Every test runs against a temporary on-disk cache (never ``~/.cache/tilejit``) with the
+knobs that change compilation unset; tests that need their own cache set it on top."""
+import pytest
+
+
+@pytest.fixture(scope="session")
+def session_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("tilejit-cache")
+
+
+@pytest.fixture(autouse=True)
+def isolated_tilejit_env(session_cache_dir, monkeypatch):
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(session_cache_dir))
+    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
+        monkeypatch.delenv(name, raising=False)

@@ -7,7 +7,7 @@
 Overhead: no-op kernels on the CPU target, launched with ``kernel[grid](...)`` after the
 first (compiling) launch. Each figure is the per-launch time of the fastest of several
 batches (``timeit`` convention: the minimum is the least disturbed by other load). The split
-replaces the backend launch with a no-op (the Python side: binding, signatures, lookup) and
+replaces the backend launch with a no-op (the Python side: binding, argument facts, lookup) and
 calls the backend's ``module.launch`` alone (argument packing and the native call).
 
 First result: two fresh processes share an empty ``TILEJIT_CACHE_DIR``; the first compiles
@@ -21,6 +21,7 @@ it every import recompiles tilejit's sources and the second process takes ~35 ms
 from __future__ import annotations
 
 import argparse
+import ctypes
 import functools
 import json
 import os
@@ -61,42 +62,38 @@ def overhead() -> None:
              ("3 tensors + int + constexpr", noop_3t, (x, y, out, 1024), {"BLOCK": 1024})]
     print("µs per launch; python = binding + signatures + lookup; native = the JIT'd code "
           "called through ctypes")
-    print(f"{'no-op kernel':30s} {'total':>7s} {'python':>7s} {'(sigs)':>7s} {'backend':>8s} "
+    print(f"{'no-op kernel':30s} {'total':>7s} {'python':>7s} {'(facts)':>7s} {'backend':>8s} "
           f"{'(native)':>8s}")
     for name, kernel, args, meta in cases:
         print(f"{name:30s}" + "".join(f" {us:7.2f}" for us in _split(kernel, args, meta)))
 
 
 def _split(kernel, args: tuple, meta: dict) -> tuple[float, ...]:
-    """(total, Python side, of which argument signatures, backend, of which native call)."""
+    """(total, Python side, of which argument facts, backend, of which native call)."""
     kernel[(1,)](*args, **meta)   # compiles
     total = per_call_us(lambda: kernel[(1,)](*args, **meta))
     entry = next(iter(kernel._fast.values()))
     backend = entry.launch
-    entry.launch = lambda grid, runtime_args: None
+    entry.launch = lambda grid, records: None
     python = per_call_us(lambda: kernel[(1,)](*args, **meta))
     entry.launch = backend
-    signatures = per_call_us(functools.partial(_signatures, args))
-    runtime_args = list(args)   # every positional argument here is a runtime one
-    backend_us = per_call_us(lambda: backend((1, 1, 1), runtime_args))
-    return total, python, signatures, backend_us, _native_us(entry.compiled, runtime_args)
+    facts = per_call_us(functools.partial(_facts, args))
+    records = tuple(arguments.facts(type(a), arguments.facts_of)(a)[1] for a in args)
+    backend_us = per_call_us(lambda: backend((1, 1, 1), records))
+    return total, python, facts, backend_us, _native_us(entry.compiled, records)
 
 
-def _signatures(args: tuple) -> None:
+def _facts(args: tuple) -> None:
     for arg in args:
-        arguments.signatures(type(arg), arguments.signature_of)(arg)
+        arguments.facts(type(arg), arguments.facts_of)(arg)
 
 
-def _native_us(compiled, args) -> float:
+def _native_us(compiled, records) -> float:
     """The JIT'd ``run_ctas`` called through ctypes with already packed arguments."""
     module = compiled.module
-    values = [1, 1, 1]
-    for param, arg in zip(module._params, args):
-        param.pack(arg, values)
-    packed = module._pack(*values)
-    import ctypes
     err = ctypes.create_string_buffer(64 * 8)
-    return per_call_us(lambda: module._run_ctas(packed, 0, 1, err))
+    packed = module._pack_records(0, 1, ctypes.addressof(err), (1, 1, 1), records)
+    return per_call_us(lambda: module._run_ctas(packed))
 
 
 GEMM_CHILD = """

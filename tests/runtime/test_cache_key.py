@@ -7,7 +7,7 @@ import torch
 from tilejit.runtime.cache_key import (
     CacheKeyError,
     CacheKeyParts,
-    arg_spec,
+    compiler_fingerprint,
     make_key,
     source_hash,
 )
@@ -37,6 +37,7 @@ FLIPS = {
     "arch": "sm_80",
     "debug": True,
     "version": "0.2.0",
+    "compiler": "f" * 64,
 }
 
 
@@ -120,22 +121,7 @@ def test_source_hash_ignores_indentation_but_not_text():
     assert source_hash(f) != source_hash(g)
 
 
-def test_arg_spec_of_tensors_and_arrays():
-    t = torch.zeros(8, 4)
-    assert arg_spec(t) == ("array", "float32", 2, True, True)
-    assert arg_spec(t.t())[-1] is False                     # innermost stride 8
-    assert arg_spec(t.view(-1)[1:])[3] is False             # 4-byte offset: unaligned
-    assert arg_spec(t.view(-1)[1:], specialize=False) == ("array", "float32", 1)
-    a = np.zeros((3, 5), dtype=np.float16)
-    assert arg_spec(a)[:3] == ("array", "float16", 2)
-    assert arg_spec(a[:, ::2])[-1] is False
-
-
-def test_arg_spec_of_scalars():
-    assert arg_spec(32) == ("int", True)
-    assert arg_spec(33) == ("int", False)
-    assert arg_spec(33, specialize=False) == arg_spec(32, specialize=False)
-    assert arg_spec(True) == ("bool",)
-    assert arg_spec(1.5) == ("float",)
-    with pytest.raises(CacheKeyError):
-        arg_spec(object())
+def test_compiler_sources_are_part_of_the_key():
+    parts = CacheKeyParts(**BASE)
+    assert parts.compiler == compiler_fingerprint() and len(parts.compiler) == 64
+    assert make_key(parts) != make_key(dataclasses.replace(parts, compiler="edited tilejit"))

@@ -16,7 +16,8 @@ from tilejit.knobs import knobs
 REPO = Path(__file__).resolve().parents[2]
 
 SCALE = 2.0
-consts = types.ModuleType("kernel_test_consts")   # read as consts.OFFSET: a module attribute
+# Read as consts.OFFSET: a module attribute. Named like tilejit, but not part of it.
+consts = types.ModuleType("tilejit_user_consts")
 consts.OFFSET = 0.0
 
 
@@ -131,6 +132,24 @@ def test_each_specialization_recompiles(change, compiles):
         assert compiles() == 2
         launch(changed["x"], **changed["meta"])
         assert compiles() == 2
+
+
+def test_an_int_divisible_by_16_recompiles_unless_not_specialized(compiles):
+    x, out = torch.arange(16.0), torch.zeros(16)
+    scaled[(2,)](x, torch.zeros(16), 16)
+    scaled[(2,)](x, out, 15)    # not a multiple of 16: another binary
+    assert compiles() == 2
+    assert out[15] == 0 and torch.equal(out[:15], x[:15] * 2 + 1)
+    scaled[(2,)](x, out, 0)     # a multiple of 16: the first binary again
+    assert compiles() == 2
+    flags = sorted(c.asm["ir"].split("\n")[0].count('n = ["div16"]')
+                   for c in scaled.compiled_kernels())
+    assert flags == [0, 1]
+    loose = tj.kernel(scaled.fn, do_not_specialize=("n",))
+    loose[(2,)](x, out, 16)
+    loose[(2,)](x, out, 15)
+    info = loose.cache_info()   # one binary (the one made for n=15 above: the same key)
+    assert info.size == 1 and info.compiles + info.disk_hits == 1
 
 
 def test_constexpr_types_are_told_apart(compiles):

@@ -1,6 +1,7 @@
 """Launching real kernels through ``kernel[grid](...)`` on the CPU target."""
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,29 @@ def test_compile_with_tensor_specs_then_launch_reuses_the_binary():
     axpb[(4,)](x, out, 1.0, 1.0, 32)
     assert binaries(axpb) == before
     torch.testing.assert_close(out, x + 1)
+
+
+def test_launches_from_several_threads_keep_their_arguments_and_errors():
+    x = torch.arange(64.0)
+    checked = tj.kernel(axpb.fn, debug=True)
+    axpb[(8,)](x, torch.zeros(64), 1.0, 0.0, 64)
+    checked[(8,)](x, torch.zeros(64), 1.0, 0.0, 64)
+
+    def work(i: int):
+        out = torch.zeros(64)
+        for _ in range(200):
+            if i % 2:   # every CTA past the 4th reads and writes beyond 32 elements
+                with pytest.raises(tj.LaunchError, match="out-of-bounds"):
+                    checked[(8,)](x[:32], out[:32], float(i), 1.0, 64)
+            else:
+                axpb[(8,)](x, out, float(i), 1.0, 64)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    for i, out in enumerate(results):
+        expected = x * i + 1 if i % 2 == 0 else torch.cat([x[:32] * i + 1, torch.zeros(32)])
+        torch.testing.assert_close(out, expected)
 
 
 def test_compiled_kernel_launches_directly():

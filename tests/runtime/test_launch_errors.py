@@ -88,6 +88,11 @@ def test_integer_too_wide(out):
     launch_error(lambda: fill[(1,)](out, 1.0, 2**70), "argument 'n'")
 
 
+def test_float_beyond_f32(out):
+    fill[(1,)](out[:0], 1.0, 0)   # compiled, so the fast path meets the bad value
+    launch_error(lambda: fill[(1,)](out, 1e300, 8), "argument 'value'", "f32")
+
+
 def test_negative_strides():
     a = np.zeros(8, np.float32)
     launch_error(lambda: fill[(1,)](a[::-1], 1.0, 8), "argument 'out'", "negative strides")
@@ -97,6 +102,7 @@ def test_negative_strides():
 
 
 def test_strides_that_are_not_whole_elements():
+    fill[(1,)](np.zeros(8, np.float32)[::2], 1.0, 4)   # a binary for strided float32 vectors
     raw = np.zeros(64, np.uint8)
     odd = np.ndarray((4,), np.float32, buffer=raw, strides=(6,))
     launch_error(lambda: fill[(1,)](odd, 1.0, 4), "argument 'out'", "not whole")

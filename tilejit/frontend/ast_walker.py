@@ -24,7 +24,8 @@ from tilejit.knobs import knobs
 
 from . import language
 from .control_flow import ControlFlowMixin
-from .dependencies import is_cache_constant, is_constexpr_annotation, unwrap_constexpr
+from .dependencies import (is_cache_constant, is_constexpr_annotation, is_tilejit_module,
+                           unwrap_constexpr)
 from .semantics import Semantics, fold
 from .source import FunctionSource, function_source
 from .values import BarrierRef, Undefined, contains_value, describe, is_value
@@ -288,7 +289,7 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         except AttributeError as err:
             raise CompilationError(str(err)) from None
         value = unwrap_constexpr(value)
-        if inspect.ismodule(base) and not base.__name__.startswith("tilejit") \
+        if inspect.ismodule(base) and not is_tilejit_module(base) \
                 and is_cache_constant(value):
             self.globals_read[f"{base.__name__}.{name}"] = value
         return value

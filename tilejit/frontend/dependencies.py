@@ -29,6 +29,21 @@ class Dependencies:
     globals: dict = field(default_factory=dict)
 
 
+def in_package(module_name: str, package: str) -> bool:
+    """``module_name`` is ``package`` or one of its submodules (``tilejit_utils`` is not in
+    ``tilejit``)."""
+    return module_name == package or module_name.startswith(package + ".")
+
+
+def is_tilejit_module(module) -> bool:
+    """tilejit's own modules: what a kernel reads from them is the language, not a constant."""
+    return in_package(module.__name__, "tilejit")
+
+
+def is_layout(value) -> bool:
+    return in_package(type(value).__module__, "tilejit.layout")
+
+
 def is_cache_constant(value) -> bool:
     """A module-level value a kernel compiles in (so it belongs in the cache key): numbers,
     strings, None, dtypes, layouts, ``tj.constexpr`` values and tuples of those."""
@@ -38,7 +53,7 @@ def is_cache_constant(value) -> bool:
         return True
     if isinstance(value, (tuple, list)):
         return all(is_cache_constant(v) for v in value)
-    return type(value).__module__.startswith("tilejit.layout")
+    return is_layout(value)
 
 
 def unwrap_constexpr(value):
@@ -88,5 +103,5 @@ def _global_refs(node: ast.AST, local: set, globals_: dict):
     elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
             and node.value.id not in local and inspect.ismodule(globals_.get(node.value.id)):
         module = globals_[node.value.id]
-        if not module.__name__.startswith("tilejit") and hasattr(module, node.attr):
+        if not is_tilejit_module(module) and hasattr(module, node.attr):
             yield f"{module.__name__}.{node.attr}", getattr(module, node.attr)

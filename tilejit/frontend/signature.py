@@ -27,7 +27,8 @@ class ArgSpec:
       ``aligned16`` (data pointer 16-byte aligned), ``div16`` (every run-time size and
       non-unit stride divisible by 16) and ``unit_stride`` (innermost stride is 1) are
       specializations the runtime proved for this call.
-    * ``kind == "scalar"``: ``dtype`` is ``i32``/``i64`` (ints), ``f32`` (floats) or ``i1``.
+    * ``kind == "scalar"``: ``dtype`` is ``i32``/``i64`` (ints), ``f32`` (floats) or ``i1``;
+      ``div16`` says an int is a multiple of 16.
     * ``kind == "constexpr"``: ``value`` is folded at compile time.
     """
 
@@ -62,8 +63,10 @@ class ArgSpec:
         return cls(TENSOR, dtype, rank, shape, **flags)
 
     @classmethod
-    def scalar(cls, dtype: ScalarType) -> ArgSpec:
-        return cls(SCALAR, dtype)
+    def scalar(cls, dtype: ScalarType, div16: bool = False) -> ArgSpec:
+        if div16 and not dtype.is_int:
+            raise ValueError(f"only an integer scalar can be divisible by 16, not {dtype}")
+        return cls(SCALAR, dtype, div16=div16)
 
     @classmethod
     def constexpr(cls, value) -> ArgSpec:

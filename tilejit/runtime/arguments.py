@@ -1,11 +1,13 @@
 """Launch arguments: their cheap signatures, which target they ask for, what is wrong with them.
 
-A launch summarizes each argument in a *signature* (:func:`signature_of`): a small hashable
+A launch summarizes each argument in a *signature* (:func:`facts_of`): a small hashable
 value holding exactly what the compiled code may depend on (dtype, rank, device, 16-byte
-alignment and unit innermost stride for arrays; i32/i64/f32/i1 for scalars; type and value
-for compile-time values). Two calls with equal signatures can run the same binary, so
-``Kernel`` finds its binary with one dict lookup. Everything else here runs only when that
-lookup misses, and raises ``LaunchError`` naming the argument before anything runs.
+alignment and unit innermost stride for arrays; i32/i64/f32/i1 and divisibility by 16 for
+scalars; type and value for compile-time values). Two calls with equal signatures can run
+the same binary, so ``Kernel`` finds its binary with one dict lookup, and hands the backend
+the argument's *record* made at the same time (pointer, shape and strides of an array).
+Everything else here runs only when that lookup misses, and raises ``LaunchError`` naming
+the argument before anything runs.
 
 So a tensor the compiled code cannot take *recompiles* when it differs in what the code
 assumed (dtype, rank, device, alignment, a unit innermost stride), and is a ``LaunchError``
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import operator
 import sys
+import textwrap
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import LaunchError
+from ..frontend.dependencies import is_layout
 from ..frontend.language import constexpr
 from ..frontend.signature import ArgSpec
 from ..ir import types
@@ -50,68 +54,123 @@ class TensorSpec:
         object.__setattr__(self, "strides", tuple(self.strides))
 
 
-# -- signatures (the per-launch hot path) ------------------------------------------------
-def _torch_signature(t) -> tuple:
-    # get_device() is -1 on the CPU and the index on CUDA: it tells apart both the target
-    # and the GPU, at a fifth of the cost of t.device.
-    strides = t.stride()
-    return (t.dtype, t.get_device(), not t.data_ptr() & 15, len(strides),
-            strides[-1:] == (1,))
+# -- facts: signature and launch record (the per-launch hot path) ---------------------------
+# ``facts(value) -> (signature, record)``. The record is what the backend's
+# ``launch(grid, records)`` takes for the argument: ``(data address, *shape, *strides in
+# elements)`` for an array, the value itself for a scalar. Both come from one function so
+# that a launch asks a tensor for its pointer, shape and strides once.
+# A torch tensor's facts as statements: the generated launcher inlines them for plain
+# torch.Tensor arguments (a function call would cost a fifth more), ``_torch_facts`` runs
+# the same text for every other route. get_device() is -1 on the CPU and the index on CUDA:
+# it tells apart both the target and the GPU, at a fifth of the cost of t.device.
+_TORCH_FACTS = """\
+{strides} = {t}.stride()
+{address} = {t}.data_ptr()
+{signature} = ({t}.dtype, {t}.get_device(), not {address} & 15, len({strides}),
+               {strides}[-1:] == (1,))
+{record} = ({address}, *{t}.shape, *{strides})"""
 
 
-def _numpy_signature(a) -> tuple:
-    strides, itemsize = a.strides, a.itemsize
-    return ("ndarray", a.dtype, not _numpy_address(a) & 15, len(strides),
-            strides[-1:] == (itemsize,), min(strides, default=0) >= 0)
+def torch_facts_code(tensor: str, signature: str, record: str, indent: str) -> str:
+    """The statements setting ``signature`` and ``record`` for the tensor named ``tensor``
+    (temporaries are named after ``record``)."""
+    text = _TORCH_FACTS.format(t=tensor, signature=signature, record=record,
+                               strides=f"{record}_strides", address=f"{record}_address")
+    return textwrap.indent(text, indent)
 
 
-def _spec_signature(spec: TensorSpec) -> tuple:
-    return ("spec", spec)
+def _make_torch_facts() -> Callable[[Any], tuple]:
+    source = "def _torch_facts(t):\n" + torch_facts_code("t", "signature", "record", "    ") + \
+        "\n    return signature, record\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<tilejit torch facts>", "exec"), namespace)
+    return namespace["_torch_facts"]
 
 
-def _int_signature(value: int) -> str:
-    return "i32" if -2147483648 <= value <= 2147483647 else "i64"
+_torch_facts = _make_torch_facts()
 
 
-def _constexpr_signature(value: constexpr) -> tuple:
-    return ("constexpr", exact(value.value))
+_ELEMENT_STRIDES: dict[tuple, tuple | None] = {}
+_UNSEEN = object()
 
 
-def _unsupported_signature(value: Any) -> tuple:
-    return ("unsupported", type(value))   # arg_spec_of rejects it with the argument's name
+def _element_strides(strides: tuple, itemsize: int) -> tuple | None:
+    """Byte strides in elements; None unless all are whole, non-negative elements."""
+    elements = None
+    if all(s >= 0 and s % itemsize == 0 for s in strides):
+        elements = tuple(s // itemsize for s in strides)
+    if len(_ELEMENT_STRIDES) < _FACTS_CACHE_LIMIT:
+        _ELEMENT_STRIDES[strides, itemsize] = elements
+    return elements
 
 
-def _constant(signature) -> Callable[[Any], Any]:
-    return lambda value: signature
+def _numpy_facts(a) -> tuple:
+    strides, itemsize, address = a.strides, a.itemsize, _numpy_address(a)
+    elements = _ELEMENT_STRIDES.get((strides, itemsize), _UNSEEN)
+    if elements is _UNSEEN:
+        elements = _element_strides(strides, itemsize)
+    if elements is None:   # arg_spec_of names what is wrong
+        return ("ndarray", "unusable strides", strides), None
+    return (("ndarray", a.dtype, not address & 15, len(strides), elements[-1:] == (1,)),
+            (address, *a.shape, *elements))
 
 
-_SIGNATURES: dict[type, Callable[[Any], Any]] = {
-    bool: _constant("i1"), int: _int_signature, float: _constant("f32"),
-    constexpr: _constexpr_signature, TensorSpec: _spec_signature,
+def _spec_facts(spec: TensorSpec) -> tuple:
+    return ("spec", spec), None   # TensorSpecs compile; they never launch
+
+
+def _int_facts(value: int) -> tuple:
+    # The "/16" signatures tell the compiler the value is a multiple of 16.
+    if -2147483648 <= value <= 2147483647:
+        return ("i32" if value & 15 else "i32/16"), value
+    if -9223372036854775808 <= value <= 9223372036854775807:
+        return ("i64" if value & 15 else "i64/16"), value
+    return ("int beyond 64 bits", value), None   # arg_spec_of names the argument
+
+
+def _bool_facts(value: bool) -> tuple:
+    return "i1", value
+
+
+def _float_facts(value: float) -> tuple:
+    return "f32", value
+
+
+def _constexpr_facts(value: constexpr) -> tuple:
+    return ("constexpr", exact(value.value)), None
+
+
+def _unsupported_facts(value: Any) -> tuple:
+    return ("unsupported", type(value)), None   # arg_spec_of rejects it with the argument's name
+
+
+_FACTS_CACHE_LIMIT = 1024
+_FACTS: dict[type, Callable[[Any], tuple]] = {
+    bool: _bool_facts, int: _int_facts, float: _float_facts,
+    constexpr: _constexpr_facts, TensorSpec: _spec_facts,
 }
 
 
-def signature_of(value: Any) -> Any:
-    """The signature of an argument of a type not seen yet; its type is remembered."""
-    cls = type(value)
+def facts_of(value: Any) -> tuple:
+    """The facts of an argument of a type not seen yet; its type is remembered."""
     if _is_tensor(value):
-        signature = _torch_signature
+        facts = _torch_facts
     elif _is_ndarray(value):
         _use_fast_numpy_address()
-        signature = _numpy_signature
+        facts = _numpy_facts
     elif isinstance(value, bool) or _is_numpy_scalar(value, "bool_"):
-        signature = _SIGNATURES[bool]
+        facts = _bool_facts
     elif isinstance(value, int) or _is_numpy_scalar(value, "integer"):
-        signature = _int_signature
+        facts = _int_facts
     elif isinstance(value, float) or _is_numpy_scalar(value, "floating"):
-        signature = _SIGNATURES[float]
+        facts = _float_facts
     else:
-        signature = _unsupported_signature
-    _SIGNATURES[cls] = signature
-    return signature(value)
+        facts = _unsupported_facts
+    _FACTS[type(value)] = facts
+    return facts(value)
 
 
-signatures = _SIGNATURES.get   # signatures(type(v), signature_of)(v): the launch's dispatch
+facts = _FACTS.get   # facts(type(v), facts_of)(v): the launch's dispatch
 
 
 def exact(value: Any) -> Any:
@@ -209,9 +268,9 @@ def _tensor_facts(value: Any) -> tuple[Any, tuple, tuple, bool] | None:
 
 def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> ArgSpec:
     """What the compiler may assume about ``value``: exactly what its signature holds."""
-    facts = _tensor_facts(value)
-    if facts is not None:
-        dtype, shape, strides, aligned = facts
+    array = _tensor_facts(value)
+    if array is not None:
+        dtype, shape, strides, aligned = array
         scalar = types.scalar_type_of(dtype)
         if scalar is None:
             raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
@@ -224,16 +283,24 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
                               "which kernels cannot take; pass a copy (numpy.ascontiguousarray)")
         if not specialize:
             return ArgSpec.tensor(scalar, len(shape))
-        # Only what the signature holds may be assumed; div16 is left unproved because no
-        # backend uses it yet and testing every dim on every launch would cost a microsecond.
+        # Only what the signature holds may be assumed. Sizes and strides divisible by 16
+        # are left unproved: testing every one on every launch would cost a microsecond.
         return ArgSpec.tensor(scalar, len(shape), aligned16=aligned,
                               unit_stride=not strides or strides[-1] == 1)
-    signature = _SIGNATURES.get(type(value), signature_of)(value)
-    if signature in ("i1", "i32", "i64", "f32"):
-        return ArgSpec.scalar(types.SCALAR_TYPES[signature])
+    signature = facts(type(value), facts_of)(value)[0]
+    if signature in _SCALAR_SIGNATURES:
+        dtype, div16 = _SCALAR_SIGNATURES[signature]
+        return ArgSpec.scalar(dtype, div16=div16 and specialize)
+    if signature[0] == "int beyond 64 bits":
+        raise LaunchError(f"{kernel}: argument {name!r} = {value} does not fit in 64 bits")
     raise LaunchError(f"{kernel}: argument {name!r} has type {type(value).__name__}; expected a "
                       "torch tensor, numpy array, tj.TensorSpec, int, float, bool or "
                       "tj.constexpr")
+
+
+_SCALAR_SIGNATURES = {"i1": (types.i1, False), "f32": (types.f32, False),
+                      "i32": (types.i32, False), "i32/16": (types.i32, True),
+                      "i64": (types.i64, False), "i64/16": (types.i64, True)}
 
 
 def spec_key(spec: ArgSpec) -> list:
@@ -249,7 +316,7 @@ def json_safe(value: Any) -> Any:
         return f"dtype:{value}"
     if isinstance(value, (tuple, list)):
         return [json_safe(v) for v in value]
-    if type(value).__module__.startswith("tilejit.layout"):
+    if is_layout(value):
         return f"layout:{value}"
     return value
 

@@ -9,10 +9,12 @@ never hit).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import math
+import pathlib
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -24,7 +26,7 @@ from ..errors import TilejitError
 __all__ = [
     "CacheKeyError",
     "CacheKeyParts",
-    "arg_spec",
+    "compiler_fingerprint",
     "canonical_json",
     "make_key",
     "source_hash",
@@ -103,19 +105,20 @@ class CacheKeyParts:
     called_function_hashes: Pairs = ()   # (qualname, source hash) of every @tj.func reached
     constexprs: Pairs = ()               # (name, value)
     globals_read: Pairs = ()             # (name, value) of module-level constants read
-    arg_specs: tuple = ()                # one JSON-safe spec per runtime argument, see arg_spec
+    arg_specs: tuple = ()                # one JSON-safe spec per runtime argument (arguments.spec_key)
     options: Pairs = ()                  # launch options: num_warps, num_stages, cluster, ...
     target: str = ""
     arch: str = ""
     debug: bool = False
     version: str = field(default=__version__)
+    compiler: str = field(default_factory=lambda: compiler_fingerprint())
 
     def __post_init__(self) -> None:
         for name in ("called_function_hashes", "constexprs", "globals_read", "options"):
             object.__setattr__(self, name, _sorted_pairs(getattr(self, name), name))
         object.__setattr__(self, "arg_specs", _freeze(self.arg_specs))
         _check_json_safe(self.arg_specs, "arg_specs")
-        for name in ("kernel_source_hash", "target", "arch", "version"):
+        for name in ("kernel_source_hash", "target", "arch", "version", "compiler"):
             if not isinstance(getattr(self, name), str):
                 raise CacheKeyError(f"{name} must be a str, got {getattr(self, name)!r}")
         if not isinstance(self.debug, bool):
@@ -130,47 +133,20 @@ def make_key(parts: CacheKeyParts) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+@functools.cache
+def compiler_fingerprint() -> str:
+    """sha256 hex of tilejit's own sources, read once per process (~3 ms): a binary made by
+    other compiler code -- an edited checkout, another install of the same version -- is
+    never reused."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def source_hash(fn: Any) -> str:
     """sha256 hex of ``fn``'s dedented source text (so re-indenting a nested def is a no-op)."""
     source = textwrap.dedent(inspect.getsource(fn))
     return hashlib.sha256(source.encode("utf-8")).hexdigest()
-
-
-def arg_spec(value: Any, specialize: bool = True) -> tuple:
-    """The part of a runtime argument that the generated code may depend on.
-
-    Arrays (torch tensors, numpy arrays): dtype, rank, whether the data pointer is 16-byte
-    aligned and whether the innermost stride is 1. Integers: whether divisible by 16.
-    ``specialize=False`` (the kernel's ``do_not_specialize``) keeps only the type, so one
-    binary serves every alignment or value.
-    """
-    if isinstance(value, bool):
-        return ("bool",)
-    if isinstance(value, int):
-        return ("int", value % 16 == 0) if specialize else ("int",)
-    if isinstance(value, float):
-        return ("float",)
-    if value is None:
-        return ("none",)
-    array = _array_facts(value)
-    if array is None:
-        raise CacheKeyError(f"cannot specialize on an argument of type "
-                            f"{type(value).__qualname__}")
-    dtype, rank, address, unit_stride = array
-    if not specialize:
-        return ("array", dtype, rank)
-    return ("array", dtype, rank, address % 16 == 0, unit_stride)
-
-
-def _array_facts(value: Any) -> tuple[str, int, int, bool] | None:
-    """(dtype name, rank, data address, innermost stride is 1) of a tensor or ndarray."""
-    if hasattr(value, "data_ptr") and hasattr(value, "stride"):   # torch.Tensor
-        rank = value.dim()
-        unit = rank == 0 or value.stride(-1) == 1
-        return str(value.dtype).removeprefix("torch."), rank, value.data_ptr(), unit
-    if hasattr(value, "__array_interface__") and hasattr(value, "strides"):   # numpy
-        rank = value.ndim
-        unit = rank == 0 or value.strides[-1] == value.itemsize
-        address = value.__array_interface__["data"][0]
-        return str(value.dtype), rank, address, unit
-    return None

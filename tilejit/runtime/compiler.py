@@ -30,8 +30,10 @@ class _Backend:
     """How the runtime drives one target: compile lowered IR, load what compile made, launch.
 
     ``arch_id(arch)`` names what the binary is specific to (part of the cache key).
-    ``launchers(module)`` returns ``launch(grid, args)`` (the default stream: on CUDA,
-    torch's current one) and ``launch_on_stream(grid, args, stream)``; a launch calls them
+    ``launchers(module)`` returns ``launch(grid, records)`` (the default stream: on CUDA,
+    torch's current one) and ``launch_on_stream(grid, records, stream)``, taking one launch
+    record per runtime argument as ``arguments.facts`` makes them (``(address, *shape,
+    *strides)`` for a tensor, the value for a scalar) and trusting them; a launch calls them
     directly, so they should be the module's own methods where the target allows.
     ``derived`` makes, from the module, stages worth making only when asked for.
     """
@@ -69,8 +71,8 @@ def _cpu_load(files: dict[str, bytes], meta: dict):
 
 
 def _cpu_launchers(module) -> tuple[Callable, Callable]:
-    launch = module.launch
-    return launch, lambda grid, args, stream: launch(grid, args)   # CPU launches are synchronous
+    launch = module.launch_records
+    return launch, lambda grid, records, stream: launch(grid, records)   # CPU runs synchronously
 
 
 _BACKENDS = {"cpu": _Backend(_cpu_register, _cpu_arch_id, _cpu_compile, _cpu_load,
@@ -156,8 +158,9 @@ def _record_from_json(data: dict) -> DispatchRecord:
 class CompiledKernel:
     """One compiled specialization: ``.asm`` (stage → text or bytes), ``.dispatch_log``.
 
-    ``launch(grid, args)`` / ``launch_on_stream(grid, args, stream)`` run it with the
-    runtime arguments (``runtime_params``) and a checked 3-int grid.
+    ``launch(grid, records)`` / ``launch_on_stream(grid, records, stream)`` run it with the
+    launch records of the runtime arguments (``runtime_params``; see ``_Backend``) and a
+    checked 3-int grid; ``compiled[grid](*runtime_args)`` checks the arguments first.
     """
 
     name: str

@@ -3,19 +3,22 @@
 ``kernel[grid](*args, **meta)`` calls a launcher generated once per kernel, whose Python
 signature is the kernel's own (plus keyword-only launch options), so Python itself binds the
 arguments. The launcher builds a tuple of cheap per-argument signatures (see
-``arguments.signature_of``), looks it up in one dict, and hands the arguments to the
-backend. Only when that lookup misses does the slow path run: the ``LaunchError`` checks,
+``arguments.facts_of``), looks it up in one dict, and hands the arguments' launch records
+(made with the signatures) to the backend. Only when that lookup misses does the slow path run: the ``LaunchError`` checks,
 the full cache key (``cache_key.make_key``), the memory and disk caches, and the compiler.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import LaunchError, SourceLocation, TilejitError
-from ..frontend.dependencies import find_dependencies, is_cache_constant, is_constexpr_annotation
+from ..frontend.dependencies import (find_dependencies, is_cache_constant,
+                                    is_constexpr_annotation, is_tilejit_module)
 from ..frontend.language import DeviceFunction, constexpr
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..frontend.source import function_source
@@ -60,7 +63,7 @@ class Kernel:
         self._cache: KernelCache[CompiledKernel] = KernelCache()
         self._fast: dict[tuple, _FastEntry] = {}
         self._fast_hits = [0]
-        self._launch = _generate_launcher(self)
+        self._launch = self._write_launcher_and_launch
         register_kernel(self)
 
     def __repr__(self) -> str:
@@ -73,6 +76,12 @@ class Kernel:
     # -- launching ------------------------------------------------------------------------
     def __getitem__(self, grid) -> Callable[..., None]:
         return functools.partial(self._launch, grid)
+
+    def _write_launcher_and_launch(self, grid, *args, **kwargs):
+        """The first launch generates the launcher: by then torch is imported if tensors are
+        passed, and the launcher inlines their facts."""
+        self._launch = _generate_launcher(self)
+        return self._launch(grid, *args, **kwargs)
 
     def run(self, grid, args: tuple, kwargs: dict) -> None:
         """The kernel protocol's launch (``@tj.autotune`` and ``@tj.heuristics`` call it)."""
@@ -249,8 +258,8 @@ class _FastEntry:
         return False
 
 
-def _select_args(launch: Callable, keep: list[int], grid, args: list, *stream) -> None:
-    launch(grid, [args[i] for i in keep], *stream)
+def _select_args(launch: Callable, keep: list[int], grid, records: tuple, *stream) -> None:
+    launch(grid, tuple(records[i] for i in keep), *stream)
 
 
 def kernel(fn: Callable | None = None, *, debug: bool | None = None,
@@ -318,7 +327,7 @@ def _dependency_watch(fn: Callable, deps) -> tuple[tuple[Callable[[], Any], Any]
             else:
                 continue
             value = read()
-            if inspect.ismodule(value) and not value.__name__.startswith("tilejit"):
+            if inspect.ismodule(value) and not is_tilejit_module(value):
                 for attr in names:
                     member = getattr(value, attr, _MISSING)
                     if _depends_on(f"{value.__name__}.{attr}", member, deps):
@@ -369,7 +378,7 @@ def _generate_launcher(kernel: Kernel) -> Callable:
     names = kernel.arg_names
     namespace: dict[str, Any] = {
         "_tj_MISSING": _MISSING, "_tj_bad_call": kernel._bad_call,
-        "_tj_sig": arguments.signatures, "_tj_learn": arguments.signature_of,
+        "_tj_facts": arguments.facts, "_tj_learn": arguments.facts_of,
         "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
         "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
         "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
@@ -380,9 +389,12 @@ def _generate_launcher(kernel: Kernel) -> Callable:
     # part of the lookup, so changing one makes the next launch take the slow path.
     knob_reads = []
     for i, knob in enumerate(("target", "debug", "always_compile")):
-        namespace[f"_tj_env{i}"] = knobs.raw_reader(knob)
-        knob_reads.append(f"_tj_env{i}()")
-    params, signature_parts = [], []
+        namespace[f"_tj_env{i}"], namespace[f"_tj_envkey{i}"] = knobs.raw_lookup(knob)
+        knob_reads.append(f"_tj_env{i}(_tj_envkey{i})")
+    # Plain torch tensors get their facts inline; other arguments through arguments.facts.
+    torch = sys.modules.get("torch")
+    namespace["_tj_Tensor"] = torch.Tensor if torch is not None else _MISSING
+    params, signature_parts, fact_lines, records = [], [], [], []
     for i, name in enumerate(names):
         namespace[f"_tj_default{i}"] = kernel.defaults.get(name, _MISSING)
         params.append(f"{name}=_tj_default{i}")
@@ -390,13 +402,20 @@ def _generate_launcher(kernel: Kernel) -> Callable:
             signature_parts.append(f"{name}.__class__, {name} if {name}.__class__ in _tj_plain "
                                    f"else _tj_exact({name})")
         else:
-            signature_parts.append(f"_tj_sig({name}.__class__, _tj_learn)({name})")
+            fact_lines += [
+                f"if {name}.__class__ is _tj_Tensor:",
+                arguments.torch_facts_code(name, f"_tj_s{i}", f"_tj_r{i}", "    "),
+                "else:",
+                f"    _tj_s{i}, _tj_r{i} = _tj_facts({name}.__class__, _tj_learn)({name})"]
+            signature_parts.append(f"_tj_s{i}")
+            records.append(f"_tj_r{i}")
     required = [n for n in names if n not in kernel.defaults]
     unbound = " or ".join(["_tj_extra", "_tj_unknown", *(f"{n} is _tj_MISSING" for n in required)])
     bound = ", ".join(f"{n!r}: {n}" for n in names)
     meta = ", ".join(f"{n!r}: {n}" for n in (*names, *LAUNCH_OPTIONS))
     values = "".join(f"{n}, " for n in names)
-    runtime = ", ".join(kernel.runtime_candidates)
+    facts = textwrap.indent("\n".join(fact_lines), "    ").lstrip()
+    records = "".join(f"{r}, " for r in records)
     function = kernel.__name__ if kernel.__name__.isidentifier() else "_tj_kernel"
     source = f"""
 def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
@@ -410,6 +429,7 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
         _tj_grid3 = None
     if _tj_grid3 is None:
         _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}}, _tj_name)
+    {facts}
     _tj_key = ({', '.join(knob_reads)}, len(_tj_overrides) and tuple(_tj_overrides.items()),
                target, arch, num_warps, cluster, {', '.join(signature_parts)})
     try:
@@ -421,8 +441,8 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
     else:
         _tj_hits[0] += 1
     if stream is None:
-        return _tj_entry.launch(_tj_grid3, [{runtime}])
-    return _tj_entry.launch_on_stream(_tj_grid3, [{runtime}], stream)
+        return _tj_entry.launch(_tj_grid3, ({records}))
+    return _tj_entry.launch_on_stream(_tj_grid3, ({records}), stream)
 """
     namespace["__name__"] = kernel.fn.__module__
     exec(compile(source, f"<tilejit launcher of {kernel.__qualname__}>", "exec"), namespace)

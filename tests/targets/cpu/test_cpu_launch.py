@@ -87,6 +87,19 @@ def test_noalias_option_gives_same_results():
     np.testing.assert_array_equal(out, x + y)
 
 
+@pytest.mark.parametrize("flags", [("div16",), ()])
+def test_ints_divisible_by_16_become_llvm_assumptions(flags):
+    with KernelBuilder("fill_n", out=vector(), n=i32) as kb:
+        with kb.loop(kb.c(0), kb.p["n"], kb.c(1)) as (i,):
+            kb.store(kb.p["out"], kb.c(1.0, f32), [i])
+    kb.kernel.attrs["specialization"] = {"n": flags}
+    artifact = kb.compile(opt_level=0)
+    assert ("call void @llvm.assume" in artifact.llir) == bool(flags)
+    out = np.zeros(32, np.float32)
+    cpu.load(artifact).launch(1, [out, 32])
+    np.testing.assert_array_equal(out, 1)
+
+
 def test_two_dimensional_grid_and_strided_tensor():
     with KernelBuilder("transpose_add", a=matrix(), out=matrix()) as kb:
         a, out = kb.p["a"], kb.p["out"]

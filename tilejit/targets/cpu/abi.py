@@ -1,9 +1,11 @@
 """The binary interface between the JIT'd code and the launcher.
 
-``run_ctas(args, first_cta, last_cta, err) -> i32`` runs CTAs ``[first, last)`` (linear
-ids, x fastest) and returns 0, or an error code after filling the error record ``err``.
+``run_ctas(args) -> i32`` runs CTAs ``[first, last)`` (linear ids, x fastest) and returns
+0, or an error code after filling the error record ``err``. Everything travels in ``args``
+because every argument of a ctypes call costs about 100 ns.
 
-``args`` is a flat array of 8-byte slots: the grid (x, y, z), then per kernel parameter
+``args`` is a flat array of 8-byte slots: ``first``, ``last``, the address of ``err``
+(:data:`HEADER_SLOTS`), the grid (x, y, z), then per kernel parameter
 
 * a global buffer: data pointer, its ``rank`` dims, its ``rank`` strides (in elements);
 * a scalar: its value in the low bytes of the slot (floats narrower than f64 as an f32;
@@ -22,6 +24,8 @@ from tilejit.errors import CompilationError
 from tilejit.ir.core import KernelIR
 from tilejit.ir.types import BufferType, MemScope, ScalarType, f64
 
+FIRST_CTA, LAST_CTA, ERR_ADDRESS = 0, 1, 2
+HEADER_SLOTS = 3
 GRID_SLOTS = 3
 MAX_REPORTED_DIMS = 6
 ERR_CODE, ERR_SITE, ERR_CTA, ERR_UNIT, ERR_VALUES = 0, 1, 2, 3, 4
@@ -34,6 +38,13 @@ OUT_OF_BOUNDS, DEADLOCK = 1, 2  # error codes; 0 is success
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",
                    "u8": "B7x", "u16": "H6x", "u32": "I4x", "u64": "Q", "f64": "d"}
 _FLOAT_AS_F32 = "f4x"
+
+
+def scalar_format(t: ScalarType) -> str:
+    """The struct format of a scalar parameter's slot."""
+    if t.is_float and t != f64:
+        return _FLOAT_AS_F32
+    return _SCALAR_FORMATS[t.name]
 
 
 @dataclass(frozen=True)
@@ -56,9 +67,7 @@ class ParamSlots:
     def struct_format(self) -> str:
         if self.is_buffer:
             return "Q" + "q" * (2 * self.type.rank)
-        if self.type.is_float and self.type != f64:
-            return _FLOAT_AS_F32
-        return _SCALAR_FORMATS[self.type.name]
+        return scalar_format(self.type)
 
     def describe(self) -> dict:
         """JSON-able description for the artifact's meta."""
@@ -71,7 +80,7 @@ class ParamSlots:
 
 
 def param_slots(kernel: KernelIR) -> list[ParamSlots]:
-    slots, next_slot = [], GRID_SLOTS
+    slots, next_slot = [], HEADER_SLOTS + GRID_SLOTS
     for name, value in zip(kernel.param_names, kernel.params):
         t = value.type
         if isinstance(t, BufferType) and t.scope is not MemScope.GLOBAL:
@@ -87,4 +96,4 @@ def param_slots(kernel: KernelIR) -> list[ParamSlots]:
 
 
 def struct_format(params: list[ParamSlots]) -> str:
-    return "<" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)
+    return "<qqQ" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)

@@ -38,7 +38,9 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
     slot_types, slot_attrs = _slot_types(kernel, params, options)
     frame = (CoroFrame if units.coroutine else PlainFrame)(mc, slot_types, slot_attrs)
     em = Emitter(mc, frame, HANDLERS)
-    em.bind(kernel.params, _param_values(params, frame.slots))
+    values = _param_values(params, frame.slots)
+    _assume_multiples_of_16(frame.builder, kernel, params, values)
+    em.bind(kernel.params, values)
     em.emit_block(kernel.body)
     frame.finish()
     body = emit_scheduler(mc, frame.fn, frame.wait_records) if units.coroutine else frame.fn
@@ -90,6 +92,16 @@ def _param_values(params, slots) -> list:
     return values
 
 
+def _assume_multiples_of_16(b: ir.IRBuilder, kernel, params, values) -> None:
+    """Tell LLVM which int arguments the runtime found divisible by 16 (``div16``), so that
+    loops bounded by them need no remainder code for vectors of up to 16 lanes."""
+    specialization = kernel.attrs["specialization"]
+    for p, value in zip(params, values):
+        if not p.is_buffer and "div16" in specialization.get(p.name, ()):
+            low_bits = b.and_(value, ir.Constant(value.type, 15))
+            b.assume(b.icmp_signed("==", low_bits, ir.Constant(value.type, 0)))
+
+
 def _load_slots(b: ir.IRBuilder, args, params) -> list:
     def slot(index):
         return b.gep(args, [ir.Constant(I32, index)], source_etype=I64)
@@ -109,12 +121,17 @@ def _load_slots(b: ir.IRBuilder, args, params) -> list:
 
 def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     m, units = mc.module, mc.units
-    fn = ir.Function(m, ir.FunctionType(I32, [PTR, I64, I64, PTR]), ENTRY)
-    args, first, last, err = fn.args
+    fn = ir.Function(m, ir.FunctionType(I32, [PTR]), ENTRY)
+    args, = fn.args
     args.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    grid64 = [b.load(b.gep(args, [ir.Constant(I32, d)], source_etype=I64), typ=I64)
-              for d in range(abi.GRID_SLOTS)]
+
+    def header(slot: int, typ=I64):
+        return b.load(b.gep(args, [ir.Constant(I32, slot)], source_etype=I64), typ=typ)
+
+    first, last = header(abi.FIRST_CTA), header(abi.LAST_CTA)
+    err = header(abi.ERR_ADDRESS, PTR)
+    grid64 = [header(abi.HEADER_SLOTS + d) for d in range(abi.GRID_SLOTS)]
     slot_values = _load_slots(b, args, params)
     ctx = types.alloca(b, CTX)
 

@@ -1,9 +1,9 @@
 """Launching: argument packing, the worker pool, and run-time errors.
 
-``CpuModule.launch(grid, args)`` packs the arguments into the flat slot array of
-``abi`` (one ``struct.pack`` into a ``bytes`` object, passed to ctypes without a copy),
-splits the grid into one contiguous CTA range per worker and calls the JIT'd
-``run_ctas`` on each -- the calling thread takes the first range, pool threads (one per
+``CpuModule.launch(grid, args)`` checks the arguments and makes their launch records;
+``launch_records`` packs them into the flat slot array of ``abi`` (one ``struct.pack`` into
+a ``bytes`` object, passed to ctypes without a copy), splits the grid into one contiguous
+CTA range per worker and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool threads (one per
 core, started once per process) take the others; ctypes releases the GIL for the call.
 A launch whose previous run showed less work than a pool handoff is worth stays on the
 calling thread. Each CTA always runs on one thread, in order, so deterministic kernels
@@ -23,7 +23,7 @@ import queue
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tilejit.errors import LaunchError, SourceLocation
 from tilejit.ir.types import SCALAR_TYPES
@@ -35,9 +35,18 @@ _CORES = os.cpu_count() or 1  # os.cpu_count() costs microseconds: ask once
 _CACHE_LIMIT = 256
 _PARALLEL_MIN_SECONDS = 100e-6  # below this much work a launch stays on the calling thread
 _GRIDS: dict = {}
-_RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64,
-                             ctypes.c_char_p)
+_RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p)
 _ERR_BYTES = abi.ERR_SLOTS * 8
+
+
+class _ErrorRecord:
+    """A buffer the JIT'd code fills when a CTA fails, and its address for the args."""
+
+    __slots__ = ("buffer", "address")
+
+    def __init__(self):
+        self.buffer = ctypes.create_string_buffer(_ERR_BYTES)
+        self.address = ctypes.addressof(self.buffer)
 
 
 class _Pool:
@@ -51,11 +60,9 @@ class _Pool:
 
     @staticmethod
     def _work(jobs: queue.SimpleQueue) -> None:
-        err = ctypes.create_string_buffer(_ERR_BYTES)
         while True:
-            fn, packed, first, last, results, index = jobs.get()
-            status = fn(packed, first, last, err)
-            results.put((index, status, err.raw if status else None))
+            fn, packed, results, index = jobs.get()
+            results.put((index, fn(packed)))
 
 
 _POOL: _Pool | None = None
@@ -80,11 +87,13 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _error_buffer():
-    err = getattr(_LOCAL, "err", None)
-    if err is None:
-        err = _LOCAL.err = ctypes.create_string_buffer(_ERR_BYTES)
-    return err
+def _thread_error_record() -> _ErrorRecord:
+    """The calling thread's error record (launches from several threads never share one)."""
+    try:
+        return _LOCAL.err
+    except AttributeError:
+        record = _LOCAL.err = _ErrorRecord()
+        return record
 
 
 class CpuModule:
@@ -97,8 +106,9 @@ class CpuModule:
         self.meta = artifact.meta
         self._engine, address = load_object(artifact.obj, artifact.entry)
         self._run_ctas = _RUN_CTAS(address)
-        self._pack = struct.Struct(self.meta["struct_format"]).pack
         self._params = [_Param(self.name, p) for p in self.meta["params"]]
+        self._pack_records = _records_packer(struct.Struct(self.meta["struct_format"]).pack,
+                                             self._params)
         self._seconds_per_cta = math.inf  # single-thread cost estimate from the last launch
 
     @property
@@ -106,7 +116,8 @@ class CpuModule:
         return self.meta["name"]
 
     def launch(self, grid, args: Sequence, workers: int | None = None) -> None:
-        """Run the kernel on ``grid`` (an int or a 1-3 tuple of CTA counts).
+        """Run the kernel on ``grid`` (an int or a 1-3 tuple of CTA counts), checking every
+        argument against the compiled parameters.
 
         ``workers`` caps the OS threads used (default: one per core).
         """
@@ -117,49 +128,74 @@ class CpuModule:
         if len(args) != len(self._params):
             raise LaunchError(f"kernel {self.name!r} takes {len(self._params)} arguments, "
                               f"got {len(args)}")
-        values = list(grid)
-        for param, arg in zip(self._params, args):
-            param.pack(arg, values)
-        try:
-            packed = self._pack(*values)
-        except struct.error as err:  # e.g. a float beyond the f32 range
-            raise LaunchError(f"kernel {self.name!r}: cannot pass the arguments: {err}") from None
-        total = grid[0] * grid[1] * grid[2]
-        if workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS:
-            workers = 1  # handing work to the pool would cost more than it saves
-        workers = min(total, _CORES, workers or total)
-        start = time.perf_counter()
-        if workers == 1:
-            err = _error_buffer()
-            status = self._run_ctas(packed, 0, total, err)
-            if status:
-                self._raise(status, err.raw)
-        elif workers > 1:
-            self._launch_parallel(packed, total, workers)
-        if total:
-            self._seconds_per_cta = (time.perf_counter() - start) * workers / total
+        self.launch_records(grid, [param.record(arg) for param, arg in zip(self._params, args)],
+                            workers)
 
-    def _launch_parallel(self, packed: bytes, total: int, workers: int) -> None:
+    def launch_records(self, grid: tuple[int, int, int], records: Sequence,
+                       workers: int | None = None) -> None:
+        """Run the kernel on a checked 3-int grid with one launch record per parameter:
+        ``(data address, *shape, *strides in elements)`` for a buffer, the value for a
+        scalar. The caller vouches for the records (the runtime made them from arguments
+        whose signature this binary was compiled for); this is the launch's hot path."""
+        total = grid[0] * grid[1] * grid[2]
+        if total == 1 or workers == 1 or (
+                workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS):
+            err = _thread_error_record()
+            start = time.perf_counter()
+            status = self._run_ctas(self._pack(0, total, err, grid, records))
+            if status:
+                self._raise(status, err.buffer.raw)
+            if total > 1:
+                self._seconds_per_cta = (time.perf_counter() - start) / total
+        elif total:
+            self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))
+
+    def _pack(self, first: int, last: int, err: _ErrorRecord, grid, records) -> bytes:
+        try:
+            return self._pack_records(first, last, err.address, grid, records)
+        except (struct.error, OverflowError):  # e.g. a float beyond the f32 range
+            raise self._unpackable(records) from None
+
+    def _unpackable(self, records) -> LaunchError:
+        """The error naming the argument whose value does not fit its parameter's slot."""
+        for param, record in zip(self._params, records):
+            if not param.is_buffer:
+                try:
+                    struct.pack("<" + abi.scalar_format(param.dtype), record)
+                except (struct.error, OverflowError) as error:
+                    return param.fail(f"= {record!r} cannot be passed as {param.dtype}: {error}")
+        return LaunchError(f"kernel {self.name!r}: cannot pass the arguments {records!r}")
+
+    def _launch_parallel(self, grid, records, total: int, workers: int) -> None:
         bounds = [total * i // workers for i in range(workers + 1)]
+        errs = [_ErrorRecord() for _ in range(workers)]
+        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], grid, records)
+                  for i in range(workers)]
         results: queue.SimpleQueue = queue.SimpleQueue()
         pool = _pool()
+        start = time.perf_counter()
         for index in range(1, workers):
-            pool.queues[index - 1].put((self._run_ctas, packed, bounds[index], bounds[index + 1],
-                                        results, index))
-        err = _error_buffer()
-        failures = {}
-        status = self._run_ctas(packed, bounds[0], bounds[1], err)
-        if status:
-            failures[0] = (status, err.raw)
+            pool.queues[index - 1].put((self._run_ctas, packed[index], results, index))
+        statuses = {0: self._run_ctas(packed[0])}
         for _ in range(1, workers):
-            index, status, record = results.get()
-            if status:
-                failures[index] = (status, record)
-        if failures:
-            self._raise(*failures[min(failures)])
+            index, status = results.get()
+            statuses[index] = status
+        self._seconds_per_cta = (time.perf_counter() - start) * workers / total
+        failed = [i for i in sorted(statuses) if statuses[i]]
+        if failed:
+            self._raise(statuses[failed[0]], errs[failed[0]].buffer.raw)
 
     def _raise(self, status: int, record: bytes) -> None:
         raise run_time_error(self.meta, status, record)
+
+
+def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
+    """``pack_records(first, last, err, grid, records)``: the ``abi`` slots in one
+    ``struct.pack`` call, written out for these parameters (buffer records spread)."""
+    values = ["first, last, err, *grid"] + [f"*records[{i}]" if p.is_buffer else f"records[{i}]"
+                                           for i, p in enumerate(params)]
+    return eval(f"lambda first, last, err, grid, records: pack({', '.join(values)})",
+                {"pack": pack})
 
 
 def buffers_disjoint(args: Sequence) -> bool:
@@ -239,33 +275,33 @@ class _Param:
         self._converters: dict[type, object] = {}
         self._layouts: dict[tuple, tuple] = {}
 
-    def pack(self, arg, out: list) -> None:
+    def record(self, arg):
+        """The checked launch record of ``arg``."""
         if not self.is_buffer:
-            out.append(self._scalar(arg))
-            return
+            return self._scalar(arg)
         convert = self._converters.get(type(arg))
         if convert is None:
             convert = self._converters[type(arg)] = self._buffer_converter(arg)
-        convert(arg, out)
+        return convert(arg)
 
-    def _fail(self, what: str) -> LaunchError:
+    def fail(self, what: str) -> LaunchError:
         return LaunchError(f"kernel {self.kernel!r}: argument {self.name!r} {what}")
 
     def _scalar(self, arg):
         t = self.dtype
         if t.is_float:
             if isinstance(arg, (bool, str)) or not hasattr(arg, "__float__"):
-                raise self._fail(f"must be a float, got {type(arg).__name__}")
+                raise self.fail(f"must be a float, got {type(arg).__name__}")
             return float(arg)
         if not hasattr(arg, "__index__"):
-            raise self._fail(f"must be an integer, got {type(arg).__name__}")
+            raise self.fail(f"must be an integer, got {type(arg).__name__}")
         value = int(arg)
         if t.is_bool:
             return bool(value)
         signed = t.kind == "int"
         low, high = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if signed else (0, 1 << t.bits)
         if not low <= value < high:
-            raise self._fail(f"= {value} does not fit in {t}")
+            raise self.fail(f"= {value} does not fit in {t}")
         return value
 
     def _buffer_converter(self, arg):
@@ -274,50 +310,48 @@ class _Param:
             return self._torch_converter()
         if module == "numpy":
             return self._numpy_converter()
-        raise self._fail(f"must be a numpy array or a CPU torch tensor, got {type(arg).__name__}")
+        raise self.fail(f"must be a numpy array or a CPU torch tensor, got {type(arg).__name__}")
 
     def _torch_converter(self):
         wanted, layouts = self.dtype.torch_dtype(), self._layouts
 
-        def convert(t, out):
+        def convert(t):
             if t.dtype != wanted:
-                raise self._fail(f"has dtype {t.dtype}, the kernel was compiled for {wanted}")
+                raise self.fail(f"has dtype {t.dtype}, the kernel was compiled for {wanted}")
             if not t.is_cpu:
-                raise self._fail(f"is on {t.device}; the CPU target needs CPU tensors")
+                raise self.fail(f"is on {t.device}; the CPU target needs CPU tensors")
             shape, strides = t.shape, t.stride()
-            fields = layouts.get((shape, strides)) or self._layout(shape, strides, 1)
-            out.append(t.data_ptr())
-            out += fields
+            return (t.data_ptr(), *(layouts.get((shape, strides))
+                                    or self._layout(shape, strides, 1)))
         return convert
 
     def _numpy_converter(self):
         try:
             wanted = self.dtype.numpy_dtype()
         except TypeError:
-            raise self._fail(f"is {self.dtype}, which numpy cannot hold; pass a torch "
+            raise self.fail(f"is {self.dtype}, which numpy cannot hold; pass a torch "
                              "tensor") from None
         itemsize, layouts, data = wanted.itemsize, self._layouts, numpy_data_pointer
 
-        def convert(a, out):
+        def convert(a):
             if a.dtype != wanted:
-                raise self._fail(f"has dtype {a.dtype}, the kernel was compiled for {wanted}")
+                raise self.fail(f"has dtype {a.dtype}, the kernel was compiled for {wanted}")
             shape, strides = a.shape, a.strides
-            fields = layouts.get((shape, strides)) or self._layout(shape, strides, itemsize)
-            out.append(data(a))
-            out += fields
+            return (data(a), *(layouts.get((shape, strides))
+                               or self._layout(shape, strides, itemsize)))
         return convert
 
     def _layout(self, shape, strides, stride_unit: int) -> tuple:
         """Check a tensor layout against the compiled one; return its slot values."""
         if any(s % stride_unit for s in strides):
-            raise self._fail(f"has strides {tuple(strides)} bytes, not whole elements")
+            raise self.fail(f"has strides {tuple(strides)} bytes, not whole elements")
         elements = tuple(s // stride_unit for s in strides)
         desc = self.desc
         expected_strides = desc["strides"] or [None] * len(desc["shape"])
         if len(shape) != len(desc["shape"]) or any(
                 e is not None and a != e
                 for a, e in zip((*shape, *elements), (*desc["shape"], *expected_strides))):
-            raise self._fail(f"has shape {list(shape)} and strides {list(elements)}; the kernel "
+            raise self.fail(f"has shape {list(shape)} and strides {list(elements)}; the kernel "
                              f"was compiled for shape {_dims(desc['shape'])} and strides "
                              f"{_dims(expected_strides)}")
         fields = (*shape, *elements)

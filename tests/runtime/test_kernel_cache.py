@@ -194,7 +194,7 @@ def test_a_new_kernel_object_loads_from_disk():
 
 # -- across processes ----------------------------------------------------------------------
 GEMM_SCRIPT = """
-import json
+import json, sys
 import numpy as np
 from tilejit.examples import matmul, run_matmul
 rng = np.random.default_rng(0)
@@ -203,8 +203,10 @@ b = rng.standard_normal((80, 72), dtype=np.float32)
 c = np.zeros((96, 72), np.float32)
 run_matmul(a, b, c, bm=32, bn=32, bk=32)
 info = matmul.cache_info()
+compiler_parts = sorted(m for m in ("tilejit.targets.cpu.codegen", "tilejit.targets.cpu.target")
+                        if m in sys.modules)
 print(json.dumps({"compiles": info.compiles, "disk_hits": info.disk_hits,
-                  "error": float(np.abs(c - a @ b).max())}))
+                  "error": float(np.abs(c - a @ b).max()), "compiler_parts": compiler_parts}))
 """
 
 
@@ -223,6 +225,7 @@ def test_second_process_compiles_nothing(tmp_path):
     assert (first["compiles"], first["disk_hits"]) == (1, 0)
     assert (second["compiles"], second["disk_hits"]) == (0, 1)
     assert first["error"] < 1e-3 and second["error"] < 1e-3
+    assert first["compiler_parts"] and second["compiler_parts"] == []   # loading imports none
 
 
 KERNEL_MODULE = """

@@ -47,7 +47,8 @@ class _Backend:
 
 
 def _cpu_register() -> None:
-    from ..targets import cpu  # noqa: F401  (registers the CPU dispatch context and rules)
+    from ..targets import cpu
+    cpu.register_dispatch()
 
 
 def _cpu_arch_id(arch: str | None) -> str:

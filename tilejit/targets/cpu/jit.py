@@ -20,8 +20,6 @@ from tilejit.ir.core import KernelIR
 from tilejit.ir.types import TeamKind
 from tilejit.knobs import knobs
 
-from .codegen import build_module
-from .emitter import CompileOptions
 
 _LOCK = threading.Lock()  # LLVM contexts and engines are not safe to build concurrently
 
@@ -74,6 +72,8 @@ def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = Fals
     ``noalias`` promises that global buffers never overlap (the runtime decides);
     ``granularity`` forces finer simulated units than the kernel needs.
     """
+    from .codegen import build_module   # the emitters: imported by compiling processes only
+    from .emitter import CompileOptions
     if isinstance(granularity, str):
         granularity = TeamKind.parse(granularity)
     options = CompileOptions(debug=knobs.debug if debug is None else bool(debug),

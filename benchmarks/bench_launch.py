@@ -55,17 +55,22 @@ def per_call_us(fn, number: int = 20000, repeat: int = 15) -> float:
 
 
 def overhead() -> None:
+    import numpy
     import torch
     x, y, out = torch.empty(1024), torch.empty(1024), torch.empty(1024)
+    arrays = [numpy.empty(1024, numpy.float32) for _ in range(3)]
     cases = [("no arguments", noop, (), {}),
              ("1 tensor + int", noop_1t, (x, 1024), {}),
-             ("3 tensors + int + constexpr", noop_3t, (x, y, out, 1024), {"BLOCK": 1024})]
-    print("µs per launch; python = binding + signatures + lookup; native = the JIT'd code "
-          "called through ctypes")
-    print(f"{'no-op kernel':30s} {'total':>7s} {'python':>7s} {'(facts)':>7s} {'backend':>8s} "
+             ("3 tensors + int + constexpr", noop_3t, (x, y, out, 1024), {"BLOCK": 1024}),
+             ("3 numpy arrays + int + constexpr", tj.kernel(noop_3t.fn), (*arrays, 1024),
+              {"BLOCK": 1024})]
+    print("µs per launch; python = binding + argument facts + lookup (facts: through "
+          "arguments.facts; the launcher inlines a torch tensor's, a little cheaper); "
+          "native = the JIT'd code called through ctypes")
+    print(f"{'no-op kernel':33s} {'total':>7s} {'python':>7s} {'(facts)':>7s} {'backend':>8s} "
           f"{'(native)':>8s}")
     for name, kernel, args, meta in cases:
-        print(f"{name:30s}" + "".join(f" {us:7.2f}" for us in _split(kernel, args, meta)))
+        print(f"{name:33s}" + "".join(f" {us:7.2f}" for us in _split(kernel, args, meta)))
 
 
 def _split(kernel, args: tuple, meta: dict) -> tuple[float, ...]:

@@ -222,3 +222,42 @@ def test_callable_grid_and_program_id_alias():
     out = np.zeros(1000, np.int64)
     scale[lambda meta: (tj.cdiv(x.shape[0], meta["BLOCK"]),)](x, out, BLOCK=96)
     np.testing.assert_array_equal(out, 3 * x)
+
+
+@tj.kernel
+def first_match(x, out, n, step):
+    """Per thread t: the first i in range(start, stop, step) with x[i] == t (skipping odd
+    i when t is odd), or -1; the step's sign is only known at run time."""
+    t = tj.thread_id()
+    start = t
+    stop = n
+    if step < 0:
+        start = n - 1 - t
+        stop = -1
+    found = -1
+    for i in range(start, stop, step):
+        if t % 2 == 1 and i % 2 == 1:
+            continue
+        if x[i] == t:
+            found = i
+            break
+    out[t] = found
+
+
+@pytest.mark.parametrize("step", [1, 3, -1, -2])
+def test_break_and_continue_in_a_run_time_loop(step):
+    n = 97
+    rng = np.random.default_rng(abs(step))
+    x = torch.from_numpy(rng.integers(0, 160, n).astype(np.int32))
+    out = torch.full((128,), -7, dtype=torch.int32)
+    first_match[(1,)](x, out, n, step)
+
+    def reference(t):
+        start, stop = (t, n) if step > 0 else (n - 1 - t, -1)
+        for i in range(start, stop, step):
+            if t % 2 == 1 and i % 2 == 1:
+                continue
+            if x[i] == t:
+                return i
+        return -1
+    assert out.tolist() == [reference(t) for t in range(128)]

@@ -149,7 +149,7 @@ def test_continue_guards_the_rest_of_the_body():
     assert [r.name_hint for r in guard.results] == ["total"]
 
 
-def test_break_in_a_for_loop_skips_the_remaining_iterations():
+def test_break_in_a_for_loop_ends_it():
     def kernel(x, n, out):
         found = -1
         for i in range(n):
@@ -158,9 +158,35 @@ def test_break_in_a_for_loop_skips_the_remaining_iterations():
                 break
         out[0] = found
     k = build(kernel, {"x": T(f32, 1), "n": S(i32), "out": T(i32, 1)})
-    loop, = ops(k, "for")
-    assert [a.type for a in loop.regions[0].args] == [i32, i32, i1]   # i, found, $break
+    assert not ops(k, "for")
+    loop, = ops(k, "while")   # over a hidden counter, while `not $break and counter < n`
+    before, after = loop.regions
+    assert [a.type for a in before.args] == [i32, i1, i32]   # found, $break, counter
     assert loop.results[0].name_hint == "found"
+    condition = before.ops[-1].operands[0].owner
+    assert condition.name == "binary" and condition.attrs["op"] == "and"
+    assert after.ops[-2].name == "binary" and after.ops[-2].attrs["op"] == "add"   # counter += 1
+
+
+def test_break_in_a_for_loop_with_a_run_time_step_tests_its_sign():
+    def kernel(x, n, step, out):
+        for i in range(n, 0, step):
+            if x[i] == 0.0:
+                break
+            out[i] = 1.0
+    k = build(kernel, {"x": T(f32, 1), "n": S(i32), "step": S(i32), "out": T(f32, 1)})
+    before = ops(k, "while")[0].regions[0]
+    assert sorted(op.attrs["pred"] for op in before.ops if op.name == "cmp") == \
+        ["gt", "gt", "lt", "lt"]   # step > 0 and i < stop, or step < 0 and i > stop
+
+
+def test_break_in_an_unrolled_or_pipelined_run_time_loop_is_an_error():
+    def kernel(x, n, out):
+        for i in tj.range(n, unroll=4):
+            if x[i] == 0.0:
+                break
+    raises(kernel, "cannot be unrolled or pipelined", "for i in tj.range(n, unroll=4)",
+           {"x": T(f32, 1), "n": S(i32), "out": T(f32, 1)})
 
 
 def test_while_loop_with_break():
@@ -215,9 +241,10 @@ def test_nested_loops_keep_their_own_break():
                 hits += 1
         out[0] = hits
     k = build(kernel, {"x": T(f32, 1), "n": S(i32), "out": T(i32, 1)})
-    outer, inner = ops(k, "for")
+    outer, = ops(k, "for")
+    inner, = ops(k, "while")
     assert [a.type for a in outer.regions[0].args] == [i32, i32]        # no flag outside
-    assert [a.type for a in inner.regions[0].args] == [i32, i32, i1]
+    assert [a.type for a in inner.regions[0].args] == [i32, i1, i32]    # hits, $break, j
 
 
 def test_team_blocks_and_scoped_spellings():

@@ -15,8 +15,10 @@ copy of the symbol table, and the names it changed flow out through ``yield``:
   case the body is walked again with the wider type.
 * ``with tj.warp():``: a ``team`` op; names assigned inside escape through its yield.
 * ``continue``/``break`` set hidden flags (``$continue``, ``$break``); the statements after
-  one that may jump run under ``if not (break or continue)``, a ``for`` body runs under
-  ``if not break``, and a ``while`` condition is ``not break and cond``.
+  one that may jump run under ``if not (break or continue)``, and a ``while`` condition is
+  ``not break and cond``. A run-time ``for`` holding a ``break`` becomes such a ``while``
+  over a hidden counter (``$iter<depth>``), so breaking ends the loop; an unrolled loop
+  guards each remaining iteration with ``if not break`` (folded when known).
 """
 from __future__ import annotations
 
@@ -319,25 +321,63 @@ class ControlFlowMixin:
             raise CompilationError("a run-time for loop needs a single loop variable")
         with self.at(node.iter):
             lb, ub, step = self.sem.loop_bounds(rng.start, rng.stop, rng.step)
-        has_break = _jumps(node.body, ast.Break)
+        if _jumps(node.body, ast.Break):
+            return self._for_with_break(node, rng, lb, ub, step)
         saved = self._enter_loop()
         try:
             before = self.syms
-            names, fixed = self._carried(node.body, has_break, exclude=(node.target.id,))
+            names, fixed = self._carried(node.body, False, exclude=(node.target.id,))
 
             def body():
                 self.syms[CONTINUE] = False
-                if has_break:
-                    self._guard(self.sem.logical_not(self.syms[BREAK]),
-                                lambda: self.visit_stmts(node.body))
-                else:
-                    self.visit_stmts(node.body)
+                self.visit_stmts(node.body)
             block, types = self._settle(self._initial_types(names), lambda types: self._loop_body(
                 names, types, fixed, (lb.type, node.target.id), body))
             inits = [self._materialize(before[n], t) for n, t in zip(names, types)]
             op = self.b.create("for", (lb, ub, step, *inits),
                                {"unroll": rng.unroll, "pipeline": rng.pipeline}, regions=(block,))
             self._after_loop(before, names, fixed, op.results, node, node.target.id)
+        finally:
+            self._leave_loop(saved)
+
+    def _for_with_break(self, node, rng, lb, ub, step):
+        """A run-time ``for`` holding a ``break`` is a ``while`` loop over a hidden counter,
+        so that breaking ends the iterations instead of skipping the rest of them."""
+        if rng.unroll is not None or rng.pipeline is not None:
+            raise CompilationError("a loop with `break` cannot be unrolled or pipelined; drop "
+                                   "the unroll=/pipeline= argument of tj.range")
+        target = node.target.id
+        saved = self._enter_loop()
+        counter = f"$iter{self.loop_depth}"   # one per nesting level
+        try:
+            self.syms[counter] = lb
+            before = self.syms
+            names, fixed = self._carried(node.body, True, exclude=(target,))
+            names.append(counter)
+            upward = rng.step > 0 if is_int_number(rng.step) else None
+
+            def in_range():
+                iv = self.syms[counter]
+                if upward is not None:
+                    return self.sem.compare("lt" if upward else "gt", iv, ub)
+                rising = self.sem.logical("and", self.sem.compare("gt", step, 0),
+                                          self.sem.compare("lt", iv, ub))
+                falling = self.sem.logical("and", self.sem.compare("lt", step, 0),
+                                           self.sem.compare("gt", iv, ub))
+                return self.sem.logical("or", rising, falling)
+
+            def condition():
+                return self.sem.logical("and", self.sem.logical_not(self.syms[BREAK]),
+                                        in_range())
+
+            def body():
+                self.syms[CONTINUE] = False
+                iv = self.syms[counter]
+                self.syms[target] = iv
+                self.visit_stmts(node.body)
+                self.syms[counter] = self.sem.binary("add", iv, step)
+            self._while_loop(node, before, names, fixed, condition, body, target)
+            self.syms.pop(counter, None)
         finally:
             self._leave_loop(saved)
 
@@ -353,28 +393,33 @@ class ControlFlowMixin:
             def body():
                 self.syms[CONTINUE] = False
                 self.visit_stmts(node.body)
-
-            def build(types):
-                before_block = Block.with_arg_types(types, names)
-                self.syms = dict(before)
-                self.syms.update(zip(names, before_block.args))
-                with self.b.insert_into(before_block), self._region():
-                    cond = self._while_condition(node.test, has_break)
-                    if cond is not False:
-                        self.b.condition(self.sem.to_i1(cond), list(before_block.args))
-                self.syms = before
-                if cond is False:  # known false: the body never runs
-                    return None, types
-                body_block, widened = self._loop_body(names, types, fixed, None, body)
-                return (before_block, body_block), widened
-            regions, types = self._settle(self._initial_types(names), build)
-            if regions is None:
-                return
-            inits = [self._materialize(before[n], t) for n, t in zip(names, types)]
-            op = self.b.create("while", inits, None, types, regions)
-            self._after_loop(before, names, fixed, op.results, node)
+            self._while_loop(node, before, names, fixed,
+                             lambda: self._while_condition(node.test, has_break), body)
         finally:
             self._leave_loop(saved)
+
+    def _while_loop(self, node, before, names, fixed, condition, body, target=None):
+        """A ``while`` op carrying ``names``: ``condition()`` walked in its before-region
+        (False: the body never runs), ``body()`` in its body-region."""
+        def build(types):
+            before_block = Block.with_arg_types(types, names)
+            self.syms = dict(before)
+            self.syms.update(zip(names, before_block.args))
+            with self.b.insert_into(before_block), self._region():
+                cond = condition()
+                if cond is not False:
+                    self.b.condition(self.sem.to_i1(cond), list(before_block.args))
+            self.syms = before
+            if cond is False:  # known false: the body never runs
+                return None, types
+            body_block, widened = self._loop_body(names, types, fixed, None, body)
+            return (before_block, body_block), widened
+        regions, types = self._settle(self._initial_types(names), build)
+        if regions is None:
+            return
+        inits = [self._materialize(before[n], t) for n, t in zip(names, types)]
+        op = self.b.create("while", inits, None, types, regions)
+        self._after_loop(before, names, fixed, op.results, node, target)
 
     def _while_condition(self, test, has_break):
         if not has_break:

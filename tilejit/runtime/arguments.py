@@ -55,10 +55,11 @@ class TensorSpec:
 
 
 # -- facts: signature and launch record (the per-launch hot path) ---------------------------
-# ``facts(value) -> (signature, record)``. The record is what the backend's
-# ``launch(grid, records)`` takes for the argument: ``(data address, *shape, *strides in
-# elements)`` for an array, the value itself for a scalar. Both come from one function so
-# that a launch asks a tensor for its pointer, shape and strides once.
+# ``facts(type(value), facts_of)(value) -> (signature, record)``. The record is what the
+# backend's ``launch(grid, records)`` takes for the argument: ``(data address, *shape,
+# *strides in elements)`` for an array, the value itself for a scalar. Both come from one
+# function so that a launch asks a tensor for its pointer, shape and strides once.
+
 # A torch tensor's facts as statements: the generated launcher inlines them for plain
 # torch.Tensor arguments (a function call would cost a fifth more), ``_torch_facts`` runs
 # the same text for every other route. get_device() is -1 on the CPU and the index on CUDA:

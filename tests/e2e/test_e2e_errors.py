@@ -62,6 +62,14 @@ def tile_op_under_unrepresentable_filter(x, out):
         tj.copy(a, x[0:16])
 
 
+def tile_op_under_divergent_condition(x, out):
+    a = tj.fragment((16,), x.dtype)
+    if tj.warp_id() == 0 and tj.lane_id() < 4:
+        tj.copy(a, x[0:16])
+    else:
+        tj.fill(a, 1.0)
+
+
 def gemm_k_mismatch(x, out):
     a = tj.alloc_shared((16, 8), x.dtype)
     b = tj.alloc_shared((4, 16), x.dtype)
@@ -84,6 +92,8 @@ def bad_reduce_axis(x, out):
     (empty_filter, tj.ScopeError, "tj.warp_id() >= 4", "no"),
     (tile_op_under_unrepresentable_filter, tj.ScopeError, "tj.copy(a, x[0:16])",
      "thread_id() < 40"),
+    (tile_op_under_divergent_condition, tj.ScopeError, "tj.copy(a, x[0:16])",
+     "part of the team would reach the primitive"),
     (gemm_k_mismatch, tj.CompilationError, "tj.gemm(c, a, b)", "K"),
     (bad_reduce_axis, tj.CompilationError, 'tj.reduce(d, a, "sum", axis=2)', "axis"),
 ])

@@ -13,8 +13,10 @@ body starts at team ``cta`` with every thread of the cluster active.
   == 0`` on warps ``[0, 4)`` leaves ``[1, 4)``); otherwise its set is marked "not
   statically representable": native ops are fine there, a tile op is a ScopeError that
   says why. An ``if`` without a filter is native control flow on run-time values; both
-  branches inherit the scope (the paper leaves native control flow unrestricted, and a
-  tile op under it is taken to be reached by its whole team).
+  branches inherit the scope (the paper leaves native control flow unrestricted), but a
+  tile op under it must be reached by its whole team: when the condition can differ
+  between the team's threads (``uniformity``), the tile op is a ScopeError. The same holds
+  for ``for`` bounds and ``while`` conditions.
 * ``for`` / ``while`` bodies and any other region inherit the scope.
 * Each ``tile.*`` op gets ``scope = ExecScope(kind, active, inter, intra)``, where the kind
   is the op's own ``team`` attribute (a scoped spelling such as ``tj.wg.copy``) or else
@@ -36,6 +38,7 @@ from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.scope import ActiveSet, ExecScope, decompose, describe_filter
 from ..ir.types import TeamKind
+from .uniformity import uniform_within
 
 __all__ = ["run", "ScopeState", "entry_state"]
 
@@ -48,6 +51,10 @@ class ScopeState:
     kind: TeamKind
     active: ActiveSet | None
     why: str = ""
+    # The enclosing native control flow is the same for every thread only within teams of
+    # this kind (``steered_by`` names the construct that made it so).
+    uniform: TeamKind = TeamKind.CLUSTER
+    steered_by: str = ""
 
 
 def entry_state(kernel: KernelIR) -> ScopeState:
@@ -58,14 +65,15 @@ def entry_state(kernel: KernelIR) -> ScopeState:
 
 def run(kernel: KernelIR) -> KernelIR:
     """The kernel with a ``scope`` attribute on every tile op."""
-    annotator = _Annotator()
+    annotator = _Annotator(uniform_within(kernel))
     body = annotator.block(kernel.body, entry_state(kernel))
     return kernel.replace(body=body)
 
 
 class _Annotator:
-    def __init__(self):
+    def __init__(self, uniform: dict[Value, TeamKind]):
         self.values: dict[Value, Value] = {}  # old value -> its counterpart in the new IR
+        self.uniform = uniform                # old value -> the team it is uniform within
 
     def block(self, block: Block, state: ScopeState) -> Block:
         new = Block(tuple(Value(arg.type, arg.name_hint) for arg in block.args))
@@ -87,8 +95,7 @@ class _Annotator:
         self.values.update(zip(op.results, new.results))
         return new
 
-    @staticmethod
-    def region_states(op: Operation, state: ScopeState) -> list[ScopeState]:
+    def region_states(self, op: Operation, state: ScopeState) -> list[ScopeState]:
         """The scope inside each region of ``op``."""
         if op.name == "team":
             kind = op.attrs["kind"]
@@ -97,6 +104,15 @@ class _Annotator:
             return [replace(state, kind=kind)]
         if op.name == "if" and op.attrs.get("filter") is not None:
             return list(filter_states(op.attrs["filter"], state))
+        steering = {"if": op.operands[:1], "for": op.operands[:3],
+                    "while": _loop_condition(op)}.get(op.name, ())
+        uniform = min((self.uniform.get(v, TeamKind.CLUSTER) for v in steering),
+                      default=TeamKind.CLUSTER)
+        if uniform < state.uniform:
+            what = {"if": "the condition of the `if`", "for": "the bounds of the `for` loop",
+                    "while": "the condition of the `while` loop"}[op.name]
+            state = replace(state, uniform=uniform,
+                            steered_by=f"{what} at line {op.loc.line}")
         return [state] * len(op.regions)
 
 
@@ -121,9 +137,22 @@ def filter_states(spec, state: ScopeState) -> tuple[ScopeState, ScopeState]:
     return then_state, else_state
 
 
+def _loop_condition(op: Operation) -> tuple:
+    condition = op.regions[0].terminator if op.name == "while" else None
+    return condition.operands[:1] if condition is not None else ()
+
+
 def tile_scope(op: Operation, state: ScopeState) -> ExecScope:
     """The ExecScope of tile op ``op`` under ``state``."""
     kind = state.kind if op.attrs.get("team") is None else op.attrs["team"]
+    if state.uniform < kind:
+        raise ScopeError(
+            f"{op.name} runs at team {kind}, but {state.steered_by} can differ between the "
+            f"threads of one {kind} (it is the same only within each {state.uniform}), so "
+            "part of the team would reach the primitive without the rest. Steer it with a "
+            "thread filter on one axis (`if tj.warp_id() == 0:`; nest `if A:` / `if B:` "
+            "instead of `if A and B:` with an `else`), or run it at a finer team "
+            f"(`with tj.{state.uniform}():`)")
     if state.active is None:
         raise ScopeError(f"{op.name} needs a statically known set of active threads, but "
                          f"{state.why}. Move the tile primitive out of this branch, or give "

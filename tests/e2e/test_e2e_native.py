@@ -261,3 +261,32 @@ def test_break_and_continue_in_a_run_time_loop(step):
                 return i
         return -1
     assert out.tolist() == [reference(t) for t in range(128)]
+
+
+@tj.kernel
+def flag_handoff(x, out):
+    """Warp 1 publishes a value and raises a shared flag; warp 0 spins on the flag (a
+    plain loop reading shared memory, no barrier) and then reads the value."""
+    flag = tj.alloc_shared((1,), tj.int32)
+    data = tj.alloc_shared((1,), tj.float32)
+    if tj.thread_id() == 0:
+        flag[0] = 0
+    tj.sync()
+    if tj.warp_id() == 1:
+        if tj.lane_id() == 0:
+            for i in range(1000):   # work first, so that warp 0 reaches its loop
+                data[0] = x[0] * 2.0 + i * 0.0
+            flag[0] = 1
+    if tj.warp_id() == 0:
+        if tj.lane_id() == 0:
+            spins = 0
+            while flag[0] == 0:
+                spins += 1
+            out[0] = data[0] + 1.0
+            out[1] = spins > 0
+
+
+def test_spinning_on_a_flag_set_by_another_warp():
+    x, out = torch.tensor([3.0]), torch.zeros(2)
+    flag_handoff[(2,)](x, out)
+    assert out.tolist() == [7.0, 1.0]   # warp 0 did wait, and saw warp 1's write

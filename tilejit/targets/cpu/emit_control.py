@@ -11,6 +11,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.errors import ScopeError
+from tilejit.ir.core import walk
 from tilejit.ir.types import TeamKind
 
 from .metadata import loop_id
@@ -143,6 +144,8 @@ def emit_while(em, op):
     cond, *values = em.emit_block(op.regions[0], args)
     b.cbranch(cond, after, exit_)
     b.position_at_end(after)
+    if any(inner.name in ("load", "atomic") for region in op.regions for inner in walk(region)):
+        em.frame.spin_point()   # it may wait for another unit's store
     next_args = em.emit_block(op.regions[1], values)
     for phi, value in zip(args, next_args):
         phi.add_incoming(value, b.block)

@@ -3,8 +3,9 @@
 With one unit per CTA the CTA body is a plain function (:class:`PlainFrame`); a wait that
 is not already satisfied is a deadlock. Otherwise each unit is an LLVM coroutine
 (:class:`CoroFrame`, ``presplitcoroutine``; CoroSplit in the O2/O3 pipeline lowers it)
-resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend only
-inside :meth:`CoroFrame.wait_until` loops. Every state change (an arrival, a passed wait,
+resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend
+inside :meth:`CoroFrame.wait_until` loops, and now and then in ``while`` loops that read
+memory (:meth:`CoroFrame.spin_point`), so that spinning on a flag works. Every state change (an arrival, a passed wait,
 a finished unit) bumps a progress counter; a round of resumes that leaves it unchanged
 while units remain is a deadlock, reported with the wait site of the first waiting unit.
 
@@ -27,6 +28,7 @@ from .types import I1, I8, I32, I64, PTR, VOID, alloca
 CTX = ir.LiteralStructType([PTR, I64, I32, I32])
 CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(4)
 WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
+SPIN_YIELD_PERIOD = 64  # a power of two: passes of a memory-reading loop between yields
 
 
 # llvmlite's IR layer has neither the ``token`` type of the coroutine intrinsics nor the
@@ -137,6 +139,9 @@ class PlainFrame(_Frame):
     def wait_until(self, em, ready: Callable[[], ir.Value], site: int, values=()) -> None:
         em.fail_unless(ready(), abi.DEADLOCK, site, values)
 
+    def spin_point(self) -> None:
+        pass   # the only unit of its CTA: nobody else could change what it waits for
+
     def finish(self) -> None:
         self._close_allocas()
         self.builder.ret(ir.Constant(I32, 0))
@@ -199,6 +204,28 @@ class CoroFrame(_Frame):
         self._suspend(check)
         b.position_at_end(passed)
         self.progress()
+
+    def spin_point(self) -> None:
+        """In a loop that reads memory (a flag another unit sets), every
+        ``SPIN_YIELD_PERIOD``-th pass lets the other units run. It counts as progress: a
+        unit that spins forever hangs, as it would on a GPU, rather than being reported as
+        a deadlock while it may yet see the write it waits for."""
+        b = self.builder
+        counter = self.alloca(I32, 1, 4)
+        self._allocas.store(ir.Constant(ir.ArrayType(I32, 1), [0]), counter)
+        slot = b.gep(counter, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
+                     source_etype=ir.ArrayType(I32, 1))
+        count = b.add(b.load(slot, typ=I32), ir.Constant(I32, 1))
+        b.store(count, slot)
+        due = b.icmp_unsigned("==", b.and_(count, ir.Constant(I32, SPIN_YIELD_PERIOD - 1)),
+                              ir.Constant(I32, 0))
+        pause = b.append_basic_block("spin.yield")
+        resume = b.append_basic_block("spin.resume")
+        b.cbranch(due, pause, resume)
+        b.position_at_end(pause)
+        self.progress()
+        self._suspend(resume)
+        b.position_at_end(resume)
 
     def finish(self) -> None:
         self._close_allocas()

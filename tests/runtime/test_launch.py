@@ -105,6 +105,21 @@ def test_second_launch_is_a_memory_hit():
     torch.testing.assert_close(out, x * 3)
 
 
+def test_the_launcher_is_generated_once_even_through_an_early_grid_binding(monkeypatch):
+    from tilejit.runtime import jit
+    generated = []
+    real = jit._generate_launcher
+    monkeypatch.setattr(jit, "_generate_launcher", lambda k: generated.append(k) or real(k))
+    fresh = tj.kernel(axpb.fn)
+    launch = fresh[(2,)]                  # bound before the first launch
+    x, out = torch.arange(16.0), torch.zeros(16)
+    for a in (1.0, 2.0, 3.0):
+        launch(x, out, a, 0.0, 16)
+        fresh[(2,)](x, out, a, 1.0, 16)
+    assert generated == [fresh]
+    torch.testing.assert_close(out, x * 3 + 1)
+
+
 def test_constexpr_value_for_an_ordinary_parameter_is_compiled_in():
     x, out = torch.arange(16.0), torch.zeros(16)
     axpb[(2,)](x, out, 2.0, 0.0, tj.constexpr(16))

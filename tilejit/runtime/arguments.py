@@ -91,29 +91,34 @@ def _make_torch_facts() -> Callable[[Any], tuple]:
 _torch_facts = _make_torch_facts()
 
 
-_ELEMENT_STRIDES: dict[tuple, tuple | None] = {}
+_NUMPY_LAYOUTS: dict[tuple, tuple | None] = {}
 _UNSEEN = object()
 
 
-def _element_strides(strides: tuple, itemsize: int) -> tuple | None:
-    """Byte strides in elements; None unless all are whole, non-negative elements."""
-    elements = None
+def _numpy_layout(strides: tuple, dtype) -> tuple | None:
+    """(signatures when unaligned and when 16-byte aligned, strides in elements) of an
+    ndarray with these byte strides and dtype; None unless all strides are whole,
+    non-negative elements. Remembered per (strides, dtype)."""
+    layout, itemsize = None, dtype.itemsize
     if all(s >= 0 and s % itemsize == 0 for s in strides):
         elements = tuple(s // itemsize for s in strides)
-    if len(_ELEMENT_STRIDES) < _FACTS_CACHE_LIMIT:
-        _ELEMENT_STRIDES[strides, itemsize] = elements
-    return elements
+        signatures = tuple(("ndarray", dtype, aligned, len(strides), elements[-1:] == (1,))
+                           for aligned in (False, True))
+        layout = signatures, elements
+    if len(_NUMPY_LAYOUTS) < _FACTS_CACHE_LIMIT:
+        _NUMPY_LAYOUTS[strides, dtype] = layout
+    return layout
 
 
 def _numpy_facts(a) -> tuple:
-    strides, itemsize, address = a.strides, a.itemsize, _numpy_address(a)
-    elements = _ELEMENT_STRIDES.get((strides, itemsize), _UNSEEN)
-    if elements is _UNSEEN:
-        elements = _element_strides(strides, itemsize)
-    if elements is None:   # arg_spec_of names what is wrong
+    strides, dtype, address = a.strides, a.dtype, _numpy_address(a)
+    layout = _NUMPY_LAYOUTS.get((strides, dtype), _UNSEEN)
+    if layout is _UNSEEN:
+        layout = _numpy_layout(strides, dtype)
+    if layout is None:   # arg_spec_of names what is wrong
         return ("ndarray", "unusable strides", strides), None
-    return (("ndarray", a.dtype, not address & 15, len(strides), elements[-1:] == (1,)),
-            (address, *a.shape, *elements))
+    signatures, elements = layout
+    return signatures[not address & 15], (address, *a.shape, *elements)
 
 
 def _spec_facts(spec: TensorSpec) -> tuple:

@@ -63,6 +63,7 @@ class Kernel:
         self._cache: KernelCache[CompiledKernel] = KernelCache()
         self._fast: dict[tuple, _FastEntry] = {}
         self._fast_hits = [0]
+        self._launcher: Callable | None = None
         self._launch = self._write_launcher_and_launch
         register_kernel(self)
 
@@ -79,9 +80,11 @@ class Kernel:
 
     def _write_launcher_and_launch(self, grid, *args, **kwargs):
         """The first launch generates the launcher: by then torch is imported if tensors are
-        passed, and the launcher inlines their facts."""
-        self._launch = _generate_launcher(self)
-        return self._launch(grid, *args, **kwargs)
+        passed, and the launcher inlines their facts. (A ``kernel[grid]`` taken before
+        that keeps calling here, one call more than the launcher itself.)"""
+        if self._launcher is None:
+            self._launcher = self._launch = _generate_launcher(self)
+        return self._launcher(grid, *args, **kwargs)
 
     def run(self, grid, args: tuple, kwargs: dict) -> None:
         """The kernel protocol's launch (``@tj.autotune`` and ``@tj.heuristics`` call it)."""

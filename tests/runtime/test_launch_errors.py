@@ -88,6 +88,12 @@ def test_integer_too_wide(out):
     launch_error(lambda: fill[(1,)](out, 1.0, 2**70), "argument 'n'")
 
 
+def test_a_tensor_without_strides_or_storage(out):
+    fill[(1,)](out[:0], 1.0, 0)   # compiled: the inlined facts meet the sparse tensor
+    launch_error(lambda: fill[(1,)](torch.zeros(8).to_sparse(), 1.0, 8), "argument 'out'",
+                 "cannot be passed")
+
+
 def test_float_beyond_f32(out):
     fill[(1,)](out[:0], 1.0, 0)   # compiled, so the fast path meets the bad value
     launch_error(lambda: fill[(1,)](out, 1e300, 8), "argument 'value'", "f32")

@@ -225,6 +225,19 @@ class Kernel:
         raise LaunchError(f"{self.__name__}() is missing argument {missing!r}",
                           self._location(missing))
 
+    def _bad_argument(self, error: Exception, bound: dict) -> None:
+        """An argument's facts could not be read (the launcher caught ``error``): say which
+        argument, as a LaunchError."""
+        for name in self.runtime_candidates:
+            value = bound[name]
+            try:
+                arguments.facts(type(value), arguments.facts_of)(value)
+            except Exception as err:   # noqa: BLE001  (whatever the argument's type raised)
+                raise LaunchError(f"{self.__name__}: argument {name!r} cannot be passed to a "
+                                  f"kernel: {type(err).__name__}: {err}",
+                                  self._location(name)) from None
+        raise error
+
     def _location(self, param: str | None = None) -> SourceLocation | None:
         """Where the kernel (or one of its parameters) is defined, for error excerpts."""
         try:
@@ -381,6 +394,7 @@ def _generate_launcher(kernel: Kernel) -> Callable:
     names = kernel.arg_names
     namespace: dict[str, Any] = {
         "_tj_MISSING": _MISSING, "_tj_bad_call": kernel._bad_call,
+        "_tj_bad_argument": kernel._bad_argument,
         "_tj_facts": arguments.facts, "_tj_learn": arguments.facts_of,
         "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
         "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
@@ -417,7 +431,7 @@ def _generate_launcher(kernel: Kernel) -> Callable:
     bound = ", ".join(f"{n!r}: {n}" for n in names)
     meta = ", ".join(f"{n!r}: {n}" for n in (*names, *LAUNCH_OPTIONS))
     values = "".join(f"{n}, " for n in names)
-    facts = textwrap.indent("\n".join(fact_lines), "    ").lstrip()
+    facts = textwrap.indent("\n".join(fact_lines or ["pass"]), " " * 8).lstrip()
     records = "".join(f"{r}, " for r in records)
     function = kernel.__name__ if kernel.__name__.isidentifier() else "_tj_kernel"
     source = f"""
@@ -432,7 +446,10 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
         _tj_grid3 = None
     if _tj_grid3 is None:
         _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}}, _tj_name)
-    {facts}
+    try:
+        {facts}
+    except Exception as _tj_error:   # e.g. a sparse tensor: no strides, no data pointer
+        _tj_bad_argument(_tj_error, {{{bound}}})
     _tj_key = ({', '.join(knob_reads)}, len(_tj_overrides) and tuple(_tj_overrides.items()),
                target, arch, num_warps, cluster, {', '.join(signature_parts)})
     try:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tilejit as tj
+from tilejit.runtime.cache_key import compiler_fingerprint
 from tilejit.runtime.autotune import Autotuner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,9 +103,10 @@ def test_heuristics_above_a_kernel():
     assert out.eq(2.0).all()
 
 
-def test_cache_identity_names_code_constants_and_machine(monkeypatch):
+def test_cache_identity_names_code_constants_compiler_and_machine(monkeypatch):
     identity = json.loads(fill.cache_identity())
     assert identity["kernel"] == "fill" and "cpu:" in identity["machine"]
+    assert identity["compiler"] == compiler_fingerprint()
     assert ["OFFSET", 1.0] in identity["globals"]
     assert fill.cache_identity() == fill.cache_identity()
     monkeypatch.setattr(sys.modules[__name__], "OFFSET", 2.0)

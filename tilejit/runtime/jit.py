@@ -27,7 +27,8 @@ from ..knobs import knobs
 from . import arguments
 from .arguments import TensorSpec
 from .cache import CacheInfo, KernelCache, register_kernel
-from .cache_key import CacheKeyParts, canonical_json, make_key, source_hash
+from .cache_key import (CacheKeyParts, canonical_json, compiler_fingerprint, make_key,
+                        source_hash)
 from .compiler import CompiledKernel, compile_kernel, machine_identity, target_arch
 
 __all__ = ["Kernel", "kernel", "TensorSpec", "CompiledKernel"]
@@ -116,11 +117,11 @@ class Kernel:
         self._cache.clear_memory_cache()
 
     def cache_identity(self) -> str:
-        """This kernel's code (source, called functions, constants read) and the machine it
-        runs on: autotuning results are stored under it."""
+        """This kernel's code (source, called functions, constants read), the compiler that
+        builds it and the machine it runs on: autotuning results are stored under it."""
         deps = find_dependencies(self.fn)
         return canonical_json({
-            "kernel": self.fn.__qualname__,
+            "kernel": self.fn.__qualname__, "compiler": compiler_fingerprint(),
             "source": _source_hash(self.fn),
             "functions": [[f.fn.__qualname__, _source_hash(f.fn)] for f in deps.functions],
             "globals": sorted([k, arguments.json_safe(v)] for k, v in deps.globals.items()),

@@ -105,7 +105,7 @@ class CacheKeyParts:
     called_function_hashes: Pairs = ()   # (qualname, source hash) of every @tj.func reached
     constexprs: Pairs = ()               # (name, value)
     globals_read: Pairs = ()             # (name, value) of module-level constants read
-    arg_specs: tuple = ()                # one JSON-safe spec per runtime argument (arguments.spec_key)
+    arg_specs: tuple = ()                # per runtime argument: arguments.spec_key(spec)
     options: Pairs = ()                  # launch options: num_warps, num_stages, cluster, ...
     target: str = ""
     arch: str = ""

@@ -4,15 +4,14 @@
 signature is the kernel's own (plus keyword-only launch options), so Python itself binds the
 arguments. The launcher builds a tuple of cheap per-argument signatures (see
 ``arguments.facts_of``), looks it up in one dict, and hands the arguments' launch records
-(made with the signatures) to the backend. Only when that lookup misses does the slow path run: the ``LaunchError`` checks,
-the full cache key (``cache_key.make_key``), the memory and disk caches, and the compiler.
+(made with the signatures) to the backend. Only when that lookup misses does the slow path
+run: the ``LaunchError`` checks, the full cache key (``cache_key.make_key``), the memory and
+disk caches, and the compiler.
 """
 from __future__ import annotations
 
 import functools
 import inspect
-import sys
-import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,6 @@ from ..frontend.dependencies import (find_dependencies, is_cache_constant,
 from ..frontend.language import DeviceFunction, constexpr
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..frontend.source import function_source
-from ..ir.types import ScalarType
 from ..knobs import knobs
 from . import arguments
 from .arguments import TensorSpec
@@ -30,16 +28,11 @@ from .cache import CacheInfo, KernelCache, register_kernel
 from .cache_key import (CacheKeyParts, canonical_json, compiler_fingerprint, make_key,
                         source_hash)
 from .compiler import CompiledKernel, compile_kernel, machine_identity, target_arch
+from .launcher import (DEFAULT_CLUSTER, DEFAULT_NUM_WARPS, LAUNCH_OPTIONS, MISSING, PREFIX,
+                       FastEntry, generate_launcher)
 
 __all__ = ["Kernel", "kernel", "TensorSpec", "CompiledKernel"]
 
-LAUNCH_OPTIONS = ("num_warps", "cluster", "stream", "target", "arch")
-DEFAULT_NUM_WARPS = 4
-DEFAULT_CLUSTER = (1, 1, 1)
-_PREFIX = "_tj_"   # names of the generated launcher's own locals and globals
-# Constexpr values whose (type, value) pair is already an exact dict key.
-_PLAIN_TYPES = frozenset({int, float, bool, str, type(None), ScalarType})
-_MISSING = object()
 
 
 class Kernel:
@@ -62,7 +55,7 @@ class Kernel:
         self.runtime_candidates = tuple(n for n in self.arg_names if n not in self.constexprs)
         self.do_not_specialize = frozenset(do_not_specialize)
         self._cache: KernelCache[CompiledKernel] = KernelCache()
-        self._fast: dict[tuple, _FastEntry] = {}
+        self._fast: dict[tuple, FastEntry] = {}
         self._fast_hits = [0]
         self._launcher: Callable | None = None
         self._launch = self._write_launcher_and_launch
@@ -84,7 +77,7 @@ class Kernel:
         passed, and the launcher inlines their facts. (A ``kernel[grid]`` taken before
         that keeps calling here, one call more than the launcher itself.)"""
         if self._launcher is None:
-            self._launcher = self._launch = _generate_launcher(self)
+            self._launcher = self._launch = generate_launcher(self)
         return self._launcher(grid, *args, **kwargs)
 
     def run(self, grid, args: tuple, kwargs: dict) -> None:
@@ -128,7 +121,7 @@ class Kernel:
             "target": knobs.target, "machine": machine_identity()}, "cache identity")
 
     # -- the slow path ----------------------------------------------------------------------
-    def _miss(self, key: tuple, values: tuple, num_warps, cluster, target, arch) -> _FastEntry:
+    def _miss(self, key: tuple, values: tuple, num_warps, cluster, target, arch) -> FastEntry:
         """Called by the launcher when its signature lookup misses (or found stale code)."""
         bound = dict(zip(self.arg_names, values))
         options = {"num_warps": num_warps, "cluster": cluster, "target": target, "arch": arch}
@@ -136,7 +129,7 @@ class Kernel:
             compiled, watch = self._compiled_for(bound, options)
         except TilejitError as err:   # shown at the kernel's definition, from the user's frame
             raise err.with_location(self._location()).with_traceback(None) from None
-        entry = _FastEntry(compiled, watch, self.runtime_candidates)
+        entry = FastEntry(compiled, watch, self.runtime_candidates)
         if not knobs.always_compile and _hashable(key):
             self._fast[key] = entry
         return entry
@@ -222,7 +215,7 @@ class Kernel:
             raise LaunchError(f"{self.__name__}() got unexpected keyword arguments "
                               f"{sorted(unknown)}; it takes {', '.join(self.arg_names)} and the "
                               f"launch options {', '.join(LAUNCH_OPTIONS)}", self._location())
-        missing = next(name for name, value in bound.items() if value is _MISSING)
+        missing = next(name for name, value in bound.items() if value is MISSING)
         raise LaunchError(f"{self.__name__}() is missing argument {missing!r}",
                           self._location(missing))
 
@@ -251,34 +244,6 @@ class Kernel:
         return source.loc(source.node)
 
 
-class _FastEntry:
-    """What a launch needs once its signature is found: the two backend calls, and the
-    module-level values the code was compiled with (``watch``) to notice a changed one."""
-
-    __slots__ = ("compiled", "watch", "launch", "launch_on_stream")
-
-    def __init__(self, compiled: CompiledKernel, watch: tuple, candidates: tuple[str, ...]):
-        self.compiled, self.watch = compiled, watch
-        launch, launch_on_stream = compiled.launch, compiled.launch_on_stream
-        if compiled.runtime_params != candidates:
-            # A tj.constexpr value passed for an ordinary parameter was compiled in: drop it.
-            keep = [i for i, n in enumerate(candidates) if n in compiled.runtime_params]
-            launch = functools.partial(_select_args, compiled.launch, keep)
-            launch_on_stream = functools.partial(_select_args, compiled.launch_on_stream, keep)
-        self.launch, self.launch_on_stream = launch, launch_on_stream
-
-    def is_stale(self) -> bool:
-        for read, compiled_with in self.watch:
-            now = read()
-            if now is not compiled_with and arguments.exact(now) != arguments.exact(compiled_with):
-                return True
-        return False
-
-
-def _select_args(launch: Callable, keep: list[int], grid, records: tuple, *stream) -> None:
-    launch(grid, tuple(records[i] for i in keep), *stream)
-
-
 def kernel(fn: Callable | None = None, *, debug: bool | None = None,
            do_not_specialize: tuple[str, ...] = ()):
     """Decorator: ``@tj.kernel`` or ``@tj.kernel(debug=True, do_not_specialize=("n",))``."""
@@ -296,7 +261,7 @@ def _check_parameters(fn: Callable, parameters, do_not_specialize) -> None:
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             raise TilejitError(f"kernel {fn.__name__}: parameter {name!r} must be an ordinary "
                                "parameter (no *args, **kwargs or positional-only markers)")
-        if name in LAUNCH_OPTIONS or name.startswith(_PREFIX):
+        if name in LAUNCH_OPTIONS or name.startswith(PREFIX):
             raise TilejitError(f"kernel {fn.__name__}: parameter name {name!r} is reserved "
                                f"(launch options: {', '.join(LAUNCH_OPTIONS)})")
 
@@ -340,15 +305,15 @@ def _dependency_watch(fn: Callable, deps) -> tuple[tuple[Callable[[], Any], Any]
             if name in cells:
                 read = functools.partial(_cell_value, cells[name])
             elif name in f.__globals__:
-                read = functools.partial(f.__globals__.get, name, _MISSING)
+                read = functools.partial(f.__globals__.get, name, MISSING)
             else:
                 continue
             value = read()
             if inspect.ismodule(value) and not is_tilejit_module(value):
                 for attr in names:
-                    member = getattr(value, attr, _MISSING)
+                    member = getattr(value, attr, MISSING)
                     if _depends_on(f"{value.__name__}.{attr}", member, deps):
-                        watch.append((functools.partial(value.__dict__.get, attr, _MISSING),
+                        watch.append((functools.partial(value.__dict__.get, attr, MISSING),
                                       member))
             elif _depends_on(name, value, deps):
                 watch.append((read, value))
@@ -374,97 +339,10 @@ def _cell_value(cell) -> Any:
     try:
         return cell.cell_contents
     except ValueError:   # the enclosing function has not assigned it (or deleted it)
-        return _MISSING
+        return MISSING
 
 
 @functools.cache
 def _source_hash(fn: Callable) -> str:
     """``cache_key.source_hash`` once per function object (its code cannot change)."""
     return source_hash(fn)
-
-
-# -- the generated launcher ----------------------------------------------------------------
-def _generate_launcher(kernel: Kernel) -> Callable:
-    """``launch(grid, <the kernel's parameters>, *, <launch options>)`` for this kernel.
-
-    Required parameters default to a marker and surplus arguments are collected, so that a
-    call that does not bind reaches ``Kernel._bad_call`` (a LaunchError) instead of raising
-    Python's TypeError. (Passing one argument both by position and by keyword is still
-    Python's TypeError, naming the kernel and the argument.)
-    """
-    names = kernel.arg_names
-    namespace: dict[str, Any] = {
-        "_tj_MISSING": _MISSING, "_tj_bad_call": kernel._bad_call,
-        "_tj_bad_argument": kernel._bad_argument,
-        "_tj_facts": arguments.facts, "_tj_learn": arguments.facts_of,
-        "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
-        "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
-        "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
-        "_tj_overrides": knobs.overrides,
-        "_tj_cluster": DEFAULT_CLUSTER, "_tj_name": kernel.__name__,
-    }
-    # The knobs a binary depends on: their raw environment text and any Python override are
-    # part of the lookup, so changing one makes the next launch take the slow path.
-    knob_reads = []
-    for i, knob in enumerate(("target", "debug", "always_compile")):
-        namespace[f"_tj_env{i}"], namespace[f"_tj_envkey{i}"] = knobs.raw_lookup(knob)
-        knob_reads.append(f"_tj_env{i}(_tj_envkey{i})")
-    # Plain torch tensors get their facts inline; other arguments through arguments.facts.
-    torch = sys.modules.get("torch")
-    namespace["_tj_Tensor"] = torch.Tensor if torch is not None else _MISSING
-    params, signature_parts, fact_lines, records = [], [], [], []
-    for i, name in enumerate(names):
-        namespace[f"_tj_default{i}"] = kernel.defaults.get(name, _MISSING)
-        params.append(f"{name}=_tj_default{i}")
-        if name in kernel.constexprs:
-            signature_parts.append(f"{name}.__class__, {name} if {name}.__class__ in _tj_plain "
-                                   f"else _tj_exact({name})")
-        else:
-            fact_lines += [
-                f"if {name}.__class__ is _tj_Tensor:",
-                arguments.torch_facts_code(name, f"_tj_s{i}", f"_tj_r{i}", "    "),
-                "else:",
-                f"    _tj_s{i}, _tj_r{i} = _tj_facts({name}.__class__, _tj_learn)({name})"]
-            signature_parts.append(f"_tj_s{i}")
-            records.append(f"_tj_r{i}")
-    required = [n for n in names if n not in kernel.defaults]
-    unbound = " or ".join(["_tj_extra", "_tj_unknown", *(f"{n} is _tj_MISSING" for n in required)])
-    bound = ", ".join(f"{n!r}: {n}" for n in names)
-    meta = ", ".join(f"{n!r}: {n}" for n in (*names, *LAUNCH_OPTIONS))
-    values = "".join(f"{n}, " for n in names)
-    facts = textwrap.indent("\n".join(fact_lines or ["pass"]), " " * 8).lstrip()
-    records = "".join(f"{r}, " for r in records)
-    function = kernel.__name__ if kernel.__name__.isidentifier() else "_tj_kernel"
-    source = f"""
-def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
-        num_warps={DEFAULT_NUM_WARPS}, cluster=_tj_cluster, stream=None, target=None, arch=None,
-        **_tj_unknown):
-    if {unbound}:
-        _tj_bad_call(_tj_extra, _tj_unknown, {{{bound}}})
-    try:
-        _tj_grid3 = _tj_grids(_tj_grid)
-    except TypeError:   # a list
-        _tj_grid3 = None
-    if _tj_grid3 is None:
-        _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}}, _tj_name)
-    try:
-        {facts}
-    except Exception as _tj_error:   # e.g. a sparse tensor: no strides, no data pointer
-        _tj_bad_argument(_tj_error, {{{bound}}})
-    _tj_key = ({', '.join(knob_reads)}, len(_tj_overrides) and tuple(_tj_overrides.items()),
-               target, arch, num_warps, cluster, {', '.join(signature_parts)})
-    try:
-        _tj_entry = _tj_fast(_tj_key)
-    except TypeError:   # an unhashable constexpr or option: looked up the slow way
-        _tj_entry = None
-    if _tj_entry is None or _tj_entry.watch and _tj_entry.is_stale():
-        _tj_entry = _tj_miss(_tj_key, ({values}), num_warps, cluster, target, arch)
-    else:
-        _tj_hits[0] += 1
-    if stream is None:
-        return _tj_entry.launch(_tj_grid3, ({records}))
-    return _tj_entry.launch_on_stream(_tj_grid3, ({records}), stream)
-"""
-    namespace["__name__"] = kernel.fn.__module__
-    exec(compile(source, f"<tilejit launcher of {kernel.__qualname__}>", "exec"), namespace)
-    return namespace[function]

@@ -5,9 +5,10 @@ is not already satisfied is a deadlock. Otherwise each unit is an LLVM coroutine
 (:class:`CoroFrame`, ``presplitcoroutine``; CoroSplit in the O2/O3 pipeline lowers it)
 resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend
 inside :meth:`CoroFrame.wait_until` loops, and now and then in ``while`` loops that read
-memory (:meth:`CoroFrame.spin_point`), so that spinning on a flag works. Every state change (an arrival, a passed wait,
-a finished unit) bumps a progress counter; a round of resumes that leaves it unchanged
-while units remain is a deadlock, reported with the wait site of the first waiting unit.
+memory (:meth:`CoroFrame.spin_point`), so that spinning on a flag works. Every state
+change (an arrival, a passed wait, a finished unit) bumps a progress counter; a round of
+resumes that leaves it unchanged while units remain is a deadlock, reported with the wait
+site of the first waiting unit.
 
 A frame's function takes ``(ctx, unit, data, sync, cta x/y/z, grid x/y/z, argument
 slots...)``. ``data`` and ``sync`` are the CTA's private arenas, passed as ``noalias``

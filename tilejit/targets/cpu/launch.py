@@ -1,13 +1,15 @@
 """Launching: argument packing, the worker pool, and run-time errors.
 
 ``CpuModule.launch(grid, args)`` checks the arguments and makes their launch records;
-``launch_records`` packs them into the flat slot array of ``abi`` (one ``struct.pack`` into
-a ``bytes`` object, passed to ctypes without a copy), splits the grid into one contiguous
-CTA range per worker and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool threads (one per
-core, started once per process) take the others; ctypes releases the GIL for the call.
-A launch whose previous run showed less work than a pool handoff is worth stays on the
-calling thread. Each CTA always runs on one thread, in order, so deterministic kernels
-give the same results for any worker count. A failed CTA range turns its error record into a
+``launch_records`` (the runtime's hot path, which made the records itself) packs them into
+the flat slot array of ``abi`` (one generated ``struct.pack`` call into a ``bytes`` object,
+passed to ctypes without a copy), splits the grid into one contiguous CTA range per worker
+and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool
+threads (one per core, started once per process) take the others; ctypes releases the GIL
+for the call. A launch of one CTA, or whose previous run showed less work than a pool
+handoff is worth, stays on the calling thread. Each CTA always runs on one thread, in
+order, so deterministic kernels give the same results for any worker count. A failed CTA
+range turns its error record (one per calling thread, or per worker) into a
 :class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
 the barrier waited on) and the kernel's source line.
 

@@ -1,0 +1,140 @@
+"""The launcher generated once per kernel, and what it finds for a known signature.
+
+``generate_launcher(kernel)`` writes a Python function with the kernel's own parameters
+(plus keyword-only launch options): it reads each argument's facts (inlined for torch
+tensors), looks the signatures up in ``kernel._fast`` and calls the backend with the launch
+records; a miss goes to ``kernel._miss``. ``FastEntry`` is what a hit finds.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from ..ir.types import ScalarType
+from ..knobs import knobs
+from . import arguments
+
+LAUNCH_OPTIONS = ("num_warps", "cluster", "stream", "target", "arch")
+DEFAULT_NUM_WARPS = 4
+DEFAULT_CLUSTER = (1, 1, 1)
+PREFIX = "_tj_"   # names of the generated launcher's own locals and globals
+MISSING = object()   # a required argument the call did not give
+# Constexpr values whose (type, value) pair is already an exact dict key.
+_PLAIN_TYPES = frozenset({int, float, bool, str, type(None), ScalarType})
+
+
+class FastEntry:
+    """What a launch needs once its signature is found: the two backend calls, and the
+    module-level values the code was compiled with (``watch``) to notice a changed one."""
+
+    __slots__ = ("compiled", "watch", "launch", "launch_on_stream")
+
+    def __init__(self, compiled, watch: tuple, candidates: tuple[str, ...]):
+        self.compiled, self.watch = compiled, watch
+        launch, launch_on_stream = compiled.launch, compiled.launch_on_stream
+        if compiled.runtime_params != candidates:
+            # A tj.constexpr value passed for an ordinary parameter was compiled in: drop it.
+            keep = [i for i, n in enumerate(candidates) if n in compiled.runtime_params]
+            launch = functools.partial(_select_args, compiled.launch, keep)
+            launch_on_stream = functools.partial(_select_args, compiled.launch_on_stream, keep)
+        self.launch, self.launch_on_stream = launch, launch_on_stream
+
+    def is_stale(self) -> bool:
+        for read, compiled_with in self.watch:
+            now = read()
+            if now is not compiled_with and arguments.exact(now) != arguments.exact(compiled_with):
+                return True
+        return False
+
+
+def _select_args(launch: Callable, keep: list[int], grid, records: tuple, *stream) -> None:
+    launch(grid, tuple(records[i] for i in keep), *stream)
+
+
+def generate_launcher(kernel) -> Callable:
+    """``launch(grid, <the kernel's parameters>, *, <launch options>)`` for this kernel.
+
+    Required parameters default to a marker and surplus arguments are collected, so that a
+    call that does not bind reaches ``Kernel._bad_call`` (a LaunchError) instead of raising
+    Python's TypeError. (Passing one argument both by position and by keyword is still
+    Python's TypeError, naming the kernel and the argument.)
+    """
+    names = kernel.arg_names
+    namespace: dict[str, Any] = {
+        "_tjMISSING": MISSING, "_tj_bad_call": kernel._bad_call,
+        "_tj_bad_argument": kernel._bad_argument,
+        "_tj_facts": arguments.facts, "_tj_learn": arguments.facts_of,
+        "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
+        "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
+        "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
+        "_tj_overrides": knobs.overrides,
+        "_tj_cluster": DEFAULT_CLUSTER, "_tj_name": kernel.__name__,
+    }
+    # The knobs a binary depends on: their raw environment text and any Python override are
+    # part of the lookup, so changing one makes the next launch take the slow path.
+    knob_reads = []
+    for i, knob in enumerate(("target", "debug", "always_compile")):
+        namespace[f"_tj_env{i}"], namespace[f"_tj_envkey{i}"] = knobs.raw_lookup(knob)
+        knob_reads.append(f"_tj_env{i}(_tj_envkey{i})")
+    # Plain torch tensors get their facts inline; other arguments through arguments.facts.
+    torch = sys.modules.get("torch")
+    namespace["_tj_Tensor"] = torch.Tensor if torch is not None else MISSING
+    params, signature_parts, fact_lines, records = [], [], [], []
+    for i, name in enumerate(names):
+        namespace[f"_tj_default{i}"] = kernel.defaults.get(name, MISSING)
+        params.append(f"{name}=_tj_default{i}")
+        if name in kernel.constexprs:
+            signature_parts.append(f"{name}.__class__, {name} if {name}.__class__ in _tj_plain "
+                                   f"else _tj_exact({name})")
+        else:
+            fact_lines += [
+                f"if {name}.__class__ is _tj_Tensor:",
+                arguments.torch_facts_code(name, f"_tj_s{i}", f"_tj_r{i}", "    "),
+                "else:",
+                f"    _tj_s{i}, _tj_r{i} = _tj_facts({name}.__class__, _tj_learn)({name})"]
+            signature_parts.append(f"_tj_s{i}")
+            records.append(f"_tj_r{i}")
+    required = [n for n in names if n not in kernel.defaults]
+    unbound = " or ".join(["_tj_extra", "_tj_unknown", *(f"{n} is _tjMISSING" for n in required)])
+    bound = ", ".join(f"{n!r}: {n}" for n in names)
+    meta = ", ".join(f"{n!r}: {n}" for n in (*names, *LAUNCH_OPTIONS))
+    values = "".join(f"{n}, " for n in names)
+    facts = textwrap.indent("\n".join(fact_lines or ["pass"]), " " * 8).lstrip()
+    records = "".join(f"{r}, " for r in records)
+    function = kernel.__name__ if kernel.__name__.isidentifier() else "_tj_kernel"
+    source = f"""
+def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
+        num_warps={DEFAULT_NUM_WARPS}, cluster=_tj_cluster, stream=None, target=None, arch=None,
+        **_tj_unknown):
+    if {unbound}:
+        _tj_bad_call(_tj_extra, _tj_unknown, {{{bound}}})
+    try:
+        _tj_grid3 = _tj_grids(_tj_grid)
+    except TypeError:   # a list
+        _tj_grid3 = None
+    if _tj_grid3 is None:
+        _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}}, _tj_name)
+    try:
+        {facts}
+    except Exception as _tj_error:   # e.g. a sparse tensor: no strides, no data pointer
+        _tj_bad_argument(_tj_error, {{{bound}}})
+    _tj_key = ({', '.join(knob_reads)}, len(_tj_overrides) and tuple(_tj_overrides.items()),
+               target, arch, num_warps, cluster, {', '.join(signature_parts)})
+    try:
+        _tj_entry = _tj_fast(_tj_key)
+    except TypeError:   # an unhashable constexpr or option: looked up the slow way
+        _tj_entry = None
+    if _tj_entry is None or _tj_entry.watch and _tj_entry.is_stale():
+        _tj_entry = _tj_miss(_tj_key, ({values}), num_warps, cluster, target, arch)
+    else:
+        _tj_hits[0] += 1
+    if stream is None:
+        return _tj_entry.launch(_tj_grid3, ({records}))
+    return _tj_entry.launch_on_stream(_tj_grid3, ({records}), stream)
+"""
+    namespace["__name__"] = kernel.fn.__module__
+    exec(compile(source, f"<tilejit launcher of {kernel.__qualname__}>", "exec"), namespace)
+    return namespace[function]

@@ -1,0 +1,124 @@
+"""Random integer programs with nested ``if``/``for``/``while``, ``break`` and ``continue``,
+compiled for the CPU and run, against Python running the same text.
+
+Values stay small (every assignment is clamped to [-1000, 1000], no products of two
+variables), so 32-bit and Python arithmetic agree; ``while`` loops count up to ``n`` before
+anything else, so every loop ends."""
+import importlib.util
+import itertools
+import re
+import textwrap
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+_COUNTER = itertools.count()
+RANGES = ["range(n)", "range(n, 0, -1)", "range(1, n, 2)", "range(n, -1, -2)", "range(m)",
+          "range(n, m, step)"]
+
+
+def _fill(draw, template: str, slots: dict) -> str:
+    """Replace each ``$X`` of ``template`` with a fresh draw from ``slots[X]``."""
+    return re.sub(r"\$(\w)", lambda match: draw(slots[match.group(1)]), template)
+
+
+def expressions(names, depth=0):
+    leaves = st.sampled_from(["a", "b", "acc", "n", "m", "0", "1", "3", *names])
+    if depth >= 2:
+        return leaves
+    sub = st.deferred(lambda: expressions(names, depth + 1))
+    cond = st.deferred(lambda: conditions(names, depth + 1))
+
+    @st.composite
+    def compound(draw):
+        template = draw(st.sampled_from(["($E + $E)", "($E - $E)", "($E * 3)", "max($E, $E)",
+                                         "min($E, $E)", "($E if $C else $E)"]))
+        return _fill(draw, template, {"E": sub, "C": cond})
+    return st.one_of(leaves, compound())
+
+
+def conditions(names, depth=0):
+    @st.composite
+    def condition(draw):
+        templates = ["($E < $E)", "($E == $E)", "($E >= $E)"]
+        if depth < 2:
+            templates += ["($C and $C)", "($C or $C)", "(not $C)"]
+        return _fill(draw, draw(st.sampled_from(templates)), {
+            "E": expressions(names, depth + 1), "C": conditions(names, depth + 1)})
+    return condition()
+
+
+@st.composite
+def blocks(draw, names=(), depth=0, in_loop=False, indent=""):
+    lines = []
+    for _ in range(draw(st.integers(1, 3))):
+        assign = ["a = max(min($E, 1000), -1000)", "b = max(min($E, 1000), -1000)",
+                  "acc = max(min(acc + $E, 1000), -1000)"]
+        jumps = ["break", "continue", "if $C:\n{inner}break", "if $C:\n{inner}continue"]
+        compound = ["if $C:\n{body}", "if $C:\n{body}{indent}else:\n{body2}",
+                    "for i{d} in {range}:\n{loop}",
+                    "k{d} = 0\n{indent}while k{d} < n and $C:\n{inner}k{d} += 1\n{loop}"]
+        choice = draw(st.sampled_from(assign + (jumps if in_loop else [])
+                                      + (compound if depth < 2 else [])))
+        inner = indent + "    "
+        loop_names = [*names, f"i{depth}"] if "for i" in choice else [*names, f"k{depth}"]
+
+        def nested(slot, *args):
+            return draw(blocks(*args)) if slot in choice else ""
+        text = choice.format(
+            inner=inner, indent=indent, d=depth, range=draw(st.sampled_from(RANGES)),
+            body=nested("{body}", names, depth + 1, in_loop, inner),
+            body2=nested("{body2}", names, depth + 1, in_loop, inner),
+            loop=nested("{loop}", loop_names, depth + 1, True, inner))
+        lines.append(indent + _fill(draw, text, {"E": expressions(list(names)),
+                                                 "C": conditions(list(names))}) + "\n")
+    return "".join(lines)
+
+
+PROGRAM = """
+import tilejit as tj
+
+
+@tj.kernel
+def kernel(out, n, m, step):
+    with tj.thread():
+        if tj.thread_id() == 0:
+            a = 0
+            b = 1
+            acc = 0
+{kernel_body}
+            out[0] = a
+            out[1] = b
+            out[2] = acc
+
+
+def reference(n, m, step):
+    a = 0
+    b = 1
+    acc = 0
+{reference_body}
+    return [a, b, acc]
+"""
+
+
+def load(source: str, folder):
+    name = f"tilejit_control_fuzz_{next(_COUNTER)}"
+    path = folder / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(body=blocks(), n=st.integers(0, 6), m=st.integers(-2, 5), step=st.sampled_from([1, 2, -1]))
+def test_programs_match_python(tmp_path, body, n, m, step):
+    source = PROGRAM.format(kernel_body=textwrap.indent(body, " " * 12),
+                            reference_body=textwrap.indent(body, " " * 4))
+    module = load(source, tmp_path)
+    out = torch.zeros(3, dtype=torch.int32)
+    module.kernel[(1,)](out, n, m, step)
+    assert out.tolist() == module.reference(n, m, step), source

@@ -1,5 +1,6 @@
 """Random integer programs with nested ``if``/``for``/``while``, ``break`` and ``continue``,
-compiled for the CPU and run, against Python running the same text.
+compiled for the CPU and run by every thread of a warp (``t`` is the thread id, so control
+flow diverges between threads), against Python running the same text for each ``t``.
 
 Values stay small (every assignment is clamped to [-1000, 1000], no products of two
 variables), so 32-bit and Python arithmetic agree; ``while`` loops count up to ``n`` before
@@ -24,7 +25,7 @@ def _fill(draw, template: str, slots: dict) -> str:
 
 
 def expressions(names, depth=0):
-    leaves = st.sampled_from(["a", "b", "acc", "n", "m", "0", "1", "3", *names])
+    leaves = st.sampled_from(["a", "b", "acc", "n", "m", "t", "0", "1", "3", *names])
     if depth >= 2:
         return leaves
     sub = st.deferred(lambda: expressions(names, depth + 1))
@@ -82,18 +83,17 @@ import tilejit as tj
 
 @tj.kernel
 def kernel(out, n, m, step):
-    with tj.thread():
-        if tj.thread_id() == 0:
-            a = 0
-            b = 1
-            acc = 0
+    t = tj.thread_id()
+    a = 0
+    b = 1
+    acc = 0
 {kernel_body}
-            out[0] = a
-            out[1] = b
-            out[2] = acc
+    out[t, 0] = a
+    out[t, 1] = b
+    out[t, 2] = acc
 
 
-def reference(n, m, step):
+def reference(t, n, m, step):
     a = 0
     b = 1
     acc = 0
@@ -116,9 +116,9 @@ def load(source: str, folder):
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(body=blocks(), n=st.integers(0, 6), m=st.integers(-2, 5), step=st.sampled_from([1, 2, -1]))
 def test_programs_match_python(tmp_path, body, n, m, step):
-    source = PROGRAM.format(kernel_body=textwrap.indent(body, " " * 12),
-                            reference_body=textwrap.indent(body, " " * 4))
-    module = load(source, tmp_path)
-    out = torch.zeros(3, dtype=torch.int32)
-    module.kernel[(1,)](out, n, m, step)
-    assert out.tolist() == module.reference(n, m, step), source
+    body = textwrap.indent(body, " " * 4)
+    module = load(PROGRAM.format(kernel_body=body, reference_body=body), tmp_path)
+    out = torch.zeros(32, 3, dtype=torch.int32)
+    module.kernel[(1,)](out, n, m, step, num_warps=1)
+    expected = [module.reference(t, n, m, step) for t in range(32)]
+    assert out.tolist() == expected, body

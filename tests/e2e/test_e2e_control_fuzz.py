@@ -14,6 +14,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import tilejit as tj
+
 _COUNTER = itertools.count()
 RANGES = ["range(n)", "range(n, 0, -1)", "range(1, n, 2)", "range(n, -1, -2)", "range(m)",
           "range(n, m, step)"]
@@ -51,11 +53,12 @@ def conditions(names, depth=0):
 
 
 @st.composite
-def blocks(draw, names=(), depth=0, in_loop=False, indent=""):
+def blocks(draw, names=(), depth=0, in_loop=False, indent="", extra=()):
+    """Statements; ``extra`` are more simple statements to choose from."""
     lines = []
     for _ in range(draw(st.integers(1, 3))):
         assign = ["a = max(min($E, 1000), -1000)", "b = max(min($E, 1000), -1000)",
-                  "acc = max(min(acc + $E, 1000), -1000)"]
+                  "acc = max(min(acc + $E, 1000), -1000)", *extra]
         jumps = ["break", "continue", "if $C:\n{inner}break", "if $C:\n{inner}continue"]
         compound = ["if $C:\n{body}", "if $C:\n{body}{indent}else:\n{body2}",
                     "for i{d} in {range}:\n{loop}",
@@ -66,7 +69,7 @@ def blocks(draw, names=(), depth=0, in_loop=False, indent=""):
         loop_names = [*names, f"i{depth}"] if "for i" in choice else [*names, f"k{depth}"]
 
         def nested(slot, *args):
-            return draw(blocks(*args)) if slot in choice else ""
+            return draw(blocks(*args, extra=extra)) if slot in choice else ""
         text = choice.format(
             inner=inner, indent=indent, d=depth, range=draw(st.sampled_from(RANGES)),
             body=nested("{body}", names, depth + 1, in_loop, inner),
@@ -77,6 +80,9 @@ def blocks(draw, names=(), depth=0, in_loop=False, indent=""):
     return "".join(lines)
 
 
+TILE_OP = "tj.fill(tile, 1.0)"   # a tile primitive at team cta: every thread must reach it
+
+
 PROGRAM = """
 import tilejit as tj
 
@@ -84,6 +90,7 @@ import tilejit as tj
 @tj.kernel
 def kernel(out, n, m, step):
     t = tj.thread_id()
+    tile = tj.fragment((4,), tj.float32)
     a = 0
     b = 1
     acc = 0
@@ -112,13 +119,31 @@ def load(source: str, folder):
     return module
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(body=blocks(), n=st.integers(0, 6), m=st.integers(-2, 5), step=st.sampled_from([1, 2, -1]))
-def test_programs_match_python(tmp_path, body, n, m, step):
-    body = textwrap.indent(body, " " * 4)
-    module = load(PROGRAM.format(kernel_body=body, reference_body=body), tmp_path)
+def run(body: str, folder, n, m, step) -> None:
+    kernel_body = textwrap.indent(body, " " * 4)
+    reference_body = kernel_body.replace(TILE_OP, "pass")
+    module = load(PROGRAM.format(kernel_body=kernel_body, reference_body=reference_body), folder)
     out = torch.zeros(32, 3, dtype=torch.int32)
     module.kernel[(1,)](out, n, m, step, num_warps=1)
     expected = [module.reference(t, n, m, step) for t in range(32)]
     assert out.tolist() == expected, body
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(body=blocks(), n=st.integers(0, 6), m=st.integers(-2, 5), step=st.sampled_from([1, 2, -1]))
+def test_programs_match_python(tmp_path, body, n, m, step):
+    run(body, tmp_path, n, m, step)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(body=blocks(extra=(TILE_OP,)), n=st.integers(0, 6), m=st.integers(-2, 5),
+       step=st.sampled_from([1, 2, -1]))
+def test_tile_primitives_under_control_flow_run_or_are_refused(tmp_path, body, n, m, step):
+    """A tile primitive that only part of the CTA might reach is a ScopeError when the
+    kernel compiles; one that compiles never deadlocks and the results match Python."""
+    try:
+        run(body, tmp_path, n, m, step)
+    except tj.ScopeError as err:
+        assert "part of the team would reach the primitive" in err.message, body

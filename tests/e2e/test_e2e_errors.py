@@ -50,12 +50,6 @@ def unknown_family(x, out):
     tj.copy(out[0:16], a)
 
 
-def empty_filter(x, out):
-    a = tj.fragment((16,), x.dtype)
-    if tj.warp_id() >= 4:
-        tj.copy(a, x[0:16])
-
-
 def tile_op_under_unrepresentable_filter(x, out):
     a = tj.fragment((16,), x.dtype)
     if tj.thread_id() < 40:
@@ -89,7 +83,6 @@ def bad_reduce_axis(x, out):
     (unknown_builtin, tj.CompilationError, "tj.copy_everything", "copy_everything"),
     (runtime_tile_shape, tj.CompilationError, "tj.fragment((n,)", ""),
     (unknown_family, tj.DispatchError, 'dispatch="warp_magic"', "warp_magic"),
-    (empty_filter, tj.ScopeError, "tj.warp_id() >= 4", "no"),
     (tile_op_under_unrepresentable_filter, tj.ScopeError, "tj.copy(a, x[0:16])",
      "thread_id() < 40"),
     (tile_op_under_divergent_condition, tj.ScopeError, "tj.copy(a, x[0:16])",

@@ -290,3 +290,20 @@ def test_spinning_on_a_flag_set_by_another_warp():
     x, out = torch.tensor([3.0]), torch.zeros(2)
     flag_handoff[(2,)](x, out)
     assert out.tolist() == [7.0, 1.0]   # warp 0 did wait, and saw warp 1's write
+
+
+@tj.kernel
+def consumers_only(x, out, PRODUCERS: tj.constexpr):
+    """With PRODUCERS = 0 the producer branch keeps no thread: dead code, as in Python."""
+    tile = tj.fragment((8,), x.dtype)
+    if tj.thread_id() < PRODUCERS:
+        tj.fill(tile, -1.0)
+        tj.copy(out[0:8], tile)
+    else:
+        out[tj.thread_id()] = x[tj.thread_id()]
+
+
+def test_a_branch_no_thread_takes_is_dead_code():
+    x, out = torch.arange(128.0), torch.zeros(128)
+    consumers_only[(1,)](x, out, PRODUCERS=0)
+    assert torch.equal(out, x)

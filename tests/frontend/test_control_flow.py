@@ -301,12 +301,20 @@ def test_a_comparison_with_a_run_time_value_is_no_filter():
     assert ops(k, "if")[0].attrs["filter"] is None
 
 
-def test_an_empty_filter_is_a_scope_error():
-    def kernel(out):
-        if tj.warp_id() >= 4:
+def test_a_filter_that_keeps_no_thread_is_dead_code():
+    def kernel(out, LIMIT: tj.constexpr = 0):
+        if tj.warp_id() >= 4:                   # 4 warps: never true
             out[0] = 1
-    raises(kernel, "keeps no thread", "tj.warp_id() >= 4", {"out": T(i32, 1)},
-           error=ScopeError, num_warps=4)
+        else:
+            out[0] = 2
+        if tj.thread_id() < LIMIT and tj.lane_id() == 0:
+            out[1] = 1
+        with tj.tfilter(warp=(4, 6)):
+            out[2] = 1
+    k = build(kernel, {"out": T(i32, 1)}, num_warps=4)
+    assert not ops(k, "if")
+    store, = ops(k, "store")
+    assert store.operands[1].owner.attrs["value"] == 2
 
 
 def test_returns_in_device_functions_and_kernels():

@@ -30,7 +30,7 @@ from tilejit.ir.core import Block
 from tilejit.ir.types import ScalarType, promote
 
 from . import language
-from .filters import filter_condition, thread_filter
+from .filters import KEEPS_NO_THREAD, filter_condition, thread_filter
 from .semantics import fold, literal_type
 from .values import (BarrierRef, Undefined, contains_value, describe, is_int_number, is_number,
                      is_scalar, is_value, number_type_promote, python_number_type)
@@ -129,6 +129,9 @@ class ControlFlowMixin:
             return
         with self.at(node.test):
             spec = thread_filter(cond, self.sem.options)
+        if spec is KEEPS_NO_THREAD:
+            self.visit_stmts(node.orelse)
+            return
         orelse = (lambda: self.visit_stmts(node.orelse)) if node.orelse else None
         self._build_if(cond, lambda: self.visit_stmts(node.body), orelse, spec, self._line(node))
 
@@ -152,6 +155,8 @@ class ControlFlowMixin:
                 continue
             with self.at(operand):
                 specs.append(thread_filter(cond, self.sem.options))
+            if specs[-1] is KEEPS_NO_THREAD:
+                return True  # never true, and there is no else-branch
             conds.append(cond)
         axes = {spec.axis for spec in specs if spec is not None}
         one_filter = None not in specs and len(axes) == 1 and "elect" not in axes
@@ -165,7 +170,8 @@ class ControlFlowMixin:
                 return True
             with self.at(test):
                 spec = thread_filter(cond, self.sem.options)
-            self._build_if(cond, lambda: self.visit_stmts(node.body), None, spec, line)
+            if spec is not KEEPS_NO_THREAD:
+                self._build_if(cond, lambda: self.visit_stmts(node.body), None, spec, line)
             return True
 
         def level(i: int):
@@ -537,7 +543,7 @@ class ControlFlowMixin:
                                        "such as tj.warp() or tj.warpgroup(), or tj.tfilter(...)")
         if isinstance(ctx, language.TeamSwitch):
             self._team(ctx.kind, inner, self._line(item.context_expr))
-        else:
+        elif spec is not KEEPS_NO_THREAD:
             self._build_if(cond, inner, None, spec, self._line(item.context_expr),
                            "tj.tfilter block")
 

@@ -49,11 +49,14 @@ def filter_condition(sem: Semantics, axis: str, lo: int, hi: int) -> Value:
     return upper if lo == 0 else sem.logical("and", sem.compare("ge", ident, lo), upper)
 
 
-def thread_filter(cond: Value, options: LaunchOptions) -> FilterSpec | None:
-    """The filter an ``if`` on ``cond`` applies, or None for a plain run-time ``if``.
+KEEPS_NO_THREAD = object()   # a filter whose range misses every thread: never true
 
-    A filter that keeps no thread (``warp_id() >= 4`` with 4 warps) is a ScopeError.
-    """
+
+def thread_filter(cond: Value, options: LaunchOptions):
+    """The filter an ``if`` on ``cond`` applies, None for a plain run-time ``if``, or
+    ``KEEPS_NO_THREAD`` when the condition is a filter that no thread passes
+    (``warp_id() >= 4`` with 4 warps, ``thread_id() < LIMIT`` with ``LIMIT = 0``): like
+    ``if False:``, its branch is dead code, as it would be in Python or CUDA."""
     found = _filter_range(cond, options)
     if found is None:
         return None
@@ -61,9 +64,7 @@ def thread_filter(cond: Value, options: LaunchOptions) -> FilterSpec | None:
     if axis == "elect":
         return FilterSpec("elect")
     if lo >= hi:
-        raise ScopeError(f"this condition keeps no thread: {FILTER_KINDS[axis]}() ranges over "
-                         f"[0, {axis_extent(axis, options)}) with num_warps={options.num_warps},"
-                         f" cluster={options.cluster}")
+        return KEEPS_NO_THREAD
     return FilterSpec(axis, lo, hi)
 
 

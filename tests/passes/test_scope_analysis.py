@@ -118,10 +118,17 @@ def error_of(body: str, attrs: str = "num_warps = 4") -> ScopeError:
     return info.value
 
 
-def test_empty_filter_points_at_the_if():
+def test_a_tile_op_under_a_filter_no_thread_passes_points_at_the_op():
     err = error_of(filtered_if(10, "warp", 9, 10, copy(11)))
-    assert err.line == 10
+    assert err.line == 11
     assert "filter leaves no active thread: warp_id() == 9 but the kernel has 4 warps" in str(err)
+
+
+def test_native_code_under_a_filter_no_thread_passes_is_dead_code():
+    nested = filtered_if(10, "warp", 0, 1, filtered_if(11, "warp", 1, 2, "") + copy(12))
+    out = scope_analysis.run(kernel(nested))   # no ScopeError: nothing runs in warp 0 and 1
+    verify(out)
+    assert [line for line, _ in scopes(out)] == [12]
 
 
 def test_non_uniform_team_switch_points_at_the_team_op():

@@ -8,7 +8,8 @@ body starts at team ``cta`` with every thread of the cluster active.
   ``team`` op even when no tile op follows.
 * ``if`` ops with a ``filter`` attribute narrow the active set in the then-branch (a range
   that is not a warps x lanes product, such as ``thread_id() < 100``, leaves the set "not
-  statically representable", like the else-branch below; an empty range is an error). The
+  statically representable", like the else-branch below, and so does a range no active
+  thread is in: that branch is dead code, fine unless a tile op is in it). The
   else-branch gets the complement when that is again a representable set (``warp_id()
   == 0`` on warps ``[0, 4)`` leaves ``[1, 4)``); otherwise its set is marked "not
   statically representable": native ops are fine there, a tile op is a ScopeError that
@@ -124,9 +125,8 @@ def filter_states(spec, state: ScopeState) -> tuple[ScopeState, ScopeState]:
     try:
         then_state = replace(state, active=state.active.narrow(spec.axis, spec.lo, spec.hi))
     except ScopeError as err:
-        if err.message.startswith("filter leaves no active thread"):
-            raise  # an empty then-branch is a mistake at the `if` itself
-        # Not representable (`if thread_id() < 100` cuts a warp): fine for native code.
+        # Not representable (`if thread_id() < 100` cuts a warp), or no thread at all (a
+        # filter nested in a contradicting one: dead code): fine for native code.
         then_state = replace(state, active=None, why=f"in the then-branch of `if {text}`: "
                                                      f"{err.message}")
     try:

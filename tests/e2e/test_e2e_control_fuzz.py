@@ -1,6 +1,7 @@
 """Random integer programs with nested ``if``/``for``/``while``, ``break`` and ``continue``,
-compiled for the CPU and run by every thread of a warp (``t`` is the thread id, so control
-flow diverges between threads), against Python running the same text for each ``t``.
+compiled for the CPU and run by every thread of two warps (``t`` is the thread id, ``w`` the
+warp id, so control flow diverges between threads and warps), against Python running the
+same text for each ``t``.
 
 Values stay small (every assignment is clamped to [-1000, 1000], no products of two
 variables), so 32-bit and Python arithmetic agree; ``while`` loops count up to ``n`` before
@@ -27,7 +28,7 @@ def _fill(draw, template: str, slots: dict) -> str:
 
 
 def expressions(names, depth=0):
-    leaves = st.sampled_from(["a", "b", "acc", "n", "m", "t", "0", "1", "3", *names])
+    leaves = st.sampled_from(["a", "b", "acc", "n", "m", "t", "w", "0", "1", "3", *names])
     if depth >= 2:
         return leaves
     sub = st.deferred(lambda: expressions(names, depth + 1))
@@ -80,7 +81,11 @@ def blocks(draw, names=(), depth=0, in_loop=False, indent="", extra=()):
     return "".join(lines)
 
 
-TILE_OP = "tj.fill(tile, 1.0)"   # a tile primitive at team cta: every thread must reach it
+TILE_OP = "tj.fill(tile, 1.0)"   # a tile primitive: every thread of its team must reach it
+WARP_TEAM = "with tj.warp():"
+REFUSALS = ("part of the team would reach the primitive",
+            "needs a statically known set of active threads")
+TILE_STATEMENTS = (TILE_OP, WARP_TEAM + "\n{inner}" + TILE_OP)   # at team cta, team warp
 
 
 PROGRAM = """
@@ -90,6 +95,7 @@ import tilejit as tj
 @tj.kernel
 def kernel(out, n, m, step):
     t = tj.thread_id()
+    w = tj.warp_id()
     tile = tj.fragment((4,), tj.float32)
     a = 0
     b = 1
@@ -101,6 +107,7 @@ def kernel(out, n, m, step):
 
 
 def reference(t, n, m, step):
+    w = t // 32
     a = 0
     b = 1
     acc = 0
@@ -121,11 +128,11 @@ def load(source: str, folder):
 
 def run(body: str, folder, n, m, step) -> None:
     kernel_body = textwrap.indent(body, " " * 4)
-    reference_body = kernel_body.replace(TILE_OP, "pass")
+    reference_body = kernel_body.replace(TILE_OP, "pass").replace(WARP_TEAM, "if True:")
     module = load(PROGRAM.format(kernel_body=kernel_body, reference_body=reference_body), folder)
-    out = torch.zeros(32, 3, dtype=torch.int32)
-    module.kernel[(1,)](out, n, m, step, num_warps=1)
-    expected = [module.reference(t, n, m, step) for t in range(32)]
+    out = torch.zeros(64, 3, dtype=torch.int32)
+    module.kernel[(1,)](out, n, m, step, num_warps=2)
+    expected = [module.reference(t, n, m, step) for t in range(64)]
     assert out.tolist() == expected, body
 
 
@@ -138,12 +145,13 @@ def test_programs_match_python(tmp_path, body, n, m, step):
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(body=blocks(extra=(TILE_OP,)), n=st.integers(0, 6), m=st.integers(-2, 5),
+@given(body=blocks(extra=TILE_STATEMENTS), n=st.integers(0, 6), m=st.integers(-2, 5),
        step=st.sampled_from([1, 2, -1]))
 def test_tile_primitives_under_control_flow_run_or_are_refused(tmp_path, body, n, m, step):
-    """A tile primitive that only part of the CTA might reach is a ScopeError when the
-    kernel compiles; one that compiles never deadlocks and the results match Python."""
+    """A tile primitive that only part of its team (the CTA, or a warp) might reach is a
+    ScopeError when the kernel compiles; one that compiles never deadlocks and the results
+    match Python."""
     try:
         run(body, tmp_path, n, m, step)
-    except tj.ScopeError as err:
-        assert "part of the team would reach the primitive" in err.message, body
+    except tj.ScopeError as err:   # divergent control, or a filter with an odd thread set
+        assert any(reason in err.message for reason in REFUSALS), f"{err}\n{body}"

@@ -89,6 +89,8 @@ RUNTIME_MISUSE = [
     ("return 3", "a kernel cannot return a value"),
     ("x[0] = x", r"buf\[i, ...\] = v stores a scalar"),
     ("v = x.dtype()", "the dtype tj.float32 is not callable"),
+    ("tj.reduce(x, x, 'sum', 0)", r"reducing \(\?,\) over axis 0 gives \(\) or \(1,\), but dst has "
+     r"shape \(\?,\)"),
 ]
 
 

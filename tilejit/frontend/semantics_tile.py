@@ -138,8 +138,7 @@ class TileSemantics:
         axis = int(axis) % len(shape)
         dropped, kept = shape[:axis] + shape[axis + 1:], shape[:axis] + (1,) + shape[axis + 1:]
         out = dst.type.shape
-        if not any(len(out) == len(s) and broadcasts_to(out, s) and broadcasts_to(s, out)
-                   for s in (dropped, kept)):
+        if tuple(out) not in (dropped, kept):   # a run-time size matches only itself
             raise CompilationError(f"tj.reduce: reducing {_shape_text(shape)} over axis {axis} "
                                    f"gives {_shape_text(dropped)} or {_shape_text(kept)}, but dst "
                                    f"has shape {_shape_text(out)}")

@@ -5,7 +5,9 @@ same text for each ``t``.
 
 Values stay small (every assignment is clamped to [-1000, 1000], no products of two
 variables), so 32-bit and Python arithmetic agree; ``while`` loops count up to ``n`` before
-anything else, so every loop ends."""
+anything else, so every loop ends. The last test also has the threads exchange values
+through shared memory between ``tj.sync()`` barriers (reached by every thread), against a
+Python reference that runs the threads phase by phase."""
 import importlib.util
 import itertools
 import re
@@ -88,7 +90,7 @@ REFUSALS = ("part of the team would reach the primitive",
 TILE_STATEMENTS = (TILE_OP, WARP_TEAM + "\n{inner}" + TILE_OP)   # at team cta, team warp
 
 
-PROGRAM = """
+KERNEL = """
 import tilejit as tj
 
 
@@ -97,6 +99,7 @@ def kernel(out, n, m, step):
     t = tj.thread_id()
     w = tj.warp_id()
     tile = tj.fragment((4,), tj.float32)
+    s = tj.alloc_shared((64,), tj.int32)
     a = 0
     b = 1
     acc = 0
@@ -104,8 +107,9 @@ def kernel(out, n, m, step):
     out[t, 0] = a
     out[t, 1] = b
     out[t, 2] = acc
+"""
 
-
+PER_THREAD_REFERENCE = """
 def reference(t, n, m, step):
     w = t // 32
     a = 0
@@ -129,7 +133,8 @@ def load(source: str, folder):
 def run(body: str, folder, n, m, step) -> None:
     kernel_body = textwrap.indent(body, " " * 4)
     reference_body = kernel_body.replace(TILE_OP, "pass").replace(WARP_TEAM, "if True:")
-    module = load(PROGRAM.format(kernel_body=kernel_body, reference_body=reference_body), folder)
+    module = load(KERNEL.format(kernel_body=kernel_body)
+                  + PER_THREAD_REFERENCE.format(reference_body=reference_body), folder)
     out = torch.zeros(64, 3, dtype=torch.int32)
     module.kernel[(1,)](out, n, m, step, num_warps=2)
     expected = [module.reference(t, n, m, step) for t in range(64)]
@@ -155,3 +160,73 @@ def test_tile_primitives_under_control_flow_run_or_are_refused(tmp_path, body, n
         run(body, tmp_path, n, m, step)
     except tj.ScopeError as err:   # divergent control, or a filter with an odd thread set
         assert any(reason in err.message for reason in REFUSALS), f"{err}\n{body}"
+
+
+# -- threads exchanging values through shared memory between barriers ---------------------
+@st.composite
+def phases(draw, depth=0, indent="    "):
+    """Items run by every thread: divergent blocks, shared-memory exchanges between two
+    ``tj.sync()`` (only where every thread gets: at the top or in loops over ``range(n)``),
+    and such loops. Returns (kernel text, reference text)."""
+    names = [f"j{d}" for d in range(depth)]
+    kernel, reference = [], []
+    for index in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["block", "exchange", "exchange"]
+                                    + (["loop"] if depth < 2 else [])))
+        tag = f"{depth}_{index}_{draw(st.integers(0, 10**6))}"
+        state = ", ".join(["t", "w", "a", "b", "acc", *names])
+        if kind == "block":
+            body = draw(blocks(names))
+            kernel.append(textwrap.indent(body, indent))
+            reference.append(textwrap.indent(
+                f"def block_{tag}({state}):\n{textwrap.indent(body, '    ')}"
+                f"    return a, b, acc\n"
+                f"for t in range(THREADS):\n"
+                f"    a, b, acc = state[t]\n"
+                f"    state[t] = block_{tag}({state.replace('w', 't // 32')})\n", indent))
+        elif kind == "exchange":
+            value = draw(expressions(names))
+            shift = draw(st.sampled_from([1, 5, 33, 63]))
+            kernel.append(textwrap.indent(
+                f"s[t] = max(min({value}, 1000), -1000)\n"
+                f"tj.sync()\n"
+                f"acc = max(min(acc + s[(t + {shift}) % 64], 1000), -1000)\n"
+                f"tj.sync()\n", indent))
+            reference.append(textwrap.indent(
+                f"def value_{tag}({state}):\n    return max(min({value}, 1000), -1000)\n"
+                f"shared = [value_{tag}({state.replace('w', 't // 32').replace('a, b, acc', '*state[t]')}) "
+                f"for t in range(THREADS)]\n"
+                f"for t in range(THREADS):\n"
+                f"    a, b, acc = state[t]\n"
+                f"    state[t] = (a, b, max(min(acc + shared[(t + {shift}) % 64], 1000), -1000))\n",
+                indent))
+        else:
+            inner_kernel, inner_reference = draw(phases(depth + 1, indent + "    "))
+            loop = f"for j{depth} in range(n):\n"
+            kernel.append(indent + loop + inner_kernel)
+            reference.append(indent + loop + inner_reference)
+    return "".join(kernel), "".join(reference)
+
+
+EXCHANGE_REFERENCE = """
+THREADS = 64
+
+
+def reference(n, m, step):
+    state = [(0, 1, 0)] * THREADS
+{reference_body}
+    return [list(s) for s in state]
+"""
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(program=phases(), n=st.integers(0, 4), m=st.integers(-2, 5),
+       step=st.sampled_from([1, 2, -1]))
+def test_threads_exchanging_through_shared_memory_match_python(tmp_path, program, n, m, step):
+    kernel_body, reference_body = program
+    module = load(KERNEL.format(kernel_body=kernel_body)
+                  + EXCHANGE_REFERENCE.format(reference_body=reference_body), tmp_path)
+    out = torch.zeros(64, 3, dtype=torch.int32)
+    module.kernel[(1,)](out, n, m, step, num_warps=2)
+    assert out.tolist() == module.reference(n, m, step), kernel_body

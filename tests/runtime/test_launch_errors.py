@@ -99,6 +99,20 @@ def test_float_beyond_f32(out):
     launch_error(lambda: fill[(1,)](out, 1e300, 8), "argument 'value'", "f32")
 
 
+def test_read_only_arrays_can_be_read_but_not_written(tmp_path):
+    x = np.arange(8, dtype=np.float32)
+    x.flags.writeable = False
+    out = np.zeros(8, np.float32)
+    add[(1,)](x, x, out, 8)                     # read-only inputs are fine
+    np.testing.assert_array_equal(out, 2 * x)
+    np.zeros(8, np.float32).tofile(tmp_path / "zeros.bin")
+    mapped = np.memmap(tmp_path / "zeros.bin", np.float32, mode="r")   # writing would fault
+    err = launch_error(lambda: add[(1,)](x, x, mapped, 8), "argument 'out'", "read-only")
+    assert err.line is not None
+    launch_error(lambda: add.compiled_kernels()[0][(1, 1, 1)](x, x, mapped, 8), "read-only")
+    launch_error(lambda: fill[(1,)](np.frombuffer(bytes(32), np.float32), 1.0, 8), "read-only")
+
+
 def test_negative_strides():
     a = np.zeros(8, np.float32)
     launch_error(lambda: fill[(1,)](a[::-1], 1.0, 8), "argument 'out'", "negative strides")

@@ -96,13 +96,16 @@ _UNSEEN = object()
 
 
 def _numpy_layout(strides: tuple, dtype) -> tuple | None:
-    """(signatures when unaligned and when 16-byte aligned, strides in elements) of an
-    ndarray with these byte strides and dtype; None unless all strides are whole,
-    non-negative elements. Remembered per (strides, dtype)."""
+    """(signatures[16-byte aligned][writable], strides in elements) of an ndarray with these
+    byte strides and dtype; None unless all strides are whole, non-negative elements.
+    Remembered per (strides, dtype). (Whether the array is writable is in the signature so
+    that a read-only one takes the slow path, which refuses it for a parameter the kernel
+    writes.)"""
     layout, itemsize = None, dtype.itemsize
     if all(s >= 0 and s % itemsize == 0 for s in strides):
         elements = tuple(s // itemsize for s in strides)
-        signatures = tuple(("ndarray", dtype, aligned, len(strides), elements[-1:] == (1,))
+        signatures = tuple(tuple(("ndarray", dtype, aligned, len(strides), elements[-1:] == (1,),
+                                  writable) for writable in (False, True))
                            for aligned in (False, True))
         layout = signatures, elements
     if len(_NUMPY_LAYOUTS) < _FACTS_CACHE_LIMIT:
@@ -118,7 +121,7 @@ def _numpy_facts(a) -> tuple:
     if layout is None:   # arg_spec_of names what is wrong
         return ("ndarray", "unusable strides", strides), None
     signatures, elements = layout
-    return signatures[not address & 15], (address, *a.shape, *elements)
+    return signatures[not address & 15][a.flags.writeable], (address, *a.shape, *elements)
 
 
 def _spec_facts(spec: TensorSpec) -> tuple:
@@ -161,7 +164,7 @@ def facts_of(value: Any) -> tuple:
     """The facts of an argument of a type not seen yet; its type is remembered."""
     if _is_tensor(value):
         facts = _torch_facts
-    elif _is_ndarray(value):
+    elif is_ndarray(value):
         _use_fast_numpy_address()
         facts = _numpy_facts
     elif isinstance(value, bool) or _is_numpy_scalar(value, "bool_"):
@@ -195,7 +198,7 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _is_ndarray(value: Any) -> bool:
+def is_ndarray(value: Any) -> bool:
     numpy = sys.modules.get("numpy")
     return numpy is not None and isinstance(value, numpy.ndarray)
 
@@ -222,7 +225,7 @@ def device_of(value: Any) -> str | None:
     """'cpu' / 'cuda' / ... for array-like arguments, None for scalars."""
     if _is_tensor(value):
         return value.device.type
-    if _is_ndarray(value):
+    if is_ndarray(value):
         return "cpu"
     if isinstance(value, TensorSpec):
         return value.device
@@ -264,7 +267,7 @@ def _tensor_facts(value: Any) -> tuple[Any, tuple, tuple, bool] | None:
         return value.dtype, value.shape, value.strides, value.aligned16
     if _is_tensor(value):
         return value.dtype, tuple(value.shape), tuple(value.stride()), value.data_ptr() % 16 == 0
-    if _is_ndarray(value):
+    if is_ndarray(value):
         if any(s % value.itemsize for s in value.strides):
             return value.dtype, value.shape, value.strides, False   # rejected below
         strides = tuple(s // value.itemsize for s in value.strides)
@@ -281,7 +284,7 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
         if scalar is None:
             raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
                               "does not support")
-        if _is_ndarray(value) and any(s % value.itemsize for s in value.strides):
+        if is_ndarray(value) and any(s % value.itemsize for s in value.strides):
             raise LaunchError(f"{kernel}: argument {name!r} has strides {value.strides} bytes, "
                               f"not whole {value.itemsize}-byte elements")
         if any(s < 0 for s in strides):

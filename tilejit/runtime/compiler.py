@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CompilationError
+from ..errors import CompilationError, LaunchError
 from ..frontend import compile_to_ir
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..knobs import knobs
 from ..passes.dispatch import DispatchRecord, dispatch_log, format_log
+from ..passes.effects import written_parameters
 from ..passes.pipeline import run_pipeline
+from .arguments import is_ndarray
 from .disk_cache import CacheEntry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
@@ -132,6 +134,7 @@ def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: Lau
         "target": options.target,
         "arch": options.arch,
         "runtime_params": list(specs),
+        "written_params": written_parameters(lowered),
         "dispatch_log": [_record_json(r) for r in records],
         **backend_meta,
     }
@@ -194,9 +197,26 @@ class CompiledKernel:
             if stage in stages and self.asm.has(stage):
                 _print_stage(stages, stage, self.name, self.asm[stage])
 
+    @property
+    def written_params(self) -> tuple[str, ...]:
+        """The runtime parameters the kernel writes (a read-only array cannot take them)."""
+        return tuple(self.metadata["written_params"])
+
+    def check_writable(self, bound: dict) -> None:
+        """A LaunchError if a read-only numpy array is bound to a parameter the kernel
+        writes (writing through it could corrupt immutable data or fault)."""
+        for name in self.written_params:
+            value = bound.get(name)
+            if is_ndarray(value) and not value.flags.writeable:
+                raise LaunchError(f"{self.name}: argument {name!r} is a read-only array, and "
+                                  "the kernel writes to it; pass a writable copy")
+
     def __getitem__(self, grid):
         """``compiled[grid](*runtime_args)``: launch this specialization directly."""
-        return lambda *args: self.module.launch(grid, list(args))
+        def launch(*args):
+            self.check_writable(dict(zip(self.runtime_params, args)))
+            self.module.launch(grid, list(args))
+        return launch
 
 
 class _Stages(dict):

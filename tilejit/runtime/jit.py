@@ -127,6 +127,7 @@ class Kernel:
         options = {"num_warps": num_warps, "cluster": cluster, "target": target, "arch": arch}
         try:
             compiled, watch = self._compiled_for(bound, options)
+            compiled.check_writable(bound)
         except TilejitError as err:   # shown at the kernel's definition, from the user's frame
             raise err.with_location(self._location()).with_traceback(None) from None
         entry = FastEntry(compiled, watch, self.runtime_candidates)

@@ -1,0 +1,27 @@
+"""Which kernel parameters a kernel writes: stores and atomics on a parameter or on a view
+or region of one, found in native IR (after ``lower-tiles``, every tile primitive's writes
+are stores). The runtime refuses to launch such a kernel on a read-only array."""
+from __future__ import annotations
+
+from ..ir.core import KernelIR, Value, walk
+
+__all__ = ["written_parameters"]
+
+_WRITES = frozenset({"store", "atomic"})
+_DERIVED = frozenset({"region", "view"})   # ops whose result aliases their first operand
+
+
+def written_parameters(kernel: KernelIR) -> list[str]:
+    """Names of the parameters some store or atomic of ``kernel`` writes, in order."""
+    params = dict(zip(kernel.body.args, kernel.param_names))
+    written = set()
+    for op in walk(kernel.body):
+        if op.name in _WRITES:
+            written.add(_root(op.operands[0]))
+    return [name for arg, name in params.items() if arg in written]
+
+
+def _root(buffer: Value) -> Value:
+    while buffer.owner is not None and getattr(buffer.owner, "name", None) in _DERIVED:
+        buffer = buffer.owner.operands[0]
+    return buffer

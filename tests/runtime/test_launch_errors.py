@@ -155,7 +155,8 @@ def test_unknown_target(out):
 
 # -- grid and options ----------------------------------------------------------------------
 @pytest.mark.parametrize("grid", [(), (0,), (1, 2, 3, 4), (1.5,), "a", (False,), (2, -1),
-                                  [1, 0], None, lambda meta: (0,), lambda meta: "x"])
+                                  [1, 0], None, lambda meta: (0,), lambda meta: "x",
+                                  (2**31,), (1, 2**40)])   # CTA ids are 32-bit
 def test_bad_grid(out, grid):
     launch_error(lambda: fill[grid](out, 1.0, 8), "grid must be 1 to 3 positive ints")
 

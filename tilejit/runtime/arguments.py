@@ -31,6 +31,7 @@ from ..ir import types
 
 TARGETS = ("cpu", "cuda", "nki")
 _GRID_CACHE_LIMIT = 1024
+MAX_GRID_DIM = 2**31 - 1   # CTA ids are 32-bit in kernels (CUDA's limit for x, too)
 
 
 @dataclass(frozen=True)
@@ -350,10 +351,10 @@ def resolve_grid(grid: Any, meta: dict, kernel: str) -> tuple[int, int, int]:
                                                  else (grid,)))
     except TypeError:
         dims = ()
-    if not 1 <= len(dims) <= 3 or min(dims) < 1:
+    if not 1 <= len(dims) <= 3 or min(dims) < 1 or max(dims) > MAX_GRID_DIM:
         made_by = f" from the grid function {given!r}" if callable(given) else ""
-        raise LaunchError(f"{kernel}: the grid must be 1 to 3 positive ints, got "
-                          f"{grid!r}{made_by}")
+        raise LaunchError(f"{kernel}: the grid must be 1 to 3 positive ints up to "
+                          f"{MAX_GRID_DIM}, got {grid!r}{made_by}")
     grid3 = dims + (1,) * (3 - len(dims))
     if isinstance(given, tuple) and len(_GRIDS) < _GRID_CACHE_LIMIT:
         _GRIDS[given] = grid3

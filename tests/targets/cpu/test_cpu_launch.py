@@ -44,6 +44,13 @@ def test_vector_add_numpy(vadd_artifact):
     assert vadd_artifact.meta["granularity"] == "cta"
 
 
+@pytest.mark.parametrize("grid", [(2**31,), (1, -1), (1, 1, 1, 1), 1.5])
+def test_grids_the_kernel_cannot_take(vadd_artifact, grid):
+    x = np.zeros(4, np.float32)
+    with pytest.raises(LaunchError, match="grid must be 1 to 3 ints"):
+        cpu.load(vadd_artifact).launch(grid, [x, x, x])
+
+
 def test_vector_add_torch_and_grid_larger_than_cores(vadd_artifact):
     n = 977 * BLOCK - 13  # far more CTAs than cores, ragged tail
     x, y = torch.rand(n), torch.rand(n)

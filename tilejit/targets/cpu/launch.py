@@ -35,6 +35,7 @@ from .jit import CpuArtifact, load_object
 
 _CORES = os.cpu_count() or 1  # os.cpu_count() costs microseconds: ask once
 _CACHE_LIMIT = 256
+_MAX_GRID_DIM = 2**31 - 1
 _PARALLEL_MIN_SECONDS = 100e-6  # below this much work a launch stays on the calling thread
 _GRIDS: dict = {}
 _RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p)
@@ -254,11 +255,11 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
 
 def _grid3(grid) -> tuple[int, int, int]:
     key = grid
-    if isinstance(grid, int):
-        grid = (grid,)
-    grid = tuple(grid)
-    if not 1 <= len(grid) <= 3 or any(not isinstance(g, int) or g < 0 for g in grid):
-        raise LaunchError(f"grid must be 1 to 3 non-negative ints, got {grid!r}")
+    grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    if not 1 <= len(grid) <= 3 or any(not isinstance(g, int) or not 0 <= g <= _MAX_GRID_DIM
+                                      for g in grid):
+        raise LaunchError(f"grid must be 1 to 3 ints in [0, {_MAX_GRID_DIM}] (CTA ids are "
+                          f"32-bit), got {grid!r}")
     grid = grid + (1,) * (3 - len(grid))
     if isinstance(key, (int, tuple)) and len(_GRIDS) < _CACHE_LIMIT:
         _GRIDS[key] = grid

@@ -151,7 +151,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     grid = [b.trunc(g, I32) for g in grid64]
 
     def run_cta(index):
-        cta = b.add(first, b.zext(index, I64))
+        cta = b.add(first, index)
         x, rest = b.urem(cta, grid64[0]), b.udiv(cta, grid64[0])
         y, z = b.urem(rest, grid64[1]), b.udiv(rest, grid64[1])
         if mc.sync.size:
@@ -170,7 +170,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
             free_arenas()
             b.ret(status)
 
-    counted_loop(b, b.trunc(b.sub(last, first), I32), run_cta, "cta")
+    counted_loop(b, b.sub(last, first), run_cta, "cta")   # 64-bit: a grid may hold 2^31 CTAs
     free_arenas()
     b.ret(ir.Constant(I32, 0))
 

@@ -66,7 +66,8 @@ def body_signature(slot_types: Sequence[ir.Type]) -> list[ir.Type]:
 
 
 def counted_loop(b: ir.IRBuilder, count, body: Callable[[ir.Value], None], name: str = "loop"):
-    """``for i in range(count): body(i)`` with an i32 counter."""
+    """``for i in range(count): body(i)`` with a counter of ``count``'s type (i32 for an
+    int)."""
     count = count if isinstance(count, ir.Value) else ir.Constant(I32, count)
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
@@ -74,12 +75,12 @@ def counted_loop(b: ir.IRBuilder, count, body: Callable[[ir.Value], None], name:
     done = b.append_basic_block(f"{name}.done")
     b.branch(head)
     b.position_at_end(head)
-    index = b.phi(I32)
-    index.add_incoming(ir.Constant(I32, 0), pre)
+    index = b.phi(count.type)
+    index.add_incoming(ir.Constant(count.type, 0), pre)
     b.cbranch(b.icmp_unsigned("<", index, count), step, done)
     b.position_at_end(step)
     body(index)
-    index.add_incoming(b.add(index, ir.Constant(I32, 1)), b.block)
+    index.add_incoming(b.add(index, ir.Constant(count.type, 1)), b.block)
     b.branch(head)
     b.position_at_end(done)
 

@@ -307,3 +307,21 @@ def test_a_branch_no_thread_takes_is_dead_code():
     x, out = torch.arange(128.0), torch.zeros(128)
     consumers_only[(1,)](x, out, PRODUCERS=0)
     assert torch.equal(out, x)
+
+
+@tj.kernel
+def huge_shared(out, N: tj.constexpr):
+    s = tj.alloc_shared((N,), tj.float32)
+    if tj.warp_id() == 1:
+        s[N - 1] = 2.0
+    tj.sync()
+    if tj.thread_id() == 0:
+        out[0] = s[N - 1]
+
+
+def test_memory_a_cta_cannot_get_is_a_launch_error():
+    out = torch.zeros(1)
+    huge_shared[(1,)](out, N=1024)
+    assert out.item() == 2.0
+    with pytest.raises(tj.LaunchError, match="cannot allocate the 281474976710656 bytes"):
+        huge_shared[(1,)](out, N=2**46)   # 256 TiB: more than any address space

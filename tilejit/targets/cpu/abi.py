@@ -32,7 +32,7 @@ ERR_CODE, ERR_SITE, ERR_CTA, ERR_UNIT, ERR_VALUES = 0, 1, 2, 3, 4
 ERR_DIMS = ERR_VALUES + MAX_REPORTED_DIMS
 ERR_SLOTS = ERR_DIMS + MAX_REPORTED_DIMS
 
-OUT_OF_BOUNDS, DEADLOCK = 1, 2  # error codes; 0 is success
+OUT_OF_BOUNDS, DEADLOCK, OUT_OF_MEMORY = 1, 2, 3  # error codes; 0 is success
 
 # struct format of one scalar slot, by IR type name (8 bytes each, little-endian).
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",

@@ -148,6 +148,18 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
             if size:
                 b.call(mc.function("free", VOID, [PTR]), [ptr])
 
+    # A failed allocation (a tile too large for this machine) is an error, not a fault.
+    for ptr, size in arenas:
+        if size:
+            with b.if_then(b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+                for slot, value in ((abi.ERR_CODE, abi.OUT_OF_MEMORY), (abi.ERR_SITE, -1),
+                                    (abi.ERR_UNIT, 0), (abi.ERR_VALUES, size)):
+                    b.store(ir.Constant(I64, value),
+                            b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
+                b.store(first, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
+                free_arenas()   # free(NULL) does nothing
+                b.ret(ir.Constant(I32, abi.OUT_OF_MEMORY))
+
     grid = [b.trunc(g, I32) for g in grid64]
 
     def run_cta(index):

@@ -194,7 +194,8 @@ class CpuModule:
 
 def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
     """``pack_records(first, last, err, grid, records)``: the ``abi`` slots in one
-    ``struct.pack`` call, written out for these parameters (buffer records spread)."""
+    ``struct.pack`` call, written out for these parameters (buffer records spread). The
+    evaluated text holds nothing but record indices, whatever the metadata says."""
     values = ["first, last, err, *grid"] + [f"*records[{i}]" if p.is_buffer else f"records[{i}]"
                                            for i, p in enumerate(params)]
     return eval(f"lambda first, last, err, grid, records: pack({', '.join(values)})",

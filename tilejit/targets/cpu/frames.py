@@ -164,6 +164,7 @@ class CoroFrame(_Frame):
                               [ir.Constant(I32, 0), null, null, null])
         size = b.call(mc.function("llvm.coro.size.i64", I64, []), [])
         memory = b.call(mc.function("malloc", PTR, [I64]), [size])
+        self._return_null_unless_allocated(memory, size)
         self.handle = b.call(mc.function("llvm.coro.begin", PTR, [TOKEN, PTR]),
                              [self.coro_id, memory])
         self._prologue()
@@ -171,6 +172,24 @@ class CoroFrame(_Frame):
         self.final = self.fn.append_basic_block("final")
         self.cleanup = self.fn.append_basic_block("cleanup")
         self.suspended = self.fn.append_basic_block("suspended")
+
+    def _return_null_unless_allocated(self, memory, size) -> None:
+        """A unit whose frame (its private arrays) cannot be allocated fails the launch:
+        the ramp records the error and returns no handle before the coroutine begins (the
+        pattern CoroSplit supports for allocation failure)."""
+        b = self.builder
+        failed = b.append_basic_block("alloc.failed")
+        begin = b.append_basic_block("alloc.ok")
+        b.cbranch(b.icmp_unsigned("==", memory, ir.Constant(PTR, None)), failed, begin)
+        b.position_at_end(failed)
+        err = b.load(self.ctx_field(CTX_ERR), typ=PTR)
+        for slot, value in ((abi.ERR_CODE, ir.Constant(I64, abi.OUT_OF_MEMORY)),
+                            (abi.ERR_SITE, ir.Constant(I64, -1)),
+                            (abi.ERR_UNIT, b.zext(self.unit, I64)), (abi.ERR_VALUES, size)):
+            b.store(value, b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
+        b.store(ir.Constant(I32, abi.OUT_OF_MEMORY), self.ctx_field(CTX_ERROR))
+        b.ret(ir.Constant(PTR, None))
+        b.position_at_end(begin)
 
     def _suspend(self, resume: ir.Block, final: bool = False) -> None:
         b = self.builder

@@ -250,8 +250,8 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
             message += f" index {values[0]} for phase parity {values[1] & 1}"
         message += f" (line {site['line']})"
     elif status == abi.OUT_OF_MEMORY:
-        message = (f"kernel {meta['name']!r}: cannot allocate the {values[0]} bytes of shared "
-                   f"and per-thread memory a CTA needs {where}; use smaller tiles")
+        message = (f"kernel {meta['name']!r}: cannot allocate {values[0]} bytes of memory "
+                   f"(shared, or a unit's private arrays) {where}; use smaller tiles")
     else:
         message = f"kernel {meta['name']!r} failed with error code {status} {where}"
     return LaunchError(message, loc)

@@ -288,19 +288,27 @@ def emit_alloc(em, op):
     elif scope is MemScope.FRAGMENT and units.kind < em.state.team:
         # Several units make one team instance: they share one copy of the fragment.
         team = em.state.team
-        nbytes = -(-count * dtype.itemsize // 64) * 64
-        base = em.mc.data.reserve(nbytes * units.instances(team), 64)
         instance = em.b.udiv(frame.unit, ir.Constant(I32, units.units_per_team(team)))
-        offset = em.b.add(ir.Constant(I64, base),
-                          em.b.mul(em.b.zext(instance, I64), ir.Constant(I64, nbytes)))
-        ptr = em.byte_ptr(frame.data, offset)
-    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL):
+        ptr = _arena_copy(em, count * dtype.itemsize, units.instances(team), instance)
+    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL) and frame.take_stack(count * dtype.itemsize):
         ptr = frame.alloca(types.storage_type(dtype), count)
         if em.options.debug:
             fill_bytes(em.b, em.mc, ptr, count * dtype.itemsize)
+    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL):
+        # Too big for a thread's stack: one copy per unit in the CTA's heap arena.
+        ptr = _arena_copy(em, count * dtype.itemsize, units.count, frame.unit)
     else:
         raise CompilationError(f"{scope} memory does not exist on the CPU target")
     return [BufferRef(ptr, dtype, scope, _name(op), list(shape), addressing=addressing)]
+
+
+def _arena_copy(em, nbytes: int, copies: int, index: ir.Value):
+    """Copy ``index`` of ``copies`` ``nbytes`` blocks reserved in the CTA's data arena."""
+    nbytes = -(-nbytes // 64) * 64
+    base = em.mc.data.reserve(nbytes * copies, 64)
+    offset = em.b.add(ir.Constant(I64, base),
+                      em.b.mul(em.b.zext(index, I64), ir.Constant(I64, nbytes)))
+    return em.byte_ptr(em.frame.data, offset)
 
 
 def fill_bytes(b: ir.IRBuilder, mc, ptr, nbytes, byte: int = 0xFF) -> None:

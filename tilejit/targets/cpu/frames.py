@@ -29,6 +29,7 @@ from .types import I1, I8, I32, I64, PTR, VOID, alloca
 CTX = ir.LiteralStructType([PTR, I64, I32, I32])
 CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(4)
 WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
+STACK_BUDGET = 256 * 1024   # bytes of tiles per unit kept on the stack
 SPIN_YIELD_PERIOD = 64  # a power of two: passes of a memory-reading loop between yields
 
 
@@ -108,6 +109,7 @@ class _Frame:
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.entry)
         self.error_exit = self.fn.append_basic_block("error")
+        self.stack_bytes = 0
 
     def _load_ctx(self, field: int, typ: ir.Type):
         return self.builder.load(self.ctx_field(field), typ=typ)
@@ -118,6 +120,15 @@ class _Frame:
 
     def _prologue(self):
         self.err = self._load_ctx(CTX_ERR, PTR)
+
+    def take_stack(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more of per-unit memory may live on the stack (where LLVM can
+        keep small tiles in registers); the rest goes to the heap arena, since a thread's
+        stack is a few MiB."""
+        if self.stack_bytes + nbytes > STACK_BUDGET:
+            return False
+        self.stack_bytes += nbytes
+        return True
 
     def alloca(self, typ: ir.Type, count: int, align: int = 64):
         """Per-unit memory (an entry-block alloca; live across suspends it moves into the

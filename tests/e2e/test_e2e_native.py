@@ -336,10 +336,23 @@ def huge_fragment(x, out, B: tj.constexpr):
     tj.copy(out[0:2, 0:2], t[0:2, 0:2])
 
 
+@tj.kernel
+def row_sums_of_exp(x, out, B: tj.constexpr):
+    t = tj.fragment((B, B), tj.float32)        # B = 300: 352 KiB, past the stack budget
+    tj.copy(t, x[0:B, 0:B])
+    e = tj.exp(t * 0.5)
+    s = tj.fragment((B,), tj.float32)
+    tj.reduce(s, e, "sum", 1)
+    tj.copy(out[0:B], s)
+
+
 def test_a_fragment_larger_than_a_stack_lives_in_the_arena():
     x, out = torch.randn(4, 4), torch.zeros(4, 4)
     huge_fragment[(1,)](x, out, B=2048)         # 16 MiB
     assert torch.equal(out[0:2, 0:2], x[0:2, 0:2])
+    x, sums = torch.randn(290, 310), torch.zeros(290)   # the tile's edges are masked
+    row_sums_of_exp[(1,)](x, sums, B=300)
+    torch.testing.assert_close(sums, torch.exp(x[:, :300] * 0.5).sum(1), rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel", [huge_shared, huge_private])

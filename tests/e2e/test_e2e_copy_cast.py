@@ -119,3 +119,24 @@ def test_float_to_int_truncates_toward_zero():
     out = torch.zeros(7, dtype=torch.int32)
     cast_forms[(1,)](x, out, torch.zeros(7, dtype=torch.int8), BLOCK=8)
     assert out.tolist() == [-2, -2, 0, 0, 1, 2, 7]
+
+
+@tj.kernel
+def copy_from(x, out, start):
+    t = tj.fragment((8,), tj.float32)
+    tj.copy(t, x[start:start + 8])
+    tj.copy(out[start:start + 8], t)
+
+
+@pytest.mark.parametrize("start, copied", [(4, range(4, 12)), (14, range(14, 16)),
+                                           (-3, ()), (-10**8, ()), (10**9, ())])
+def test_tiles_past_either_end_never_touch_memory_outside(start, copied):
+    """Past the end: the in-bounds part is copied. Starting before the tensor: the tile is
+    wholly out of bounds (nothing read or written before the first element)."""
+    x_base, out_base = torch.arange(32.0), torch.full((32,), -1.0)
+    x, out = x_base[8:24], out_base[8:24]
+    copy_from[(1,)](x, out, start)
+    expected = torch.full((32,), -1.0)
+    for i in copied:
+        expected[8 + i] = x[i]
+    assert torch.equal(out_base, expected)

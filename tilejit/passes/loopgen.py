@@ -13,7 +13,8 @@ the :class:`Emitter` a body that receives logical indices; the emitter
 * hoists constants and loop-invariant terms (thread coordinates, valid extents, views)
   into a prologue at the start of the primitive's code,
 * fuses the dims of whole buffers into one loop by viewing them flat (:meth:`fusable`),
-* masks tiles that may run past the end of a global buffer (:meth:`pieces`): the valid
+* masks tiles that may run past the end of a global buffer (:meth:`pieces`; one that starts
+  before the buffer is wholly out of bounds): the valid
   extent of each dim is ``clamp(dim - start, 0, size)``; a full-tile box runs with no
   predicate at all, and remainder boxes load ``fill`` (``config["fill"]``, default 0) for
   out-of-bounds sources; stores to out-of-bounds places are skipped.
@@ -264,6 +265,10 @@ class Emitter:
                 zero, top = self.const(0, i64), self.const(size, i64)
                 valid = self.b.binary("sub", self.b.buffer_dim(buf, d), start)
                 valid = self.b.binary("min", self.b.binary("max", valid, zero), top)
+                # Only the end is masked element by element: a tile that starts before the
+                # buffer is wholly out of bounds (loads fill, stores skip), never an access
+                # before the buffer's first element.
+                valid = self.b.select(self.b.cmp("lt", start, zero), zero, valid)
                 if kept:
                     limits.append(self.b.cast(valid, IDX))
                 else:  # an integer-indexed dim: the whole tile exists or it does not

@@ -251,7 +251,8 @@ class RandomIR:
         return op.results
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_builder_ir_round_trips(data):
     k = KernelIR.new("rand", ["n", "x"], [i32, BufferType(f32, (None,), MemScope.GLOBAL, strides=(1,))],

@@ -231,6 +231,24 @@ def test_break_in_an_unrolled_loop_folds_when_known():
     assert ops(k, "if") == [] and ops(k, "store")[0].operands[1].owner.attrs["value"] == 2
 
 
+def test_a_nested_loop_variable_is_not_carried_by_the_outer_loop():
+    def kernel(x, n, out):
+        i = 1
+        for j in range(n):
+            for i in range(n):
+                out[i] = x[j]
+    build(kernel, {"x": T(f32, 1), "n": S(i32), "out": T(f32, 1)})
+
+    def reads_it_first(x, n, out):
+        i = 1
+        for j in range(n):
+            out[j] = i          # Python: 1, then n - 1 from the inner loop
+            for i in range(n):
+                out[i] = x[j]
+    raises(reads_it_first, "nested in this loop, so it is not defined here", "out[j] = i",
+           {"x": T(f32, 1), "n": S(i32), "out": T(f32, 1)})
+
+
 def test_nested_loops_keep_their_own_break():
     def kernel(x, n, out):
         hits = 0

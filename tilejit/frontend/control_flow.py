@@ -74,6 +74,24 @@ def assigned_names(stmts) -> list[str]:
     return list(names)
 
 
+def _inner_loop_variables(stmts) -> set[str]:
+    """Names the statements assign only as the variable of a nested run-time ``for`` (over
+    ``range``/``tj.range``): such a name is not defined after that loop, so an enclosing
+    loop cannot carry it."""
+    targets = {id(n.target): n.target.id for n in _walk(stmts)
+               if isinstance(n, ast.For) and isinstance(n.target, ast.Name)
+               and _is_range_call(n.iter)}
+    others = {n.id for n in _walk(stmts) if isinstance(n, ast.Name)
+              and isinstance(n.ctx, ast.Store) and id(n) not in targets}
+    return set(targets.values()) - others
+
+
+def _is_range_call(node) -> bool:
+    func = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(func, ast.Name) and func.id == "range") or \
+        (isinstance(func, ast.Attribute) and func.attr == "range")
+
+
 def _same_constant(a, b) -> bool:
     try:
         return type(a) is type(b) and bool(a == b)
@@ -443,9 +461,14 @@ class ControlFlowMixin:
         """Loop-carried names (IR-able values) and names holding other compile-time values,
         which must not change in the loop."""
         names, fixed = [], {}
+        inner_loop_variables = _inner_loop_variables(body)
         for name in assigned_names(body):
             value = self.syms.get(name, MISSING)
             if name in exclude or value is MISSING or isinstance(value, Undefined):
+                continue
+            if name in inner_loop_variables:
+                self.syms[name] = Undefined(f"'{name}' is the variable of a run-time loop "
+                                            "nested in this loop, so it is not defined here")
                 continue
             if is_value(value) or is_number(value):
                 names.append(name)

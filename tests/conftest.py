@@ -13,3 +13,11 @@ def isolated_tilejit_env(session_cache_dir, monkeypatch):
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(session_cache_dir))
     for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A disk cache of the test's own and no binary in memory: cache counts start at zero."""
+    import tilejit as tj
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
+    tj.cache.clear()

@@ -46,12 +46,7 @@ class ScriptedBench:
         return self.times.pop(0)
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
-        monkeypatch.delenv(name, raising=False)
-    tj.cache.clear()
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 def tuned(bench) -> Autotuner:

@@ -45,13 +45,7 @@ def scaled(x, out, n, BLOCK: tj.constexpr = 8):
                     out[base + i] = shift(x[base + i] * SCALE) + consts.OFFSET
 
 
-@pytest.fixture(autouse=True)
-def isolated(tmp_path, monkeypatch):
-    """A fresh disk cache per test and no binary in memory: counts start at zero."""
-    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
-        monkeypatch.delenv(name, raising=False)
-    tj.cache.clear()
+pytestmark = pytest.mark.usefixtures("fresh_cache")
 
 
 @pytest.fixture

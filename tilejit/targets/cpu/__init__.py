@@ -3,14 +3,13 @@
     artifact = compile(kernel_ir, debug=False, noalias=False)   # CpuArtifact
     module = load(artifact)                                     # CpuModule (from obj alone)
     module.launch(grid, [x, y, out, n])
-    buffers_disjoint([x, y, out])   # whether the runtime may compile with noalias=True
     host_cpu_id()                   # what object code is specific to (part of a cache key)
     register_dispatch()             # the CPU's dispatch context and rules (for compiling)
 
 See ``docs/lowering.md`` ("CPU target") for the design.
 """
 from .jit import CpuArtifact, compile, host_cpu_id, load
-from .launch import CpuModule, buffers_disjoint
+from .launch import CpuModule
 
 PIPELINE_EXTRA: list = []  # the CPU target adds no passes of its own
 
@@ -34,5 +33,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CONTEXT", "PIPELINE_EXTRA", "CpuArtifact", "CpuModule", "buffers_disjoint",
+__all__ = ["CONTEXT", "PIPELINE_EXTRA", "CpuArtifact", "CpuModule",
            "compile", "host_cpu_id", "load", "register_dispatch"]

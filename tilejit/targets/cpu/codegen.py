@@ -5,7 +5,7 @@ per-CTA memory (shared data and sync state) once per call, and runs its CTAs one
 the other: compute the CTA's coordinates, zero the sync state (NaN-fill the data in debug
 mode), then call the CTA body -- the plain unit function, or the scheduler of the unit
 coroutines. Argument slots reach the body as function parameters so that LLVM sees them
-as loop invariants (and global pointers as ``noalias`` when the runtime allows).
+as loop invariants (and global pointers as ``noalias`` when the caller promises it).
 """
 from __future__ import annotations
 

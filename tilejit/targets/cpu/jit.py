@@ -69,7 +69,8 @@ def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = Fals
     """Compile native IR (no ``tile.*`` ops left) for this CPU.
 
     ``debug`` (default: ``knobs.debug``) adds bounds checks and NaN-fills fresh memory;
-    ``noalias`` promises that global buffers never overlap (the runtime decides);
+    ``noalias`` promises that global buffers never overlap (the caller's promise: the
+    runtime does not make it, as checking costs more than a launch);
     ``granularity`` forces finer simulated units than the kernel needs.
     """
     from .codegen import build_module   # the emitters: imported by compiling processes only

@@ -141,17 +141,22 @@ class CpuModule:
         scalar. The caller vouches for the records (the runtime made them from arguments
         whose signature this binary was compiled for); this is the launch's hot path."""
         total = grid[0] * grid[1] * grid[2]
-        if total == 1 or workers == 1 or (
-                workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS):
-            err = _thread_error_record()
-            start = time.perf_counter()
-            status = self._run_ctas(self._pack(0, total, err, grid, records))
-            if status:
-                self._raise(status, err.buffer.raw)
-            if total > 1:
-                self._seconds_per_cta = (time.perf_counter() - start) / total
-        elif total:
+        if not total:
+            return
+        if not (total == 1 or workers == 1 or (
+                workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS)):
             self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))
+            return
+        err = _thread_error_record()
+        packed = self._pack(0, total, err, grid, records)
+        if total == 1:   # nothing to time: one CTA never goes to the pool
+            status = self._run_ctas(packed)
+        else:
+            start = time.perf_counter()
+            status = self._run_ctas(packed)
+            self._seconds_per_cta = (time.perf_counter() - start) / total
+        if status:
+            self._raise(status, err.buffer.raw)
 
     def _pack(self, first: int, last: int, err: _ErrorRecord, grid, records) -> bytes:
         try:
@@ -179,14 +184,14 @@ class CpuModule:
         start = time.perf_counter()
         for index in range(1, workers):
             pool.queues[index - 1].put((self._run_ctas, packed[index], results, index))
-        statuses = {0: self._run_ctas(packed[0])}
+        statuses = [self._run_ctas(packed[0])] + [0] * (workers - 1)
         for _ in range(1, workers):
             index, status = results.get()
             statuses[index] = status
         self._seconds_per_cta = (time.perf_counter() - start) * workers / total
-        failed = [i for i in sorted(statuses) if statuses[i]]
-        if failed:
-            self._raise(statuses[failed[0]], errs[failed[0]].buffer.raw)
+        for status, err in zip(statuses, errs):   # the first failed range is reported
+            if status:
+                self._raise(status, err.buffer.raw)
 
     def _raise(self, status: int, record: bytes) -> None:
         raise run_time_error(self.meta, status, record)
@@ -200,33 +205,6 @@ def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
                                            for i, p in enumerate(params)]
     return eval(f"lambda first, last, err, grid, records: pack({', '.join(values)})",
                 {"pack": pack})
-
-
-def buffers_disjoint(args: Sequence) -> bool:
-    """True when no two numpy/torch arguments share a byte: the runtime may then compile
-    with ``noalias=True``."""
-    extents = []
-    for arg in args:
-        layout = _byte_layout(arg)
-        if layout is None or 0 in layout[1]:
-            continue
-        start, shape, strides, itemsize = layout
-        low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-        high = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
-        extents.append((start + low, start + high + itemsize))
-    extents.sort()
-    return all(end <= following for (_, end), (following, _) in zip(extents, extents[1:]))
-
-
-def _byte_layout(arg):
-    """(data pointer, shape, byte strides, itemsize) of a tensor argument, else None."""
-    module = type(arg).__module__
-    if module.startswith("torch") and hasattr(arg, "data_ptr"):
-        size = arg.element_size()
-        return arg.data_ptr(), tuple(arg.shape), [s * size for s in arg.stride()], size
-    if module == "numpy" and hasattr(arg, "strides"):
-        return numpy_data_pointer(arg), arg.shape, arg.strides, arg.itemsize
-    return None
 
 
 def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:

@@ -9,14 +9,15 @@ from tilejit.passes.dispatch import TEAM_ONCE, Operand, PrimitiveCall
 from ..emit_memory import Addressing
 from ..emit_vector import addressing_strides
 
-__all__ = ["lanes", "team_once_reason", "tile_strides"]
+__all__ = ["lanes", "team_once_reasons", "tile_strides"]
 
 
-def team_once_reason(call: PrimitiveCall) -> str | None:
+def team_once_reasons(call: PrimitiveCall) -> list[str]:
+    """Why a CPU family cannot run here (empty: it can, as far as distribution goes)."""
     if call.context.distribution != TEAM_ONCE:
-        return (f"the CPU vector instructions run a whole tile in one unit (team_once); this "
-                f"target distributes {call.context.distribution}")
-    return None
+        return [f"the CPU vector instructions run a whole tile in one unit (team_once); this "
+                f"target distributes {call.context.distribution}"]
+    return []
 
 
 def lanes(call: PrimitiveCall, itemsize: int = 4) -> int:

@@ -40,7 +40,7 @@ from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import elementwise
 
-from .common import team_once_reason
+from .common import team_once_reasons
 
 __all__ = ["STREAM_COPY", "STREAM_POINTWISE"]
 
@@ -53,10 +53,7 @@ STREAM_BYTES = 32
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = []
-    why = team_once_reason(call)
-    if why:
-        reasons.append(why)
+    reasons = team_once_reasons(call)
     cache = call.config.get("cache")
     if cache not in CACHE_POLICIES:
         reasons.append(f"config cache={cache!r} is not one of {CACHE_POLICIES[1:]}")

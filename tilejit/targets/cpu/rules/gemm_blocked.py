@@ -31,7 +31,7 @@ from tilejit.passes.distribution import Uniform
 from tilejit.passes.loopgen import Box, Emitter
 from tilejit.passes.rules.common import element_access_reasons, verdict
 
-from .common import lanes, team_once_reason, tile_strides
+from .common import lanes, team_once_reasons, tile_strides
 
 __all__ = ["BLOCKED_GEMM", "default_block"]
 
@@ -85,10 +85,7 @@ def _packs(call: PrimitiveCall) -> tuple[bool, bool]:
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = element_access_reasons(call, allow_oob=False)
-    why = team_once_reason(call)
-    if why:
-        reasons.append(why)
+    reasons = element_access_reasons(call, allow_oob=False) + team_once_reasons(call)
     c, a, b = call["C"], call["A"], call["B"]
     if c.dtype != f32:
         reasons.append(f"C is {c.dtype}: the micro-kernel accumulates in f32 vectors")

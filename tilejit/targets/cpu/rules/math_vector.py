@@ -43,7 +43,7 @@ from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Box, Emitter
 from tilejit.passes.rules import elementwise
 
-from .common import lanes, team_once_reason
+from .common import lanes, team_once_reasons
 
 __all__ = ["POLY_POINTWISE", "FUNCTIONS"]
 
@@ -157,10 +157,7 @@ def _in_registers(call: PrimitiveCall) -> bool:
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = []
-    why = team_once_reason(call)
-    if why:
-        reasons.append(why)
+    reasons = team_once_reasons(call)
     op = call.attrs.get("op")
     if op not in FUNCTIONS:
         reasons.append(f"op {op!r} is not one of {', '.join(FUNCTIONS)}")

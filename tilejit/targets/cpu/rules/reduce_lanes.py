@@ -24,16 +24,13 @@ from tilejit.passes.loopgen import Box, Emitter
 from tilejit.passes.rules.common import element_access_reasons, verdict
 
 from ..emit_vector import REDUCE_OPS
-from .common import lanes, team_once_reason, tile_strides
+from .common import lanes, team_once_reasons, tile_strides
 
 __all__ = ["LANES_REDUCE"]
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = element_access_reasons(call, allow_oob=False)
-    why = team_once_reason(call)
-    if why:
-        reasons.append(why)
+    reasons = element_access_reasons(call, allow_oob=False) + team_once_reasons(call)
     dst, src = call["dst"], call["src"]
     axis = call.attrs["axis"]
     for o in (dst, src):

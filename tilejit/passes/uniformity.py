@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 
-__all__ = ["uniform_within", "THREAD_INDEX_UNIFORMITY"]
+__all__ = ["uniform_within"]
 
 THREAD_INDEX_UNIFORMITY = {
     "cta_id": TeamKind.CTA, "num_ctas": TeamKind.CLUSTER, "cta_id_in_cluster": TeamKind.CTA,
@@ -53,8 +53,9 @@ class _Uniformity:
     def of(self, value: Value) -> TeamKind:
         return self.kinds.get(value, TeamKind.CLUSTER)   # a loop value not reached yet
 
-    def least(self, values, start: TeamKind = TeamKind.CLUSTER) -> TeamKind:
-        return min((self.of(v) for v in values), default=start)
+    def least(self, values) -> TeamKind:
+        """The least uniform of ``values`` (CLUSTER for none)."""
+        return min((self.of(v) for v in values), default=TeamKind.CLUSTER)
 
     def lower(self, value: Value, kind: TeamKind) -> None:
         old = self.kinds.get(value)
@@ -78,8 +79,7 @@ class _Uniformity:
                 self.block(region)
             for index, result in enumerate(op.results):
                 yielded = [_yielded(region)[index] for region in op.regions]
-                self.lower(result, self.least(yielded, steer) if yielded else steer)
-                self.lower(result, steer)
+                self.lower(result, min(self.least(yielded), steer))
         else:
             kind = self.least(op.operands)
             if op.name == "thread_index":

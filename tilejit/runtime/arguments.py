@@ -262,50 +262,47 @@ def _device_name(value: Any) -> str:
     return str(value.device) if _is_tensor(value) else device_of(value)
 
 
-def _tensor_facts(value: Any) -> tuple[Any, tuple, tuple, bool] | None:
-    """(dtype, shape, strides in elements, 16-byte aligned) of an array-like argument."""
-    if isinstance(value, TensorSpec):
-        return value.dtype, value.shape, value.strides, value.aligned16
-    if _is_tensor(value):
-        return value.dtype, tuple(value.shape), tuple(value.stride()), value.data_ptr() % 16 == 0
-    if is_ndarray(value):
-        if any(s % value.itemsize for s in value.strides):
-            return value.dtype, value.shape, value.strides, False   # rejected below
-        strides = tuple(s // value.itemsize for s in value.strides)
-        return value.dtype, value.shape, strides, _numpy_address(value) % 16 == 0
-    return None
-
-
 def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> ArgSpec:
-    """What the compiler may assume about ``value``: exactly what its signature holds."""
-    array = _tensor_facts(value)
-    if array is not None:
-        dtype, shape, strides, aligned = array
-        scalar = types.scalar_type_of(dtype)
-        if scalar is None:
-            raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
-                              "does not support")
-        if is_ndarray(value) and any(s % value.itemsize for s in value.strides):
-            raise LaunchError(f"{kernel}: argument {name!r} has strides {value.strides} bytes, "
-                              f"not whole {value.itemsize}-byte elements")
-        if any(s < 0 for s in strides):
-            raise LaunchError(f"{kernel}: argument {name!r} has negative strides {strides}, "
-                              "which kernels cannot take; pass a copy (numpy.ascontiguousarray)")
-        if not specialize:
-            return ArgSpec.tensor(scalar, len(shape))
-        # Only what the signature holds may be assumed. Sizes and strides divisible by 16
-        # are left unproved: testing every one on every launch would cost a microsecond.
-        return ArgSpec.tensor(scalar, len(shape), aligned16=aligned,
-                              unit_stride=not strides or strides[-1] == 1)
+    """What the compiler may assume about ``value``: read off its signature, so it is
+    exactly what the launch's lookup key holds. (Sizes and strides divisible by 16 are not
+    in it: testing every one on every launch would cost a microsecond.)"""
     signature = facts(type(value), facts_of)(value)[0]
     if signature in _SCALAR_SIGNATURES:
         dtype, div16 = _SCALAR_SIGNATURES[signature]
         return ArgSpec.scalar(dtype, div16=div16 and specialize)
-    if signature[0] == "int beyond 64 bits":
+    if _is_tensor(value):
+        dtype, _, aligned, rank, unit_stride = signature
+    elif is_ndarray(value):
+        if signature[1] == "unusable strides":
+            raise _unusable_strides(value, name, kernel)
+        _, dtype, aligned, rank, unit_stride, _ = signature
+    elif isinstance(value, TensorSpec):
+        if any(s < 0 for s in value.strides):
+            raise LaunchError(f"{kernel}: argument {name!r} has negative strides "
+                              f"{value.strides}, which kernels cannot take")
+        dtype, aligned, rank = value.dtype, value.aligned16, len(value.shape)
+        unit_stride = value.strides[-1:] == (1,)
+    elif signature[0] == "int beyond 64 bits":
         raise LaunchError(f"{kernel}: argument {name!r} = {value} does not fit in 64 bits")
-    raise LaunchError(f"{kernel}: argument {name!r} has type {type(value).__name__}; expected a "
-                      "torch tensor, numpy array, tj.TensorSpec, int, float, bool or "
-                      "tj.constexpr")
+    else:
+        raise LaunchError(f"{kernel}: argument {name!r} has type {type(value).__name__}; "
+                          "expected a torch tensor, numpy array, tj.TensorSpec, int, float, "
+                          "bool or tj.constexpr")
+    scalar = types.scalar_type_of(dtype)
+    if scalar is None:
+        raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
+                          "does not support")
+    if not specialize:
+        return ArgSpec.tensor(scalar, rank)
+    return ArgSpec.tensor(scalar, rank, aligned16=aligned, unit_stride=unit_stride)
+
+
+def _unusable_strides(a, name: str, kernel: str) -> LaunchError:
+    if any(s % a.itemsize for s in a.strides):
+        return LaunchError(f"{kernel}: argument {name!r} has strides {a.strides} bytes, "
+                           f"not whole {a.itemsize}-byte elements")
+    return LaunchError(f"{kernel}: argument {name!r} has negative strides {a.strides} bytes, "
+                       "which kernels cannot take; pass a copy (numpy.ascontiguousarray)")
 
 
 _SCALAR_SIGNATURES = {"i1": (types.i1, False), "f32": (types.f32, False),

@@ -38,8 +38,8 @@ class FastEntry:
         if compiled.runtime_params != candidates:
             # A tj.constexpr value passed for an ordinary parameter was compiled in: drop it.
             keep = [i for i, n in enumerate(candidates) if n in compiled.runtime_params]
-            launch = functools.partial(_select_args, compiled.launch, keep)
-            launch_on_stream = functools.partial(_select_args, compiled.launch_on_stream, keep)
+            launch = functools.partial(_select_records, compiled.launch, keep)
+            launch_on_stream = functools.partial(_select_records, compiled.launch_on_stream, keep)
         self.launch, self.launch_on_stream = launch, launch_on_stream
 
     def is_stale(self) -> bool:
@@ -50,7 +50,7 @@ class FastEntry:
         return False
 
 
-def _select_args(launch: Callable, keep: list[int], grid, records: tuple, *stream) -> None:
+def _select_records(launch: Callable, keep: list[int], grid, records: tuple, *stream) -> None:
     launch(grid, tuple(records[i] for i in keep), *stream)
 
 

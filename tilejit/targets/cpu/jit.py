@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -22,6 +23,19 @@ from tilejit.knobs import knobs
 
 
 _LOCK = threading.Lock()  # LLVM contexts and engines are not safe to build concurrently
+
+
+def _new_lock_in_child() -> None:
+    """A forked child has only the forking thread: the lock it inherited, held by that
+    thread during the fork, is replaced by a free one."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+# Taking the lock around fork() waits for a compile in another thread to finish, so the
+# child inherits no LLVM state (nor LLVM's own mutexes) half way through an operation.
+os.register_at_fork(before=lambda: _LOCK.acquire(), after_in_parent=lambda: _LOCK.release(),
+                    after_in_child=_new_lock_in_child)
 
 
 @dataclass(frozen=True)

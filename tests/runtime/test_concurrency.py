@@ -3,12 +3,15 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 import tilejit as tj
 from tilejit.knobs import knobs
+from tilejit.runtime import jit as runtime_jit
+from tilejit.runtime.compiler import compile_kernel
 from tilejit.targets.cpu import jit as cpu_jit
 
 pytestmark = pytest.mark.usefixtures("fresh_cache")
@@ -68,3 +71,27 @@ def test_a_child_forked_while_another_thread_compiles_can_compile():
     release.set()
     thread.join()
     assert wait_for_child(pid) == 0
+
+
+def test_eight_threads_launching_one_cold_kernel_compile_it_once(monkeypatch):
+    compiles = []
+
+    def counting_compile(*args, **kwargs):
+        compiles.append(threading.get_ident())
+        time.sleep(0.2)   # every other thread misses while this compile runs
+        return compile_kernel(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_jit, "compile_kernel", counting_compile)
+    kernel = tj.kernel(add_one)
+    x = np.arange(16, dtype=np.float32)
+    outs = [np.zeros(16, np.float32) for _ in range(8)]
+    start = threading.Barrier(len(outs))
+
+    def launch(out):
+        start.wait()
+        kernel[(2,)](x, out, 16)
+
+    with ThreadPoolExecutor(len(outs)) as pool:
+        list(pool.map(launch, outs))   # re-raises any thread's error
+    assert len(compiles) == 1 and kernel.cache_info().compiles == 1
+    assert all((out == x + 1).all() for out in outs)

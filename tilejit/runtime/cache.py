@@ -2,6 +2,7 @@
 
 :class:`KernelCache` is what a kernel object holds: a lookup goes to memory, then to the
 disk cache, then to the compiler, and ``TILEJIT_ALWAYS_COMPILE`` skips both caches.
+Threads that miss on one key at once wait for a single compile (one per key per process).
 :func:`clear` empties the disk cache and the memory of every live kernel (anything that
 called :func:`register_kernel`, which a ``KernelCache`` does for itself).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ class HasMemoryCache(Protocol):
 
 _live: weakref.WeakSet[HasMemoryCache] = weakref.WeakSet()
 _disk_caches: dict[str, DiskCache] = {}
+_compile_locks: dict[str, threading.Lock] = {}   # cache key -> held while it is looked up
+_compile_locks_guard = threading.Lock()
 
 
 def register_kernel(obj: HasMemoryCache) -> None:
@@ -42,6 +46,24 @@ def default_disk_cache() -> DiskCache:
     if root not in _disk_caches:
         _disk_caches[root] = DiskCache(root)
     return _disk_caches[root]
+
+
+def _compile_lock(key: str) -> threading.Lock:
+    """The lock that threads missing on ``key`` queue on: the first compiles, the others
+    then find its binary. (One per key looked up in this process: far smaller than the
+    binaries themselves.)"""
+    with _compile_locks_guard:
+        return _compile_locks.setdefault(key, threading.Lock())
+
+
+def _forget_compile_locks() -> None:
+    """A forked child has none of the parent's other threads: locks they held would stay
+    held."""
+    global _compile_locks, _compile_locks_guard
+    _compile_locks, _compile_locks_guard = {}, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_compile_locks)
 
 
 def clear() -> None:
@@ -76,23 +98,24 @@ class KernelCache(Generic[T]):
                        compile: Callable[[], tuple[dict[str, bytes], dict]],
                        load: Callable[[CacheEntry], T]) -> T:
         disk = self._disk if self._disk is not None else default_disk_cache()
-        if not knobs.always_compile:
-            if key in self._memory:
-                self._memory_hits += 1
-                return self._memory[key]
-            entry = disk.get(key)
-            if entry is not None:
-                self._disk_hits += 1
-                self._memory[key] = load(entry)
-                return self._memory[key]
-        artifacts, metadata = compile()
-        self._compiles += 1
-        disk.put(key, artifacts, metadata)
-        # Round-trip the metadata through JSON so that load() sees exactly what a later
-        # process reading the disk will see (tuples become lists, keys become strings).
-        fresh = CacheEntry(dict(artifacts), json.loads(json.dumps(metadata)))
-        self._memory[key] = load(fresh)
-        return self._memory[key]
+        with _compile_lock(key):
+            if not knobs.always_compile:
+                if key in self._memory:   # perhaps compiled by the thread this one waited for
+                    self._memory_hits += 1
+                    return self._memory[key]
+                entry = disk.get(key)
+                if entry is not None:
+                    self._disk_hits += 1
+                    self._memory[key] = load(entry)
+                    return self._memory[key]
+            artifacts, metadata = compile()
+            self._compiles += 1
+            disk.put(key, artifacts, metadata)
+            # Round-trip the metadata through JSON so that load() sees exactly what a later
+            # process reading the disk will see (tuples become lists, keys become strings).
+            fresh = CacheEntry(dict(artifacts), json.loads(json.dumps(metadata)))
+            self._memory[key] = load(fresh)
+            return self._memory[key]
 
     def clear_memory_cache(self) -> None:
         self._memory.clear()

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 __all__ = ["TileSemantics", "broadcast_shapes"]
 
 FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt")
+# Bool tiles compute like numpy (``add`` is ``or``, ``mul`` is ``and``), which, like torch,
+# has no bool subtraction or negation.
+NOT_ON_BOOL = {"sub": "logical xor (a != b)", "neg": "logical not (a == False)"}
 # Python operator (semantics.PY_BINARY / PY_COMPARE / PY_UNARY names) -> pointwise op.
 OPERATOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg",
                 "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
@@ -56,6 +59,12 @@ def broadcasts_to(shape, target) -> bool:
 def _shape_text(shape) -> str:
     dims = ", ".join("?" if d is None else str(d) for d in shape)
     return f"({dims},)" if len(shape) == 1 else f"({dims})"
+
+
+def _check_bool_op(op: str, dtype: ScalarType) -> None:
+    if dtype.is_bool and op in NOT_ON_BOOL:
+        raise CompilationError(f"tj.{op} is not defined on bool tiles (as in numpy and torch); "
+                               f"use {NOT_ON_BOOL[op]}, or cast to an integer dtype first")
 
 
 class TileSemantics:
@@ -188,6 +197,7 @@ class TileSemantics:
         dtype = dst.type.dtype
         if op in FLOAT_ONLY and not dtype.is_float:
             raise CompilationError(f"tj.{op} needs a float destination, got {dtype!r}")
+        _check_bool_op(op, dtype)
         if op == "fill" and not (is_scalar(srcs[0]) or is_number(srcs[0])):
             raise CompilationError("tj.fill(dst, value) takes a scalar value, got "
                                    f"{describe(srcs[0])}")
@@ -255,6 +265,7 @@ class TileSemantics:
             raise CompilationError(f"tile shapes {shapes} do not broadcast")
         computed = operands[1:] if op == "select" else operands
         operand_dtype = tiles[0].type.dtype if op == "cast" else self._operand_dtype(op, computed)
+        _check_bool_op(op, operand_dtype)
         dst = self.b.alloc(MemScope.FRAGMENT, dtype or operand_dtype, shape)
         srcs = [x if is_tile(x) else self._scalar_operand(op, i, x, operand_dtype)
                 for i, x in enumerate(operands)]

@@ -6,6 +6,8 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
 * Sources broadcast to the destination like numpy and are converted to the destination's
   dtype before computing; the result is computed in that dtype.
 * Integer ``div`` truncates toward zero (C semantics).
+* Bools compute like numpy: ``add``/``maximum`` are or, ``mul``/``div``/``minimum`` and;
+  ``sub`` and ``neg`` raise (the frontend refuses them on bool tiles).
 * ``reduce`` folds in the destination's dtype; ``dst`` has ``src``'s shape with ``axis``
   removed or kept as 1.
 * ``gemm`` multiplies and accumulates in C's dtype: ``C + op(A) @ op(B)`` (``accum``) or

@@ -3,6 +3,10 @@
 Integer semantics follow Python where the op is named after a Python operator:
 ``floordiv`` and ``mod`` round toward negative infinity (``div`` truncates, like C).
 Division by zero and ``MIN // -1`` give an unspecified value instead of a CPU trap.
+A shift count is unsigned; a count of the bit width or more shifts every bit out (``<<``
+and ``>>`` of an unsigned or non-negative value give 0, ``>>`` of a negative one -1) where
+LLVM would give poison. Arithmetic on bools is logical, as in numpy: ``add``/``max`` are
+``or``, ``mul``/``div``/``min`` are ``and``.
 Float ``max``/``min`` propagate NaN (like torch.maximum). Float ``cmp`` is ordered except
 ``ne`` (NaN != NaN). Float-to-int casts saturate (no undefined behaviour on overflow).
 """
@@ -75,6 +79,19 @@ def _int_floordiv(em, a, b, signed: bool):
     return em.b.select(adjust, em.b.sub(quotient, ir.Constant(a.type, 1)), quotient)
 
 
+def _shift_left(em, a, count):
+    too_far = em.b.icmp_unsigned(">=", count, ir.Constant(count.type, count.type.width))
+    return em.b.select(too_far, ir.Constant(a.type, 0), em.b.shl(a, count))
+
+
+def _shift_right(em, a, count, signed: bool):
+    last_bit = ir.Constant(count.type, count.type.width - 1)
+    if signed:  # shifting by width - 1 already fills every bit with the sign
+        return em.b.ashr(a, _call(em, "umin", count, last_bit))
+    too_far = em.b.icmp_unsigned(">", count, last_bit)
+    return em.b.select(too_far, ir.Constant(a.type, 0), em.b.lshr(a, count))
+
+
 INT_BINARY = {
     "add": lambda em, a, b, s: em.b.add(a, b),
     "sub": lambda em, a, b, s: em.b.sub(a, b),
@@ -87,8 +104,17 @@ INT_BINARY = {
     "and": lambda em, a, b, s: em.b.and_(a, b),
     "or": lambda em, a, b, s: em.b.or_(a, b),
     "xor": lambda em, a, b, s: em.b.xor(a, b),
-    "shl": lambda em, a, b, s: em.b.shl(a, b),
-    "shr": lambda em, a, b, s: em.b.ashr(a, b) if s else em.b.lshr(a, b),
+    "shl": lambda em, a, b, s: _shift_left(em, a, b),
+    "shr": _shift_right,
+}
+
+# numpy's bool arithmetic (True + True is True); the other ops act on i1 as on any int.
+BOOL_BINARY = {
+    "add": lambda em, a, b: em.b.or_(a, b),
+    "max": lambda em, a, b: em.b.or_(a, b),
+    "mul": lambda em, a, b: em.b.and_(a, b),
+    "div": lambda em, a, b: em.b.and_(a, b),
+    "min": lambda em, a, b: em.b.and_(a, b),
 }
 
 
@@ -152,6 +178,8 @@ def emit_binary(em, op):
     if t.is_float:
         result = FLOAT_BINARY[name](em, types.widen(em.b, a, t), types.widen(em.b, b, t))
         return [types.narrow(em.b, result, t)]
+    if t.is_bool and name in BOOL_BINARY:
+        return [BOOL_BINARY[name](em, a, b)]
     return [INT_BINARY[name](em, a, b, t.kind == "int")]
 
 

@@ -2,8 +2,11 @@ import json
 import multiprocessing
 import os
 import subprocess
+import shutil
 import sys
 import textwrap
+import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from tilejit.runtime import cache
 from tilejit.runtime.disk_cache import MARKER, METADATA, DiskCache
 
 KEY = "ab" + "0" * 62
+OTHER_KEY = "ab" + "1" * 62
 ARTIFACTS = {"kernel.ptx": b".version 8.0\n", "kernel.cubin": bytes(range(256)) * 64}
 METADATA_VALUE = {"name": "add", "num_warps": 4, "shared": 0}
 REPO = Path(__file__).resolve().parents[2]
@@ -113,16 +117,63 @@ def corrupt_metadata(path: Path) -> None:
 
 
 def corrupt_marker(path: Path) -> None:
-    (path / MARKER).write_text('{"files": {"../../escape": "0"}}')
+    (path / MARKER).write_text(json.dumps({"key": KEY, "files": {"../../escape": "0",
+                                                                 METADATA: "0"}}))
+
+
+def corrupt_marker_without_key(path: Path) -> None:
+    marker = json.loads((path / MARKER).read_text())
+    del marker["key"]
+    (path / MARKER).write_text(json.dumps(marker))
+
+
+def corrupt_marker_fifo(path: Path) -> None:
+    (path / MARKER).unlink()
+    os.mkfifo(path / MARKER)
+
+
+def corrupt_artifact_fifo(path: Path) -> None:
+    (path / "kernel.cubin").unlink()
+    os.mkfifo(path / "kernel.cubin")
+
+
+def corrupt_artifact_symlink(path: Path) -> None:
+    (path / "copy").write_bytes((path / "kernel.cubin").read_bytes())
+    (path / "kernel.cubin").unlink()
+    (path / "kernel.cubin").symlink_to(path / "copy")
+
+
+def corrupt_entry_of_another_key(path: Path) -> None:
+    """A valid entry, but made for another key (copied or renamed into this place)."""
+    shutil.rmtree(path)
+    DiskCache(path.parents[1]).put(OTHER_KEY, ARTIFACTS, {"name": "another kernel"})
+    os.rename(path.with_name(OTHER_KEY), path)
+
+
+def get_without_blocking(store: DiskCache, key: str):
+    """``store.get(key)``, failing the test (not hanging it) if the read blocks."""
+    result = []
+    reader = threading.Thread(target=lambda: result.append(store.get(key)), daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():   # blocked opening a FIFO: a writer lets it go
+        for fifo in entry_dir(store.root).iterdir():
+            if fifo.is_fifo():
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        pytest.fail(f"get({key!r}) blocked")
+    return result[0]
 
 
 @pytest.mark.parametrize("corrupt", [corrupt_truncate, corrupt_flip_byte, corrupt_drop_marker,
-                                     corrupt_metadata, corrupt_marker])
+                                     corrupt_metadata, corrupt_marker, corrupt_marker_without_key,
+                                     corrupt_marker_fifo, corrupt_artifact_fifo,
+                                     corrupt_artifact_symlink, corrupt_entry_of_another_key])
 def test_damaged_entry_is_a_miss_and_rebuilt(tmp_path, corrupt):
     store = DiskCache(tmp_path)
     store.put(KEY, ARTIFACTS, METADATA_VALUE)
     corrupt(entry_dir(tmp_path))
-    assert store.get(KEY) is None
+    assert get_without_blocking(store, KEY) is None
     assert not entry_dir(tmp_path).exists()     # removed so that it gets rebuilt
     store.put(KEY, ARTIFACTS, METADATA_VALUE)
     assert store.get(KEY).artifacts == ARTIFACTS
@@ -136,6 +187,27 @@ def test_put_replaces_a_damaged_entry_in_place(tmp_path):
     assert store.get(KEY).artifacts == ARTIFACTS
 
 
+def test_put_removes_staging_folders_that_killed_processes_left(tmp_path):
+    shard = tmp_path / KEY[:2]
+    abandoned = [shard / f".tmp.{OTHER_KEY}.killed", shard / f".trash.{OTHER_KEY}.killed"]
+    in_progress = shard / f".tmp.{OTHER_KEY}.writing"
+    for folder in [*abandoned, in_progress]:
+        folder.mkdir(parents=True)
+        (folder / "kernel.cubin").write_bytes(b"partial")
+    an_hour_ago = time.time() - 3600
+    for folder in abandoned:
+        os.utime(folder, (an_hour_ago, an_hour_ago))
+    DiskCache(tmp_path).put(KEY, ARTIFACTS, METADATA_VALUE)
+    assert sorted(p.name for p in shard.iterdir()) == [in_progress.name, KEY]
+
+
+def test_remove_forgets_an_entry(tmp_path):
+    store = DiskCache(tmp_path)
+    store.put(KEY, ARTIFACTS, METADATA_VALUE)
+    store.remove(KEY)
+    assert store.get(KEY) is None and not entry_dir(tmp_path).exists()
+
+
 def test_root_that_is_a_file_degrades_to_memory_with_one_warning(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
@@ -147,6 +219,8 @@ def test_root_that_is_a_file_degrades_to_memory_with_one_warning(tmp_path):
     assert len(caught) == 1
     assert store.get(KEY).artifacts == ARTIFACTS    # served from memory
     assert blocker.read_text() == "not a folder"
+    store.remove(KEY)
+    assert store.get(KEY) is None
 
 
 def test_permission_denied_degrades_to_memory_with_one_warning(tmp_path, monkeypatch):
@@ -214,6 +288,20 @@ def test_kernel_cache_counts_and_always_compile(tmp_path):
     with knobs.scoped(always_compile=True):
         second.get_or_compile(KEY, compile, lambda e: e.metadata)
     assert len(compiled) == 2
+
+
+def test_kernel_cache_rebuilds_an_entry_that_does_not_load(tmp_path):
+    DiskCache(tmp_path).put(KEY, ARTIFACTS, {"name": "add"})   # no "entry": load() fails
+    compiled = []
+
+    def compile():
+        compiled.append(1)
+        return ARTIFACTS, {"name": "add", "entry": "run"}
+
+    kernel_cache = cache.KernelCache(DiskCache(tmp_path))
+    assert kernel_cache.get_or_compile(KEY, compile, lambda e: e.metadata["entry"]) == "run"
+    assert compiled == [1] and kernel_cache.info().disk_hits == 0
+    assert DiskCache(tmp_path).get(KEY).metadata["entry"] == "run"   # replaced on disk
 
 
 def put_concurrently(root: str, barrier) -> None:

@@ -1,4 +1,5 @@
 """Kernel-level caching: what recompiles, what is reused, and the disk round trip."""
+import hashlib
 import json
 import os
 import subprocess
@@ -184,6 +185,35 @@ def test_a_new_kernel_object_loads_from_disk():
     again[(2,)](x, out, 16)
     torch.testing.assert_close(out, x * 2 + 1)
     assert (again.cache_info().compiles, again.cache_info().disk_hits) == (0, 1)
+
+
+def edit_stored_metadata(edit) -> None:
+    """Apply ``edit`` to the metadata of every entry on disk, keeping the checksums valid
+    (damage that only loading the entry finds)."""
+    for marker_path in tj.cache.default_disk_cache().root.glob("*/*/COMPLETE"):
+        metadata_path = marker_path.with_name("metadata.json")
+        metadata = json.loads(metadata_path.read_text())
+        edit(metadata)
+        metadata_path.write_text(json.dumps(metadata))
+        marker = json.loads(marker_path.read_text())
+        marker["files"]["metadata.json"] = hashlib.sha256(metadata_path.read_bytes()).hexdigest()
+        marker_path.write_text(json.dumps(marker))
+
+
+@pytest.mark.parametrize("edit", [lambda meta: meta.pop("dispatch_log"),
+                                  lambda meta: meta["backend"].update(host_cpu="other-cpu")],
+                         ids=["a field missing", "built for another CPU"])
+def test_an_entry_that_does_not_load_is_rebuilt(edit, compiles):
+    x = torch.arange(16.0)
+    launch(x)
+    edit_stored_metadata(edit)
+    scaled.clear_memory_cache()
+    torch.testing.assert_close(launch(x), x * 2 + 1)
+    assert compiles() == 2
+    scaled.clear_memory_cache()
+    disk_hits = scaled.cache_info().disk_hits
+    launch(x)   # the rebuilt entry replaced the bad one
+    assert compiles() == 2 and scaled.cache_info().disk_hits == disk_hits + 1
 
 
 # -- across processes ----------------------------------------------------------------------

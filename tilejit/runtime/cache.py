@@ -3,6 +3,7 @@
 :class:`KernelCache` is what a kernel object holds: a lookup goes to memory, then to the
 disk cache, then to the compiler, and ``TILEJIT_ALWAYS_COMPILE`` skips both caches.
 Threads that miss on one key at once wait for a single compile (one per key per process).
+An entry on disk that does not load (damaged, or built for another CPU) is rebuilt.
 :func:`clear` empties the disk cache and the memory of every live kernel (anything that
 called :func:`register_kernel`, which a ``KernelCache`` does for itself).
 """
@@ -105,9 +106,15 @@ class KernelCache(Generic[T]):
                     return self._memory[key]
                 entry = disk.get(key)
                 if entry is not None:
-                    self._disk_hits += 1
-                    self._memory[key] = load(entry)
-                    return self._memory[key]
+                    try:
+                        self._memory[key] = load(entry)
+                    except Exception:   # noqa: BLE001  (whatever an unusable entry raises)
+                        # A field missing, code for another CPU: rebuild it. A fresh build
+                        # that cannot load either raises below, from load(fresh).
+                        disk.remove(key)
+                    else:
+                        self._disk_hits += 1
+                        return self._memory[key]
             artifacts, metadata = compile()
             self._compiles += 1
             disk.put(key, artifacts, metadata)

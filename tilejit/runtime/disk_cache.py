@@ -4,14 +4,18 @@ Layout under the root (``knobs.cache_dir``, default ``~/.cache/tilejit``)::
 
     <key[:2]>/<key>/<artifact name>   raw bytes, one file per artifact (kernel.ptx, ...)
     <key[:2]>/<key>/metadata.json     JSON object
-    <key[:2]>/<key>/COMPLETE          JSON {"files": {name: sha256}}, written last
+    <key[:2]>/<key>/COMPLETE          JSON {"key": key, "files": {name: sha256}}, written last
 
 An entry is built in a temporary sibling folder and renamed into place, so readers see all
 of it or none of it; when two processes race, the first rename wins and the loser discards
-its copy (both built the same bytes). The checksums in ``COMPLETE`` catch entries damaged
-after the fact (a truncated file, a flipped byte): such an entry reads as a miss and is
-removed so the next ``put`` rebuilds it. Metadata is parsed as JSON and artifacts are
-returned as bytes: nothing read from disk is unpickled or evaluated.
+its copy (both built the same bytes). A staging folder that a killed process left behind
+is removed by a later ``put`` into the same ``<key[:2]>`` folder once it is old.
+
+``COMPLETE`` binds the entry to its key, and its checksums catch entries damaged after the
+fact (a truncated file, a flipped byte). An entry that is damaged, holds another key, or
+has anything but a regular file where a file should be (a FIFO would block the reader)
+reads as a miss and is removed so the next ``put`` rebuilds it. Metadata is parsed as JSON
+and artifacts are returned as bytes: nothing read from disk is unpickled or evaluated.
 
 A root that cannot be written (read-only, not a folder, no permission) degrades to an
 in-memory store with one warning per process.
@@ -23,7 +27,9 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
+import time
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -36,6 +42,7 @@ __all__ = ["CacheEntry", "DiskCache", "warn_cache_unwritable"]
 METADATA = "metadata.json"
 MARKER = "COMPLETE"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_ABANDONED_AFTER_S = 10 * 60   # a put fills and renames its staging folder within seconds
 _warned_unwritable = False
 
 
@@ -70,16 +77,47 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _read_entry(path: Path) -> CacheEntry:
-    """Read and verify an entry; raises OSError/ValueError/KeyError/TypeError if damaged."""
-    checksums = json.loads((path / MARKER).read_bytes())["files"]
-    if not isinstance(checksums, dict) or METADATA not in checksums:
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the staging folders (and trash) that killed processes left in ``folder``."""
+    try:
+        children = list(os.scandir(folder))
+    except OSError:
+        return
+    now = time.time()
+    for child in children:
+        if not child.name.startswith((".tmp.", ".trash.")):
+            continue
+        try:
+            abandoned = now - child.stat(follow_symlinks=False).st_mtime > _ABANDONED_AFTER_S
+        except OSError:   # removed by another process meanwhile
+            continue
+        if abandoned:
+            shutil.rmtree(child.path, ignore_errors=True)
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path``; raises ValueError unless it is a regular file. Opened without
+    blocking and checked before reading: reading a FIFO would wait for a writer forever."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        return f.read()
+
+
+def _read_entry(path: Path, key: str) -> CacheEntry:
+    """Read and verify the entry for ``key``; raises OSError/ValueError/RecursionError if it
+    is damaged or not ``key``'s."""
+    marker = json.loads(_read_regular_file(path / MARKER))
+    if not isinstance(marker, dict) or not isinstance(marker.get("files"), dict) \
+            or METADATA not in marker["files"]:
         raise ValueError(f"{path / MARKER}: malformed marker")
+    if marker.get("key") != key:
+        raise ValueError(f"{path}: holds the entry for key {marker.get('key')!r}")
     files = {}
-    for name, digest in checksums.items():
+    for name, digest in marker["files"].items():
         if not _SAFE_NAME.fullmatch(name):
             raise ValueError(f"{path / MARKER}: bad file name {name!r}")
-        data = (path / name).read_bytes()
+        data = _read_regular_file(path / name)
         if _sha256(data) != digest:
             raise ValueError(f"{path / name}: checksum mismatch")
         files[name] = data
@@ -107,10 +145,17 @@ class DiskCache:
         if not path.is_dir():
             return None
         try:
-            return _read_entry(path)
-        except (OSError, ValueError, KeyError, TypeError):
+            return _read_entry(path, key)
+        except (OSError, ValueError, RecursionError):   # RecursionError: JSON nested too deep
             _remove_tree(path)   # so that the next put() rebuilds it
             return None
+
+    def remove(self, key: str) -> None:
+        """Forget the entry for ``key`` (one that could not be used), so that it is rebuilt."""
+        if self._memory is not None:
+            self._memory.pop(key, None)
+        else:
+            _remove_tree(self._entry_dir(key))
 
     def put(self, key: str, artifacts: dict[str, bytes], metadata: dict) -> None:
         """Store an entry; keeps the existing one if another writer got there first."""
@@ -122,7 +167,7 @@ class DiskCache:
                  METADATA: json.dumps(metadata, sort_keys=True, indent=1).encode("utf-8")}
         if self._memory is None:
             try:
-                self._write(path, files)
+                self._write(key, path, files)
                 return
             except OSError as err:   # read-only, not a folder, no permission, disk full
                 warn_cache_unwritable(self.root, err)
@@ -130,13 +175,14 @@ class DiskCache:
         self._memory[key] = CacheEntry({n: files[n] for n in artifacts},
                                        json.loads(files[METADATA]))
 
-    def _write(self, path: Path, files: dict[str, bytes]) -> None:
+    def _write(self, key: str, path: Path, files: dict[str, bytes]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned(path.parent)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp.{path.name}.", dir=path.parent))
         try:
             for name, data in files.items():
                 (staging / name).write_bytes(data)
-            marker = {"files": {name: _sha256(data) for name, data in files.items()}}
+            marker = {"key": key, "files": {name: _sha256(data) for name, data in files.items()}}
             (staging / MARKER).write_text(json.dumps(marker, sort_keys=True, indent=1))
             self._publish(staging, path)
         finally:

@@ -130,7 +130,7 @@ def load(artifact: CpuArtifact):
     if artifact.meta.get("host_cpu") != host_cpu_id():
         raise CompilationError(f"kernel {artifact.meta.get('name')!r} was compiled for CPU "
                                f"{artifact.meta.get('host_cpu')}, this one is {host_cpu_id()}: "
-                               "its object code may not run here; recompile it (a stale disk "
-                               "cache entry: clear TILEJIT_CACHE_DIR)")
+                               "its object code may not run here; recompile it (the kernel "
+                               "cache rebuilds such an entry by itself)")
     from .launch import CpuModule
     return CpuModule(artifact)

@@ -1,13 +1,13 @@
 import json
 import logging
-import time
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from tilejit.errors import CompilationError, LaunchError
+from tilejit.errors import CompilationError, LaunchError, TilejitError
 from tilejit.knobs import knobs
-from tilejit.runtime import cache
+from tilejit.runtime import cache, testing
 from tilejit.runtime.autotune import Config, autotune, heuristics
 
 
@@ -17,17 +17,29 @@ def cache_dir(tmp_path):
         yield tmp_path
 
 
+class FakeClock:
+    """Stands in for the ``time`` module of ``tj.testing``: only modelled kernel time passes."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def perf_counter_ns(self) -> int:
+        return self.ns
+
+
 class FakeKernel:
-    """Follows the kernel protocol; BLOCK=b costs b * 0.2 ms, BLOCK=-1 fails to compile."""
+    """Follows the kernel protocol; BLOCK=b costs b * 0.2 ms on ``self.clock``, BLOCK=-1
+    fails to compile."""
 
     def __init__(self, fn=None, identity="fake-kernel"):
         self.fn = fn or self.add
-        self.arg_names = ["x", "out", "n"]
+        self.arg_names = ["x", "out", "n", "BLOCK", "SCALE"]
         self.identity = identity
         self.launches = []
+        self.clock = FakeClock()
 
     @staticmethod
-    def add(x, out, n):
+    def add(x, out, n, BLOCK=0, SCALE=1):
         pass
 
     def cache_identity(self):
@@ -40,7 +52,7 @@ class FakeKernel:
             raise CompilationError(f"BLOCK={block} needs too much shared memory\nsecond line")
         x, out, _ = args
         out += x * kwargs.get("SCALE", 1)
-        time.sleep(block * 2e-4)
+        self.clock.ns += block * 200_000
         return kwargs
 
     def bench(self, fn):
@@ -74,12 +86,19 @@ def test_fastest_config_wins_and_is_launched():
     assert kernel.launches[-1][0] == (1,)            # the grid is passed through
 
 
-def test_default_do_bench_with_tiny_budget():
+def test_default_do_bench_with_tiny_budget(monkeypatch):
     kernel = FakeKernel()
+    monkeypatch.setattr(testing, "time", kernel.clock)   # do_bench sees only modelled time
     tuned = autotune([Config({"BLOCK": 10}), Config({"BLOCK": 1})], key=["n"],
                      warmup=0.1, rep=1)(kernel)
     x, out = arrays()
     assert tuned[(1,)](x, out, 4)["BLOCK"] == 1
+    # Per config: a first run, the estimate's runs, then runs filling each budget (at least
+    # one): BLOCK=10 (2 ms a run) 1 warm-up and 1 timed, BLOCK=1 (0.2 ms) 1 and 5; then the
+    # real launch with BLOCK=1.
+    estimate = 1 + testing._ESTIMATE_RUNS
+    assert Counter(kw["BLOCK"] for _, kw in kernel.launches) == {10: estimate + 1 + 1,
+                                                                 1: estimate + 1 + 5 + 1}
 
 
 def test_same_key_is_not_benchmarked_again_but_a_new_key_is():
@@ -153,6 +172,35 @@ def test_failing_config_is_skipped_with_its_reason(caplog, capsys):
     assert again.configs_launched() == {2}           # the stored failure is not retried
 
 
+class OutOfMemoryKernel(FakeKernel):
+    """BLOCK=1 fails to launch with ``error`` (as when memory runs short for a while)."""
+
+    def __init__(self, error):
+        super().__init__()
+        self.error = error
+
+    def run(self, grid, args, kwargs):
+        if kwargs.get("BLOCK") == 1:
+            raise self.error
+        return super().run(grid, args, kwargs)
+
+
+@pytest.mark.parametrize("error", [LaunchError("cannot allocate 4 GiB of frames"), MemoryError()],
+                         ids=["LaunchError", "MemoryError"])
+def test_a_launch_failure_is_skipped_but_not_stored(cache_dir, error, capsys):
+    x, out = arrays()
+    with knobs.scoped(print_autotuning=True):
+        assert tune(OutOfMemoryKernel(error))[(1,)](x, out, 4)["BLOCK"] == 4
+    assert f"failed for now: {type(error).__name__}" in capsys.readouterr().out
+    [stored] = (cache_dir / "autotune").glob("*.json")
+    assert len(json.loads(stored.read_text())["timings"]) == 2   # BLOCK=1 is not among them
+
+    again = FakeKernel()
+    assert tune(again)[(1,)](x, out, 4)["BLOCK"] == 1            # timed again, and it wins
+    assert [kw["BLOCK"] for _, kw in again.launches] == [1, 1]
+    assert len(json.loads(stored.read_text())["timings"]) == 3
+
+
 def test_all_configs_failing_raises_with_reasons(cache_dir):
     tuned = tune(FakeKernel(), [Config({"BLOCK": -1}), Config({"BLOCK": -2})])
     x, out = arrays()
@@ -206,9 +254,29 @@ def test_passing_a_tuned_parameter_is_an_error():
         tuned[(1,)](x, out, 4, BLOCK=2)
 
 
-def test_unknown_key_name_is_an_error():
-    with pytest.raises(ValueError, match="'m' is not an argument"):
-        autotune(CONFIGS, key=["m"])(FakeKernel())
+@pytest.mark.parametrize("option", ["key", "reset_to_zero", "restore_value"])
+def test_unknown_argument_name_is_an_error(option):
+    options = {"key": ["n"], option: ["m"]}
+    with pytest.raises(CompilationError, match=rf"{option} names 'm', which is not a parameter "
+                                               r"of add\(x, out, n, BLOCK, SCALE\)"):
+        autotune(CONFIGS, **options)(FakeKernel())
+
+
+def test_empty_config_list_is_an_error():
+    with pytest.raises(CompilationError, match="autotune of add: the config list is empty"):
+        autotune([], key=["n"])(FakeKernel())
+
+
+def test_a_config_setting_a_non_parameter_is_an_error():
+    misspelt = Config({"BLOCK": 4, "SCALEE": 2})
+    with pytest.raises(CompilationError, match=r"Config\(BLOCK=4, SCALEE=2, num_warps=4\) sets "
+                                               r"'SCALEE', not a parameter of add\(x, out, n, "
+                                               r"BLOCK, SCALE\)"):
+        tune(FakeKernel(), [*CONFIGS, misspelt])
+    pruned_to_it = {"early_config_prune": lambda configs, named, **kw: [misspelt]}
+    tuned = tune(FakeKernel(), prune_configs_by=pruned_to_it)
+    with pytest.raises(TilejitError, match="'SCALEE', not a parameter"):
+        tuned[(1,)](*arrays(), 4)
 
 
 def test_prune_configs_by():

@@ -136,3 +136,9 @@ def test_second_process_neither_tunes_nor_compiles(tmp_path):
     first, second = run(), run()
     assert first == {"timed": 3, "best": {"BLOCK": 8}, "compiles": 3, "disk_hits": 0, "ok": True}
     assert second == {"timed": 0, "best": {"BLOCK": 8}, "compiles": 0, "disk_hits": 1, "ok": True}
+
+
+def test_a_misspelt_config_key_names_the_kernel_parameters():
+    with pytest.raises(tj.CompilationError, match=r"sets 'BLOK', not a parameter of "
+                                                  r"fill\(out, value, n, BLOCK\)"):
+        tj.autotune([*CONFIGS, tj.Config({"BLOK": 4})], key=["n"])(fill)

@@ -7,7 +7,9 @@ stack in any order above ``@tj.kernel``.
 Autotuning results are kept per config, not per config list: a JSON file per (kernel,
 key values) under ``<cache_dir>/autotune/`` maps each config's signature to its time in
 ms or to ``"failed: <reason>"``. A later config list reuses every stored result and times
-only the configs it has not seen (Triton re-times the whole list, triton#9822).
+only the configs it has not seen (Triton re-times the whole list, triton#9822). Only
+failures that recur are stored (the config does not compile); a config whose launch failed
+(out of memory) is skipped for now and timed again by the next tuning.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..errors import LaunchError, TilejitError
+from ..errors import CompilationError, LaunchError, LayoutError, TilejitError
 from ..knobs import knobs
 from .cache import register_kernel
 from .cache_key import canonical_json
@@ -36,7 +38,9 @@ __all__ = ["Autotuner", "Config", "Heuristics", "autotune", "heuristics"]
 logger = logging.getLogger("tilejit.autotune")
 
 _PROGRESS_AFTER_S = 1.0
-Outcome = float | str   # milliseconds, or "failed: <reason>"
+# Milliseconds, "failed: <reason>" (stored: it recurs) or "failed for now: <reason>" (not).
+Outcome = float | str
+_RECURRING_FAILURES = (CompilationError, LayoutError)   # the config itself cannot be built
 
 
 class Config:
@@ -122,16 +126,21 @@ class Autotuner(_KernelWrapper):
                  cache_results: bool = True):
         super().__init__(kernel)
         if not configs:
-            raise ValueError("autotune needs at least one Config")
+            raise CompilationError(f"autotune of {self.fn.__name__}: the config list is empty; "
+                                   "give at least one tj.Config")
         self.configs = list(configs)
         self.key = list(key)
         self.prune_configs_by = prune_configs_by or {}
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
-        for name in [*self.key, *self.reset_to_zero, *self.restore_value]:
-            if name not in self.arg_names:
-                raise ValueError(f"autotune: {name!r} is not an argument of "
-                                 f"{self.fn.__name__}{tuple(self.arg_names)}")
+        for option, names in (("key", self.key), ("reset_to_zero", self.reset_to_zero),
+                              ("restore_value", self.restore_value)):
+            for name in names:
+                if name not in self.arg_names:
+                    raise CompilationError(f"autotune of {self.fn.__name__}: {option} names "
+                                           f"{name!r}, which is not a parameter of "
+                                           f"{self._signature()}")
+        self._check_configs(self.configs)
         self.do_bench = do_bench
         self.warmup, self.rep = warmup, rep
         self.cache_results = cache_results
@@ -141,6 +150,19 @@ class Autotuner(_KernelWrapper):
 
     def clear_memory_cache(self) -> None:
         self._winners.clear()
+
+    def _signature(self) -> str:
+        return f"{self.fn.__name__}({', '.join(self.arg_names)})"
+
+    def _check_configs(self, configs: Iterable[Config]) -> None:
+        """A config setting a name the kernel does not take (a typo) would fail every
+        launch and be skipped like a config that does not compile: refuse it."""
+        for config in configs:
+            unknown = [name for name in config.kwargs if name not in self.arg_names]
+            if unknown:
+                raise CompilationError(f"autotune of {self.fn.__name__}: Config({config}) sets "
+                                       f"{', '.join(map(repr, unknown))}, not a parameter of "
+                                       f"{self._signature()}")
 
     def run(self, grid: Any, args: tuple, kwargs: dict) -> Any:
         named = self._named_args(args, kwargs)
@@ -188,6 +210,7 @@ class Autotuner(_KernelWrapper):
             configs = sorted(configs, key=lambda c: perf_model(**{**named, **kwargs,
                                                                   **c.launch_kwargs()}))
             configs = configs[:max(1, k)]
+        self._check_configs(configs)   # early_config_prune may make configs of its own
         return configs
 
     def _tune(self, key: tuple, grid: Any, args: tuple, kwargs: dict,
@@ -202,8 +225,10 @@ class Autotuner(_KernelWrapper):
         winner = min(timed, key=lambda c: results[c.signature]) if timed else None
         # When every config fails the cause is more likely the call than the configs (bad
         # arguments, no device), so nothing is stored that would fail later calls unseen.
-        if store and fresh and winner is not None:
-            store.save(fresh)
+        # Otherwise what a later load accepts is stored: timings and recurring failures.
+        lasting = {sig: result for sig, result in fresh.items() if _outcome(result) is not None}
+        if store and lasting and winner is not None:
+            store.save(lasting)
         if knobs.print_autotuning:
             _print_table(self.fn.__name__, key, configs, results, set(fresh), winner)
         if winner is None:
@@ -242,10 +267,14 @@ class Autotuner(_KernelWrapper):
                 return float(self.do_bench(launch))
             return float(default_do_bench(launch, warmup=self.warmup, rep=self.rep,
                                           device=_device_of(named.values())))
-        except TilejitError as err:   # failed to compile, or exceeds the target's resources
-            reason = f"{type(err).__name__}: {str(err).splitlines()[0]}"
+        except (TilejitError, MemoryError) as err:
+            # A compile error recurs; a launch error (out of memory, a resource another
+            # process held) may not, so only the first is stored as the config's result.
+            failed = "failed" if isinstance(err, _RECURRING_FAILURES) else "failed for now"
+            first_line = str(err).partition("\n")[0]
+            reason = f"{type(err).__name__}: {first_line}"
             logger.info("%s: skipping autotune config %s: %s", self.fn.__name__, config, reason)
-            return f"failed: {reason}"
+            return f"{failed}: {reason}"
 
 
 def autotune(configs: Sequence[Config], key: Sequence[str],

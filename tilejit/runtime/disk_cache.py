@@ -15,7 +15,9 @@ is removed by a later ``put`` into the same ``<key[:2]>`` folder once it is old.
 fact (a truncated file, a flipped byte). An entry that is damaged, holds another key, or
 has anything but a regular file where a file should be (a FIFO would block the reader)
 reads as a miss and is removed so the next ``put`` rebuilds it. Metadata is parsed as JSON
-and artifacts are returned as bytes: nothing read from disk is unpickled or evaluated.
+and artifacts are returned as bytes: nothing read from disk is unpickled or evaluated. The
+object code in them does run, though: write access to the root means code execution in
+every process that uses it.
 
 A root that cannot be written (read-only, not a folder, no permission) degrades to an
 in-memory store with one warning per process.

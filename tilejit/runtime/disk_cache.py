@@ -169,7 +169,7 @@ class DiskCache:
                  METADATA: json.dumps(metadata, sort_keys=True, indent=1).encode("utf-8")}
         if self._memory is None:
             try:
-                self._write(key, path, files)
+                self._write(path, files)
                 return
             except OSError as err:   # read-only, not a folder, no permission, disk full
                 warn_cache_unwritable(self.root, err)
@@ -177,14 +177,15 @@ class DiskCache:
         self._memory[key] = CacheEntry({n: files[n] for n in artifacts},
                                        json.loads(files[METADATA]))
 
-    def _write(self, key: str, path: Path, files: dict[str, bytes]) -> None:
+    def _write(self, path: Path, files: dict[str, bytes]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned(path.parent)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp.{path.name}.", dir=path.parent))
         try:
             for name, data in files.items():
                 (staging / name).write_bytes(data)
-            marker = {"key": key, "files": {name: _sha256(data) for name, data in files.items()}}
+            marker = {"key": path.name,
+                      "files": {name: _sha256(data) for name, data in files.items()}}
             (staging / MARKER).write_text(json.dumps(marker, sort_keys=True, indent=1))
             self._publish(staging, path)
         finally:

@@ -29,7 +29,7 @@ from .cache_key import (CacheKeyParts, canonical_json, compiler_fingerprint, mak
                         source_hash)
 from .compiler import CompiledKernel, compile_kernel, machine_identity, target_arch
 from .launcher import (DEFAULT_CLUSTER, DEFAULT_NUM_WARPS, LAUNCH_OPTIONS, MISSING, PREFIX,
-                       FastEntry, generate_launcher)
+                       FastEntry, generate_launcher, reserved_names)
 
 __all__ = ["Kernel", "kernel", "TensorSpec", "CompiledKernel"]
 
@@ -46,7 +46,6 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self.debug = debug
         parameters = inspect.signature(fn).parameters
-        _check_parameters(fn, parameters, do_not_specialize)
         self.arg_names = list(parameters)
         self.defaults = {n: p.default for n, p in parameters.items()
                          if p.default is not inspect.Parameter.empty}
@@ -59,6 +58,7 @@ class Kernel:
         self._fast_hits = [0]
         self._launcher: Callable | None = None
         self._launch = self._write_launcher_and_launch
+        self._check_parameters(parameters)
         register_kernel(self)
 
     def __repr__(self) -> str:
@@ -233,14 +233,42 @@ class Kernel:
                                   self._location(name)) from None
         raise error
 
+    def _resolve_grid(self, grid, meta: dict) -> tuple[int, int, int]:
+        """``arguments.resolve_grid``, its errors shown at the kernel's definition (the
+        launcher calls it for a grid it has not seen checked)."""
+        try:
+            return arguments.resolve_grid(grid, meta, self.__name__)
+        except LaunchError as err:
+            raise err.with_location(self._location()).with_traceback(None) from None
+
+    def _check_parameters(self, parameters) -> None:
+        """Refuse, at the parameter, what the launcher could not bind: ``*args`` and the like,
+        and names the launcher uses itself (its launch options, locals and globals)."""
+        unknown = self.do_not_specialize - set(parameters)
+        if unknown:
+            raise TilejitError(f"do_not_specialize names unknown parameters {sorted(unknown)} "
+                               f"of kernel {self.__name__}", self._location())
+        reserved = reserved_names(self)
+        for name, p in parameters.items():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                raise TilejitError(f"kernel {self.__name__}: parameter {name!r} must be an "
+                                   "ordinary parameter (no *args, **kwargs or positional-only "
+                                   "markers)", self._location(name))
+            if name in reserved or name.startswith(PREFIX):
+                role = "a launch option" if name in LAUNCH_OPTIONS else "used by the launcher"
+                raise TilejitError(f"kernel {self.__name__}: parameter name {name!r} is "
+                                   f"reserved ({role}); rename the parameter",
+                                   self._location(name))
+
     def _location(self, param: str | None = None) -> SourceLocation | None:
         """Where the kernel (or one of its parameters) is defined, for error excerpts."""
         try:
             source = function_source(self.fn)
         except TilejitError:   # no source file (defined in a REPL)
             return None
-        for arg in source.node.args.args + source.node.args.kwonlyargs:
-            if arg.arg == param:
+        args = source.node.args
+        for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+            if arg is not None and arg.arg == param:
                 return source.loc(arg)
         return source.loc(source.node)
 
@@ -251,20 +279,6 @@ def kernel(fn: Callable | None = None, *, debug: bool | None = None,
     if fn is None:
         return lambda f: Kernel(f, debug=debug, do_not_specialize=do_not_specialize)
     return Kernel(fn, debug=debug, do_not_specialize=do_not_specialize)
-
-
-def _check_parameters(fn: Callable, parameters, do_not_specialize) -> None:
-    unknown = set(do_not_specialize) - set(parameters)
-    if unknown:
-        raise TilejitError(f"do_not_specialize names unknown parameters {sorted(unknown)} "
-                           f"of kernel {fn.__name__}")
-    for name, p in parameters.items():
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            raise TilejitError(f"kernel {fn.__name__}: parameter {name!r} must be an ordinary "
-                               "parameter (no *args, **kwargs or positional-only markers)")
-        if name in LAUNCH_OPTIONS or name.startswith(PREFIX):
-            raise TilejitError(f"kernel {fn.__name__}: parameter name {name!r} is reserved "
-                               f"(launch options: {', '.join(LAUNCH_OPTIONS)})")
 
 
 def _launch_options(options: dict, target: str, kernel: str) -> LaunchOptions:

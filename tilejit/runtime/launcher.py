@@ -7,6 +7,7 @@ records; a miss goes to ``kernel._miss``. ``FastEntry`` is what a hit finds.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import sys
 import textwrap
@@ -62,16 +63,44 @@ def generate_launcher(kernel) -> Callable:
     Python's TypeError. (Passing one argument both by position and by keyword is still
     Python's TypeError, naming the kernel and the argument.)
     """
+    # Named after the kernel for tracebacks, unless the launcher reads a global of that name.
+    function = kernel.__name__
+    if not function.isidentifier() or function in reserved_names(kernel):
+        function = "_tj_kernel"
+    source, namespace = _launcher_source(kernel, kernel.arg_names, function)
+    namespace["__name__"] = kernel.fn.__module__
+    exec(compile(source, f"<tilejit launcher of {kernel.__qualname__}>", "exec"), namespace)
+    return namespace[function]
+
+
+def reserved_names(kernel) -> frozenset[str]:
+    """The names the generated launcher uses besides the kernel's parameters: its globals,
+    its locals, its launch options and the builtins it calls. A kernel parameter so named
+    would shadow one of them. Read off the launcher's own text, written with stand-ins for
+    the parameters (they carry ``PREFIX``, which no parameter may)."""
+    stand_ins = [f"{PREFIX}parameter{i}" for i in range(len(kernel.arg_names))]
+    source, namespace = _launcher_source(kernel, stand_ins, "_tj_kernel")
+    used = set(namespace)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name):
+            used.add(node.id)
+        elif isinstance(node, ast.arg):
+            used.add(node.arg)
+    return frozenset(used - set(stand_ins))
+
+
+def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, dict[str, Any]]:
+    """(source, namespace) of the launcher named ``function``, whose parameters are spelled
+    ``spellings`` (the kernel's own names, or stand-ins for ``reserved_names``)."""
     names = kernel.arg_names
     namespace: dict[str, Any] = {
-        "_tjMISSING": MISSING, "_tj_bad_call": kernel._bad_call,
+        "_tj_MISSING": MISSING, "_tj_bad_call": kernel._bad_call,
         "_tj_bad_argument": kernel._bad_argument,
         "_tj_facts": arguments.facts, "_tj_learn": arguments.facts_of,
         "_tj_exact": arguments.exact, "_tj_plain": _PLAIN_TYPES,
-        "_tj_grids": arguments.grids, "_tj_resolve_grid": arguments.resolve_grid,
+        "_tj_grids": arguments.grids, "_tj_resolve_grid": kernel._resolve_grid,
         "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
-        "_tj_overrides": knobs.overrides,
-        "_tj_cluster": DEFAULT_CLUSTER, "_tj_name": kernel.__name__,
+        "_tj_overrides": knobs.overrides, "_tj_cluster": DEFAULT_CLUSTER,
     }
     # The knobs a binary depends on: their raw environment text and any Python override are
     # part of the lookup, so changing one makes the next launch take the slow path.
@@ -83,28 +112,28 @@ def generate_launcher(kernel) -> Callable:
     torch = sys.modules.get("torch")
     namespace["_tj_Tensor"] = torch.Tensor if torch is not None else MISSING
     params, signature_parts, fact_lines, records = [], [], [], []
-    for i, name in enumerate(names):
+    for i, (name, spelled) in enumerate(zip(names, spellings)):
         namespace[f"_tj_default{i}"] = kernel.defaults.get(name, MISSING)
-        params.append(f"{name}=_tj_default{i}")
+        params.append(f"{spelled}=_tj_default{i}")
         if name in kernel.constexprs:
-            signature_parts.append(f"{name}.__class__, {name} if {name}.__class__ in _tj_plain "
-                                   f"else _tj_exact({name})")
+            signature_parts.append(f"{spelled}.__class__, {spelled} if {spelled}.__class__ in "
+                                   f"_tj_plain else _tj_exact({spelled})")
         else:
             fact_lines += [
-                f"if {name}.__class__ is _tj_Tensor:",
-                arguments.torch_facts_code(name, f"_tj_s{i}", f"_tj_r{i}", "    "),
+                f"if {spelled}.__class__ is _tj_Tensor:",
+                arguments.torch_facts_code(spelled, f"_tj_s{i}", f"_tj_r{i}", "    "),
                 "else:",
-                f"    _tj_s{i}, _tj_r{i} = _tj_facts({name}.__class__, _tj_learn)({name})"]
+                f"    _tj_s{i}, _tj_r{i} = _tj_facts({spelled}.__class__, _tj_learn)({spelled})"]
             signature_parts.append(f"_tj_s{i}")
             records.append(f"_tj_r{i}")
-    required = [n for n in names if n not in kernel.defaults]
-    unbound = " or ".join(["_tj_extra", "_tj_unknown", *(f"{n} is _tjMISSING" for n in required)])
-    bound = ", ".join(f"{n!r}: {n}" for n in names)
-    meta = ", ".join(f"{n!r}: {n}" for n in (*names, *LAUNCH_OPTIONS))
-    values = "".join(f"{n}, " for n in names)
+    required = [s for n, s in zip(names, spellings) if n not in kernel.defaults]
+    unbound = " or ".join(["_tj_extra", "_tj_unknown", *(f"{s} is _tj_MISSING" for s in required)])
+    pairs = [f"{n!r}: {s}" for n, s in zip(names, spellings)]
+    bound = ", ".join(pairs)
+    meta = ", ".join([*pairs, *(f"{n!r}: {n}" for n in LAUNCH_OPTIONS)])
+    values = "".join(f"{s}, " for s in spellings)
     facts = textwrap.indent("\n".join(fact_lines or ["pass"]), " " * 8).lstrip()
     records = "".join(f"{r}, " for r in records)
-    function = kernel.__name__ if kernel.__name__.isidentifier() else "_tj_kernel"
     source = f"""
 def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
         num_warps={DEFAULT_NUM_WARPS}, cluster=_tj_cluster, stream=None, target=None, arch=None,
@@ -116,7 +145,7 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
     except TypeError:   # a list
         _tj_grid3 = None
     if _tj_grid3 is None:
-        _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}}, _tj_name)
+        _tj_grid3 = _tj_resolve_grid(_tj_grid, {{{meta}}})
     try:
         {facts}
     except Exception as _tj_error:   # e.g. a sparse tensor: no strides, no data pointer
@@ -135,6 +164,4 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
         return _tj_entry.launch(_tj_grid3, ({records}))
     return _tj_entry.launch_on_stream(_tj_grid3, ({records}), stream)
 """
-    namespace["__name__"] = kernel.fn.__module__
-    exec(compile(source, f"<tilejit launcher of {kernel.__qualname__}>", "exec"), namespace)
-    return namespace[function]
+    return source, namespace

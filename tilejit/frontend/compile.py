@@ -11,7 +11,7 @@ import inspect
 from tilejit.errors import CompilationError, TilejitError, reraise_located
 from tilejit.ir.builder import Builder
 from tilejit.ir.core import KernelIR
-from tilejit.ir.types import BufferType, MemScope, ScalarType
+from tilejit.ir.types import BufferType, MemScope, ScalarType, i32, i64
 from tilejit.ir.verifier import verify
 from tilejit.knobs import knobs
 
@@ -63,7 +63,9 @@ def _generate(source: FunctionSource, arg_specs: dict, constexprs: dict, options
     kernel = KernelIR.new(source.name, list(params), [_param_type(s) for s in params.values()],
                           attrs, loc)
     builder = Builder(loc)
-    gen = CodeGenerator(source, Semantics(builder, options))
+    index64 = any(spec.index64 for spec in params.values())
+    gen = CodeGenerator(source, Semantics(builder, options,
+                                          grid_index_type=i64 if index64 else i32))
     for name, value in folded.items():
         gen.bind(name, value)
     for param in kernel.params:

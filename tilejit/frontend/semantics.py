@@ -75,13 +75,21 @@ def fold(fn, *args, what: str):
                                f"{type(err).__name__}: {err}") from None
 
 
-class Semantics:
-    """Builds native IR through ``builder``; ``team`` is set for scoped spellings (tj.wg.*)."""
+# Thread indexes that count CTAs: 64-bit when a tensor argument is large (ArgSpec.index64),
+# so that ``cta_id(0) * BLOCK + k`` cannot wrap.
+GRID_INDEX_KINDS = ("cta_id", "num_ctas")
 
-    def __init__(self, builder: Builder, options: LaunchOptions, team: TeamKind | None = None):
+
+class Semantics:
+    """Builds native IR through ``builder``; ``team`` is set for scoped spellings (tj.wg.*);
+    ``grid_index_type`` is the type of ``cta_id`` and ``num_ctas``."""
+
+    def __init__(self, builder: Builder, options: LaunchOptions, team: TeamKind | None = None,
+                 grid_index_type: ScalarType = i32):
         self.b = builder
         self.options = options
         self.team = team
+        self.grid_index_type = grid_index_type
         self.memory = MemorySemantics(self)
         self.tile = TileSemantics(self)
 
@@ -261,7 +269,10 @@ class Semantics:
             raise CompilationError(f"the dimension must be a compile-time int, got {describe(dim)}")
         if kind in PER_DIM_INDEX_KINDS and not 0 <= dim < 3:
             raise CompilationError(f"dimension must be 0, 1 or 2, got {dim}")
-        return self.b.thread_index(kind, int(dim))
+        index = self.b.thread_index(kind, int(dim))
+        if kind in GRID_INDEX_KINDS and index.type != self.grid_index_type:
+            return self.b.cast(index, self.grid_index_type)
+        return index
 
     def static_assert(self, cond, msg):
         if is_value(cond) or not isinstance(msg, str):

@@ -15,7 +15,7 @@ from tilejit.ir.types import ScalarType, f32, i1, i32, i64
 __all__ = ["ArgSpec", "LaunchOptions", "TENSOR", "SCALAR", "CONSTEXPR"]
 
 TENSOR, SCALAR, CONSTEXPR = "tensor", "scalar", "constexpr"
-_SPECIALIZATION_FLAGS = ("aligned16", "div16", "unit_stride")
+_SPECIALIZATION_FLAGS = ("aligned16", "div16", "unit_stride", "index64")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,9 @@ class ArgSpec:
       ``shape`` optionally fixes some dims (``None`` entries stay run-time values);
       ``aligned16`` (data pointer 16-byte aligned), ``div16`` (every run-time size and
       non-unit stride divisible by 16) and ``unit_stride`` (innermost stride is 1) are
-      specializations the runtime proved for this call.
+      specializations the runtime proved for this call; ``index64`` says the tensor is
+      large (``runtime.arguments.INDEX64_ELEMENTS`` elements or more), so CTA ids and the
+      index math built on them must be 64-bit.
     * ``kind == "scalar"``: ``dtype`` is ``i32``/``i64`` (ints), ``f32`` (floats) or ``i1``;
       ``div16`` says an int is a multiple of 16.
     * ``kind == "constexpr"``: ``value`` is folded at compile time.
@@ -39,6 +41,7 @@ class ArgSpec:
     aligned16: bool = False
     div16: bool = False
     unit_stride: bool = False
+    index64: bool = False
     value: Any = None
 
     def __post_init__(self):

@@ -2,8 +2,9 @@
 
 A launch summarizes each argument in a *signature* (:func:`facts_of`): a small hashable
 value holding exactly what the compiled code may depend on (dtype, rank, device, 16-byte
-alignment and unit innermost stride for arrays; i32/i64/f32/i1 and divisibility by 16 for
-scalars; type and value for compile-time values). Two calls with equal signatures can run
+alignment, unit innermost stride and whether it holds :data:`INDEX64_ELEMENTS` elements or
+more for arrays; i32/i64/f32/i1 and divisibility by 16 for scalars; type and value for
+compile-time values). Two calls with equal signatures can run
 the same binary, so ``Kernel`` finds its binary with one dict lookup, and hands the backend
 the argument's *record* made at the same time (pointer, shape and strides of an array).
 Everything else here runs only when that lookup misses, and raises ``LaunchError`` naming
@@ -16,6 +17,7 @@ an unsupported dtype or argument type.
 """
 from __future__ import annotations
 
+import math
 import operator
 import sys
 import textwrap
@@ -32,6 +34,11 @@ from ..ir import types
 TARGETS = ("cpu", "cuda", "nki")
 _GRID_CACHE_LIMIT = 1024
 MAX_GRID_DIM = 2**31 - 1   # CTA ids are 32-bit in kernels (CUDA's limit for x, too)
+# A tensor of this many elements or more makes the kernel compute CTA ids, and the index
+# math built on them, in 64 bits (``ArgSpec.index64``). It is 2^30, not 2^31, so that
+# 32-bit math stays exact for indices up to 2^30 past a tensor's end (``base + BLOCK`` of
+# the last tile; a loop bound a tile beyond).
+INDEX64_ELEMENTS = 2**30
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ _TORCH_FACTS = """\
 {strides} = {t}.stride()
 {address} = {t}.data_ptr()
 {signature} = ({t}.dtype, {t}.get_device(), not {address} & 15, len({strides}),
-               {strides}[-1:] == (1,))
+               {strides}[-1:] == (1,), {t}.numel() >= {index64_elements})
 {record} = ({address}, *{t}.shape, *{strides})"""
 
 
@@ -77,7 +84,8 @@ def torch_facts_code(tensor: str, signature: str, record: str, indent: str) -> s
     """The statements setting ``signature`` and ``record`` for the tensor named ``tensor``
     (temporaries are named after ``record``)."""
     text = _TORCH_FACTS.format(t=tensor, signature=signature, record=record,
-                               strides=f"{record}_strides", address=f"{record}_address")
+                               strides=f"{record}_strides", address=f"{record}_address",
+                               index64_elements=INDEX64_ELEMENTS)
     return textwrap.indent(text, indent)
 
 
@@ -97,16 +105,19 @@ _UNSEEN = object()
 
 
 def _numpy_layout(strides: tuple, dtype) -> tuple | None:
-    """(signatures[16-byte aligned][writable], strides in elements) of an ndarray with these
-    byte strides and dtype; None unless all strides are whole, non-negative elements.
+    """(signatures[16-byte aligned][writable][index64], strides in elements) of an ndarray
+    with these byte strides and dtype; None unless all strides are whole, non-negative
+    elements.
     Remembered per (strides, dtype). (Whether the array is writable is in the signature so
     that a read-only one takes the slow path, which refuses it for a parameter the kernel
     writes.)"""
     layout, itemsize = None, dtype.itemsize
     if all(s >= 0 and s % itemsize == 0 for s in strides):
         elements = tuple(s // itemsize for s in strides)
-        signatures = tuple(tuple(("ndarray", dtype, aligned, len(strides), elements[-1:] == (1,),
-                                  writable) for writable in (False, True))
+        signatures = tuple(tuple(tuple(("ndarray", dtype, aligned, len(strides),
+                                        elements[-1:] == (1,), writable, index64)
+                                       for index64 in (False, True))
+                                 for writable in (False, True))
                            for aligned in (False, True))
         layout = signatures, elements
     if len(_NUMPY_LAYOUTS) < _FACTS_CACHE_LIMIT:
@@ -122,7 +133,8 @@ def _numpy_facts(a) -> tuple:
     if layout is None:   # arg_spec_of names what is wrong
         return ("ndarray", "unusable strides", strides), None
     signatures, elements = layout
-    return signatures[not address & 15][a.flags.writeable], (address, *a.shape, *elements)
+    signature = signatures[not address & 15][a.flags.writeable][a.size >= INDEX64_ELEMENTS]
+    return signature, (address, *a.shape, *elements)
 
 
 def _spec_facts(spec: TensorSpec) -> tuple:
@@ -271,17 +283,18 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
         dtype, div16 = _SCALAR_SIGNATURES[signature]
         return ArgSpec.scalar(dtype, div16=div16 and specialize)
     if _is_tensor(value):
-        dtype, _, aligned, rank, unit_stride = signature
+        dtype, _, aligned, rank, unit_stride, index64 = signature
     elif is_ndarray(value):
         if signature[1] == "unusable strides":
             raise _unusable_strides(value, name, kernel)
-        _, dtype, aligned, rank, unit_stride, _ = signature
+        _, dtype, aligned, rank, unit_stride, _, index64 = signature
     elif isinstance(value, TensorSpec):
         if any(s < 0 for s in value.strides):
             raise LaunchError(f"{kernel}: argument {name!r} has negative strides "
                               f"{value.strides}, which kernels cannot take")
         dtype, aligned, rank = value.dtype, value.aligned16, len(value.shape)
         unit_stride = value.strides[-1:] == (1,)
+        index64 = math.prod(value.shape) >= INDEX64_ELEMENTS
     elif signature[0] == "int beyond 64 bits":
         raise LaunchError(f"{kernel}: argument {name!r} = {value} does not fit in 64 bits")
     else:
@@ -292,9 +305,10 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
     if scalar is None:
         raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
                           "does not support")
-    if not specialize:
-        return ArgSpec.tensor(scalar, rank)
-    return ArgSpec.tensor(scalar, rank, aligned16=aligned, unit_stride=unit_stride)
+    if not specialize:   # index64 is no specialization: 32-bit index math would be wrong
+        return ArgSpec.tensor(scalar, rank, index64=index64)
+    return ArgSpec.tensor(scalar, rank, aligned16=aligned, unit_stride=unit_stride,
+                          index64=index64)
 
 
 def _unusable_strides(a, name: str, kernel: str) -> LaunchError:

@@ -1,11 +1,13 @@
 """The binary interface between the JIT'd code and the launcher.
 
 ``run_ctas(args) -> i32`` runs CTAs ``[first, last)`` (linear ids, x fastest) and returns
-0, or an error code after filling the error record ``err``. Everything travels in ``args``
-because every argument of a ctypes call costs about 100 ns.
+0, or an error code after filling the error record ``err``, or :data:`INTERRUPTED` when it
+found the ``stop`` word set before a CTA (the launcher sets it to end a launch early: Ctrl-C).
+Everything travels in ``args`` because every argument of a ctypes call costs about 100 ns.
 
-``args`` is a flat array of 8-byte slots: ``first``, ``last``, the address of ``err``
-(:data:`HEADER_SLOTS`), the grid (x, y, z), then per kernel parameter
+``args`` is a flat array of 8-byte slots: ``first``, ``last``, the address of ``err``, the
+address of ``stop`` (an i32) (:data:`HEADER_SLOTS`), the grid (x, y, z), then per kernel
+parameter
 
 * a global buffer: data pointer, its ``rank`` dims, its ``rank`` strides (in elements);
 * a scalar: its value in the low bytes of the slot (floats narrower than f64 as an f32;
@@ -24,8 +26,8 @@ from tilejit.errors import CompilationError
 from tilejit.ir.core import KernelIR
 from tilejit.ir.types import BufferType, MemScope, ScalarType, f64
 
-FIRST_CTA, LAST_CTA, ERR_ADDRESS = 0, 1, 2
-HEADER_SLOTS = 3
+FIRST_CTA, LAST_CTA, ERR_ADDRESS, STOP_ADDRESS = 0, 1, 2, 3
+HEADER_SLOTS = 4
 GRID_SLOTS = 3
 MAX_REPORTED_DIMS = 6
 ERR_CODE, ERR_SITE, ERR_CTA, ERR_UNIT, ERR_VALUES = 0, 1, 2, 3, 4
@@ -33,6 +35,7 @@ ERR_DIMS = ERR_VALUES + MAX_REPORTED_DIMS
 ERR_SLOTS = ERR_DIMS + MAX_REPORTED_DIMS
 
 OUT_OF_BOUNDS, DEADLOCK, OUT_OF_MEMORY = 1, 2, 3  # error codes; 0 is success
+INTERRUPTED = 4   # the stop word was set: no error record
 
 # struct format of one scalar slot, by IR type name (8 bytes each, little-endian).
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",
@@ -96,4 +99,4 @@ def param_slots(kernel: KernelIR) -> list[ParamSlots]:
 
 
 def struct_format(params: list[ParamSlots]) -> str:
-    return "<qqQ" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)
+    return "<qqQQ" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)

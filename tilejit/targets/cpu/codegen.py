@@ -1,11 +1,11 @@
 """Kernel IR -> one LLVM module: the unit function(s), the scheduler, ``run_ctas``.
 
-``run_ctas(args, first, last, err)`` unpacks the argument slots once, allocates the
-per-CTA memory (shared data and sync state) once per call, and runs its CTAs one after
-the other: compute the CTA's coordinates, zero the sync state (NaN-fill the data in debug
-mode), then call the CTA body -- the plain unit function, or the scheduler of the unit
-coroutines. Argument slots reach the body as function parameters so that LLVM sees them
-as loop invariants (and global pointers as ``noalias`` when the caller promises it).
+``run_ctas(args)`` unpacks the argument slots once, allocates the per-CTA memory (shared
+data and sync state) once per call, and runs its CTAs one after the other: return early
+if the launcher asked it to stop, compute the CTA's coordinates, zero the sync state
+(NaN-fill the data in debug mode), then call the CTA body -- the plain unit function, or
+the scheduler of the unit coroutines. Argument slots reach the body as function
+parameters so that LLVM sees them as loop invariants (and global pointers as ``noalias`` when the caller promises it).
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
         return b.load(b.gep(args, [ir.Constant(I32, slot)], source_etype=I64), typ=typ)
 
     first, last = header(abi.FIRST_CTA), header(abi.LAST_CTA)
-    err = header(abi.ERR_ADDRESS, PTR)
+    err, stop = header(abi.ERR_ADDRESS, PTR), header(abi.STOP_ADDRESS, PTR)
     grid64 = [header(abi.HEADER_SLOTS + d) for d in range(abi.GRID_SLOTS)]
     slot_values = _load_slots(b, args, params)
     ctx = types.alloca(b, CTX)
@@ -163,6 +163,11 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     grid = [b.trunc(g, I32) for g in grid64]
 
     def run_cta(index):
+        # The launcher sets ``stop`` from another thread (Ctrl-C): end at a CTA boundary.
+        stopped = b.load_atomic(stop, "monotonic", 4, typ=I32)
+        with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
+            free_arenas()
+            b.ret(ir.Constant(I32, abi.INTERRUPTED))
         cta = b.add(first, index)
         x, rest = b.urem(cta, grid64[0]), b.udiv(cta, grid64[0])
         y, z = b.urem(rest, grid64[1]), b.udiv(rest, grid64[1])

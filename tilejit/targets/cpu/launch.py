@@ -4,11 +4,14 @@
 ``launch_records`` (the runtime's hot path, which made the records itself) packs them into
 the flat slot array of ``abi`` (one generated ``struct.pack`` call into a ``bytes`` object,
 passed to ctypes without a copy), splits the grid into one contiguous CTA range per worker
-and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool
-threads (one per core, started once per process) take the others; ctypes releases the GIL
-for the call. A launch of one CTA, or whose previous run showed less work than a pool
-handoff is worth, stays on the calling thread. Each CTA always runs on one thread, in
-order, so deterministic kernels give the same results for any worker count. A failed CTA
+and calls the JIT'd ``run_ctas`` on each in pool threads (one per core, started once per
+process); ctypes releases the GIL for the call. The calling thread waits where Python can
+deliver Ctrl-C: the KeyboardInterrupt sets the launch's stop word, every range ends at its
+next CTA boundary, and the interrupt is raised once they all have (a second Ctrl-C while
+they finish their CTAs is raised at once). A launch of one CTA, or whose previous run
+showed less work than a pool handoff is worth, runs on the calling thread (a single CTA
+always runs to its end). Each CTA always runs on one thread, in order, so deterministic
+kernels give the same results for any worker count. A failed CTA
 range turns its error record (one per calling thread, or per worker) into a
 :class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
 the barrier waited on) and the kernel's source line.
@@ -52,6 +55,11 @@ class _ErrorRecord:
         self.address = ctypes.addressof(self.buffer)
 
 
+# The stop word of launches on the calling thread, which Python cannot interrupt anyway.
+_NEVER_STOPPED = ctypes.c_int32(0)
+_NEVER_STOPPED_ADDRESS = ctypes.addressof(_NEVER_STOPPED)
+
+
 class _Pool:
     """Persistent worker threads, each fed through its own queue."""
 
@@ -77,7 +85,7 @@ def _pool() -> _Pool:
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = _Pool(max(1, _CORES - 1))
+            _POOL = _Pool(_CORES)
     return _POOL
 
 
@@ -143,12 +151,12 @@ class CpuModule:
         total = grid[0] * grid[1] * grid[2]
         if not total:
             return
-        if not (total == 1 or workers == 1 or (
-                workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS)):
+        if total > 1 and total * self._seconds_per_cta >= _PARALLEL_MIN_SECONDS:
+            # Also with one worker: the calling thread must stay free to take Ctrl-C.
             self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))
             return
         err = _thread_error_record()
-        packed = self._pack(0, total, err, grid, records)
+        packed = self._pack(0, total, err, _NEVER_STOPPED_ADDRESS, grid, records)
         if total == 1:   # nothing to time: one CTA never goes to the pool
             status = self._run_ctas(packed)
         else:
@@ -158,9 +166,10 @@ class CpuModule:
         if status:
             self._raise(status, err.buffer.raw)
 
-    def _pack(self, first: int, last: int, err: _ErrorRecord, grid, records) -> bytes:
+    def _pack(self, first: int, last: int, err: _ErrorRecord, stop: int, grid,
+              records) -> bytes:
         try:
-            return self._pack_records(first, last, err.address, grid, records)
+            return self._pack_records(first, last, err.address, stop, grid, records)
         except (struct.error, OverflowError):  # e.g. a float beyond the f32 range
             raise self._unpackable(records) from None
 
@@ -177,17 +186,24 @@ class CpuModule:
     def _launch_parallel(self, grid, records, total: int, workers: int) -> None:
         bounds = [total * i // workers for i in range(workers + 1)]
         errs = [_ErrorRecord() for _ in range(workers)]
-        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], grid, records)
-                  for i in range(workers)]
+        stop = ctypes.c_int32(0)
+        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], ctypes.addressof(stop), grid,
+                             records) for i in range(workers)]
         results: queue.SimpleQueue = queue.SimpleQueue()
         pool = _pool()
         start = time.perf_counter()
-        for index in range(1, workers):
-            pool.queues[index - 1].put((self._run_ctas, packed[index], results, index))
-        statuses = [self._run_ctas(packed[0])] + [0] * (workers - 1)
-        for _ in range(1, workers):
-            index, status = results.get()
-            statuses[index] = status
+        for index in range(workers):
+            pool.queues[index].put((self._run_ctas, packed[index], results, index))
+        statuses, waiting = [0] * workers, workers
+        try:
+            while waiting:
+                index, status = results.get()
+                statuses[index], waiting = status, waiting - 1
+        except KeyboardInterrupt:
+            stop.value = 1
+            for _ in range(waiting):   # the ranges still use the arguments' memory
+                results.get()
+            raise
         self._seconds_per_cta = (time.perf_counter() - start) * workers / total
         for status, err in zip(statuses, errs):   # the first failed range is reported
             if status:
@@ -198,12 +214,12 @@ class CpuModule:
 
 
 def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
-    """``pack_records(first, last, err, grid, records)``: the ``abi`` slots in one
+    """``pack_records(first, last, err, stop, grid, records)``: the ``abi`` slots in one
     ``struct.pack`` call, written out for these parameters (buffer records spread). The
     evaluated text holds nothing but record indices, whatever the metadata says."""
-    values = ["first, last, err, *grid"] + [f"*records[{i}]" if p.is_buffer else f"records[{i}]"
-                                           for i, p in enumerate(params)]
-    return eval(f"lambda first, last, err, grid, records: pack({', '.join(values)})",
+    values = ["first, last, err, stop, *grid"] + [
+        f"*records[{i}]" if p.is_buffer else f"records[{i}]" for i, p in enumerate(params)]
+    return eval(f"lambda first, last, err, stop, grid, records: pack({', '.join(values)})",
                 {"pack": pack})
 
 

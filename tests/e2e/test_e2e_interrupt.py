@@ -1,0 +1,53 @@
+"""Ctrl-C stops a long launch: the launch ends at the next CTA boundary and raises
+KeyboardInterrupt (issue 11)."""
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tilejit as tj
+
+CHILD = textwrap.dedent("""
+    import torch
+    import tilejit as tj
+
+    @tj.kernel
+    def churn(out, n):
+        acc = tj.cta_id(0)
+        for i in range(n):   # a chain of dependent multiplies: about 1 ms per CTA
+            acc = acc * 3 + i
+        out[tj.cta_id(0) % 4] = acc
+
+    out = torch.zeros(4, dtype=torch.int32)
+    churn.compile(out, 1_000_000)
+    print("launching", flush=True)
+    churn[(1_000_000,)](out, 1_000_000)   # about 1000 s of work on one core
+    print("finished", flush=True)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_stops_a_long_launch(tmp_path):
+    script = tmp_path / "churn.py"   # kernels need a source file
+    script.write_text(CHILD)
+    checkout = str(pathlib.Path(tj.__file__).resolve().parents[1])   # this tilejit, not another
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join([checkout, os.environ.get("PYTHONPATH", "")])}
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "launching"
+        try:   # the launch is running once the child's pool has work
+            child.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        child.send_signal(signal.SIGINT)
+        _, stderr = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode != 0
+    assert "KeyboardInterrupt" in stderr.splitlines()[-1], stderr

@@ -77,7 +77,31 @@ def bad_reduce_axis(x, out):
     tj.reduce(d, a, "sum", axis=2)
 
 
+def huge_shared_buffer(x, out):
+    s = tj.alloc_shared((1 << 34,), tj.float32)
+    s[0] = 1.0
+    out[0] = s[0]
+
+
+def huge_local_buffer(x, out):
+    with tj.thread():
+        scratch = tj.alloc_local((1 << 33,), tj.float32)
+        scratch[0] = 1.0
+        out[0] = scratch[0]
+
+
+def region_rebound_in_a_loop(x, out, n):
+    r = x[0:16]
+    for i in tj.range(1, n):
+        r = x[i:i + 16]
+    tj.copy(out[0:16], r)
+
+
 @pytest.mark.parametrize("fn,error,text,words", [
+    (huge_shared_buffer, tj.CompilationError, "tj.alloc_shared((1 << 34,)", "64 GiB"),
+    (huge_local_buffer, tj.CompilationError, "tj.alloc_local((1 << 33,)", "32 GiB"),
+    (region_rebound_in_a_loop, tj.CompilationError, "for i in tj.range(1, n)",
+     "carry its start index"),
     (shape_mismatch, tj.CompilationError, "tj.copy(a, x[0:32])", "does not fit"),
     (unknown_name, tj.CompilationError, "undefined_scale", "undefined_scale"),
     (unknown_builtin, tj.CompilationError, "tj.copy_everything", "copy_everything"),
@@ -139,3 +163,35 @@ def test_builtins_outside_a_kernel():
     with pytest.raises(tj.CompilationError, match="inside a @tj.kernel"):
         tj.copy(None, None)
     assert tj.cdiv(10, 3) == 4
+
+
+def _internal_bug(*args, **kwargs):
+    raise ZeroDivisionError("a compiler bug")
+
+
+def test_an_internal_error_in_the_backend_names_the_kernel_line(monkeypatch, fresh_cache):
+    from tilejit.targets.cpu import codegen
+
+    def copy_through_shared(x, out):
+        s = tj.alloc_shared((16,), x.dtype)
+        tj.copy(s, x[0:16])
+        tj.copy(out[0:16], s)
+    monkeypatch.setitem(codegen.HANDLERS, "alloc", _internal_bug)
+    with pytest.raises(tj.CompilationError, match="internal compiler error.*ZeroDivisionError") \
+            as info:
+        tj.kernel(copy_through_shared)[(1,)](torch.zeros(16), torch.zeros(16))
+    _check_located(info.value, copy_through_shared, "tj.alloc_shared((16,), x.dtype)")
+
+
+def test_an_internal_error_in_a_pass_names_the_kernel_line(monkeypatch, fresh_cache):
+    from tilejit.passes.dispatch import lower
+
+    def copy_through_shared(x, out):
+        s = tj.alloc_shared((16,), x.dtype)
+        tj.copy(s, x[0:16])
+        tj.copy(out[0:16], s)
+    monkeypatch.setattr(lower, "lower_op", _internal_bug)
+    with pytest.raises(tj.CompilationError, match="internal compiler error.*ZeroDivisionError") \
+            as info:
+        tj.kernel(copy_through_shared)[(1,)](torch.zeros(16), torch.zeros(16))
+    _check_located(info.value, copy_through_shared, "tj.copy(s, x[0:16])")

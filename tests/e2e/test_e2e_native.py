@@ -356,9 +356,43 @@ def test_a_fragment_larger_than_a_stack_lives_in_the_arena():
 
 
 @pytest.mark.parametrize("kernel", [huge_shared, huge_private])
-def test_memory_a_cta_cannot_get_is_a_launch_error(kernel):
+def test_memory_beyond_the_cpu_limit_is_a_compile_error_at_its_line(kernel):
     out = torch.zeros(1)
     kernel[(1,)](out, N=1024)
     assert out.item() in (2.0, 3.0)
-    with pytest.raises(tj.LaunchError, match=r"cannot allocate \d+ bytes"):
+    with pytest.raises(tj.CompilationError, match=r"the CPU target gives a CTA at most") as info:
         kernel[(1,)](out, N=2**46)   # 256 TiB: more than any address space
+    assert "tj.alloc_" in str(info.value)          # the excerpt of the allocation's line
+
+
+_OUT_OF_MEMORY = """
+import resource, sys
+import torch
+sys.path.insert(0, {tests!r})
+from test_e2e_native import {kernel}
+out = torch.zeros(1)
+{kernel}.compile(out, N={n})   # 1 GiB for the CTA: under the limit, over the rlimit
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + (512 << 20), hard))
+try:
+    {kernel}[(1,)](out, N={n})
+except Exception as err:
+    print(type(err).__name__, err)
+"""
+
+
+@pytest.mark.parametrize("kernel, n", [("huge_shared", 1 << 28), ("huge_private", 1 << 21)])
+def test_memory_a_cta_cannot_get_is_a_launch_error(kernel, n):
+    import pathlib
+    import subprocess
+    import sys
+    script = _OUT_OF_MEMORY.format(tests=str(pathlib.Path(__file__).parent), kernel=kernel,
+                                   n=n)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("LaunchError") and "cannot allocate" in done.stdout, \
+        done.stdout + done.stderr
+
+

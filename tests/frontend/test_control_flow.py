@@ -2,7 +2,7 @@
 from tilejit.errors import CompilationError, ScopeError
 from tilejit.frontend import language as tj
 from tilejit.ir.attrs import FilterSpec
-from tilejit.ir.types import BufferType, TeamKind, i1
+from tilejit.ir.types import TeamKind, i1
 
 from .helpers import S, T, build, f32, i32, i64, op_lines, ops, raises
 
@@ -100,8 +100,13 @@ def test_loop_carried_fragments_and_unroll_attributes():
     k = build(kernel, {"x": T(f32, 1), "n": S(i32)})
     loop, = ops(k, "for")
     assert loop.attrs["unroll"] == 4
-    assert isinstance(loop.results[0].type, BufferType)
-    assert ops(k, "tile.copy")[0].operands[1] is loop.results[0]
+    assert not loop.results           # a register tile is carried by value, not as SSA
+    init, carry_over, store = ops(k, "tile.copy")
+    carry = init.operands[0]
+    assert carry.owner.name == "alloc" and carry.type == init.operands[1].type
+    assert carry_over in loop.regions[0].ops and carry_over.operands[0] is carry
+    assert carry_over.operands[1].owner.name == "alloc"   # this iteration's acc * 2.0
+    assert store.operands[1] is carry
 
 
 def test_names_assigned_in_a_loop_body_are_unusable_after():

@@ -13,6 +13,12 @@ copy of the symbol table, and the names it changed flow out through ``yield``:
   iteration argument). Its type is the initial value's type, widened when the body
   assigns a wider one (``acc = 0`` then ``acc += x_f32`` makes an f32 loop), in which
   case the body is walked again with the wider type.
+* register tiles (fragments and locals) flow out of an ``if`` and through a loop *by
+  value*, as Triton's tensors do: the frontend allocates one tile of the same type before
+  the construct, copies the initial value in, and copies each branch's (each iteration's)
+  new value into it, so ``acc = acc + t`` in a loop needs no buffer-typed SSA value that a
+  register file could not hold. Other buffers and regions (shared memory, tensors) are
+  references and flow as SSA values.
 * ``with tj.warp():``: a ``team`` op; names assigned inside escape through its yield.
 * ``continue``/``break`` set hidden flags (``$continue``, ``$break``); the statements after
   one that may jump run under ``if not (break or continue)``, and a ``while`` condition is
@@ -27,7 +33,7 @@ from contextlib import contextmanager
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Block
-from tilejit.ir.types import ScalarType, promote
+from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, promote
 
 from . import language
 from .filters import KEEPS_NO_THREAD, filter_condition, thread_filter
@@ -97,6 +103,25 @@ def _same_constant(a, b) -> bool:
         return type(a) is type(b) and bool(a == b)
     except Exception:  # an object whose == fails or is ambiguous is not "the same"
         return False
+
+
+def _by_value(x) -> bool:
+    """A register tile: carried through control flow by value (see the module docstring)."""
+    return is_value(x) and isinstance(x.type, BufferType) \
+        and x.type.scope in (MemScope.FRAGMENT, MemScope.LOCAL)
+
+
+def _is_region(x) -> bool:
+    return is_value(x) and isinstance(x.type, RegionType)
+
+
+# Dispatch reads a region's buffer and starts off the op that made it.
+_REGION_FLOW = ("a region cannot flow out of a run-time {construct}; carry its start index "
+                "instead and slice after it (e.g. `row = i` in the loop, then `x[row, 0:8]`)")
+
+
+def _same_tile_type(a, b) -> bool:
+    return a.type.shape == b.type.shape and a.type.dtype == b.type.dtype
 
 
 class ControlFlowMixin:
@@ -221,18 +246,24 @@ class ControlFlowMixin:
                     fn()
             branches.append((block, self.syms))
         self.syms = dict(before)
-        names, types = [], []
+        names, types, tiles = [], [], {}
         for name in self._changed(before, *(syms for _, syms in branches)):
             values = [syms.get(name, MISSING) for _, syms in branches]
             kind, merged = self._merge(name, *values, f"{construct} at line {line}")
             if kind == "phi":
                 names.append(name)
                 types.append(merged)
+            elif kind == "tile":
+                tiles[name] = self.b.alloc(merged.scope, merged.dtype, merged.shape,
+                                           merged.layout)
             else:
                 self.syms[name] = merged
         for block, syms in branches:
             with self.b.insert_into(block):
+                for name, carry in tiles.items():
+                    self.sem.tile.copy(carry, syms[name], None, None, None)
                 self.b.yield_([self._materialize(syms[n], t) for n, t in zip(names, types)])
+        self.syms.update(tiles)
         op = self.b.create("if", (cond,), {"filter": spec}, types, [b for b, _ in branches])
         for name, result in zip(names, op.results):
             self.bind(name, result)
@@ -248,7 +279,8 @@ class ControlFlowMixin:
 
     def _merge(self, name: str, a, b, where: str):
         """("value", v) when both branches agree at compile time, ("phi", type) when the
-        ``if`` must yield it, ("value", Undefined) when it cannot be defined after."""
+        ``if`` must yield it, ("tile", buffer type) when each branch copies its register
+        tile into one, ("value", Undefined) when it cannot be defined after."""
         for value in (a, b):
             if isinstance(value, Undefined):
                 return "value", value
@@ -257,6 +289,13 @@ class ControlFlowMixin:
                                       f"{where}, so it is not defined after it")
         if a is b or (not contains_value(a) and not contains_value(b) and _same_constant(a, b)):
             return "value", a
+        if _is_region(a) or _is_region(b):
+            return "value", Undefined(f"'{name}': " + _REGION_FLOW.format(construct=where))
+        if _by_value(a) and _by_value(b):
+            if _same_tile_type(a, b):
+                return "tile", a.type
+            return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the {where} "
+                                      f"and {describe(b)} in the other")
         joined = self._join_type(a, b)
         if joined is None:
             return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the {where} "
@@ -459,7 +498,8 @@ class ControlFlowMixin:
 
     def _carried(self, body, has_break, exclude=()) -> tuple[list[str], dict]:
         """Loop-carried names (IR-able values) and names holding other compile-time values,
-        which must not change in the loop."""
+        which must not change in the loop; a register tile is both: it stays in the tile
+        :meth:`_tile_carry` makes, into which each iteration copies its new value."""
         names, fixed = [], {}
         inner_loop_variables = _inner_loop_variables(body)
         for name in assigned_names(body):
@@ -470,13 +510,25 @@ class ControlFlowMixin:
                 self.syms[name] = Undefined(f"'{name}' is the variable of a run-time loop "
                                             "nested in this loop, so it is not defined here")
                 continue
-            if is_value(value) or is_number(value):
+            if _is_region(value):
+                raise CompilationError(f"'{name}' is reassigned in the loop: "
+                                       + _REGION_FLOW.format(construct="loop"))
+            if _by_value(value):
+                fixed[name] = self.syms[name] = self._tile_carry(value)
+            elif is_value(value) or is_number(value):
                 names.append(name)
             else:
                 fixed[name] = value
         if has_break:
             names.append(BREAK)
         return names, fixed
+
+    def _tile_carry(self, init):
+        """A tile of ``init``'s type holding its value: a register tile's place in a loop."""
+        t = init.type
+        carry = self.b.alloc(t.scope, t.dtype, t.shape, t.layout)
+        self.sem.tile.copy(carry, init, None, None, None)
+        return carry
 
     def _initial_types(self, names) -> list:
         values = [self.syms[n] for n in names]
@@ -525,10 +577,24 @@ class ControlFlowMixin:
     def _check_fixed(self, fixed: dict):
         for name, value in fixed.items():
             now = self.syms.get(name, MISSING)
+            if _by_value(value) and now is not value:
+                self._copy_into_carry(name, value, now)
+                continue
             if now is not value and not _same_constant(now, value):
                 raise CompilationError(
                     f"'{name}' holds {describe(value)} and is reassigned in a run-time loop; only "
                     "scalars, buffers and regions can change from one iteration to the next")
+
+    def _copy_into_carry(self, name, carry, now):
+        """End of a loop body: the register tile ``name`` now holds ``now``; carry it over."""
+        if isinstance(now, Undefined):
+            raise CompilationError(now.reason)
+        if not _by_value(now) or not _same_tile_type(carry, now):
+            raise CompilationError(f"loop-carried variable '{name}' is {describe(carry)} before "
+                                   f"the loop but {describe(now)} at the end of its body; a "
+                                   "register tile keeps its shape and dtype through a loop")
+        self.sem.tile.copy(carry, now, None, None, None)
+        self.syms[name] = carry
 
     def _after_loop(self, before, names, fixed, results, node, target=None):
         self.syms = dict(before)

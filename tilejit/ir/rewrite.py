@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from ..errors import CompilationError, TilejitError, reraise_located
 from .builder import Builder
 from .core import Block, KernelIR, Operation, Value
 
@@ -134,7 +135,14 @@ class Rewriter:
             if not pattern.matches(op):
                 continue
             mark = len(block.ops)
-            answer = pattern.fn(op, ctx)
+            try:
+                answer = pattern.fn(op, ctx)
+            except TilejitError as err:
+                reraise_located(err, op.loc)
+            except Exception as err:  # a compiler bug: report it at the user's line, not as-is
+                raise CompilationError(f"internal compiler error in pattern {pattern.name} "
+                                       f"({pattern.where}): {type(err).__name__}: {err}",
+                                       op.loc) from None
             if answer is None:
                 del block.ops[mark:]  # drop anything a declining pattern started to build
                 continue

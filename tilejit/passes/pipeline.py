@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Callable, Iterable
 
-from ..errors import TilejitError
+from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import dispatch, scope_analysis
 from .dispatch import lower as lower_tiles
@@ -84,7 +84,14 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         _verify(kernel, "before the first pass")
     for name, fn in selected:
         start = time.perf_counter()
-        kernel = fn(kernel)
+        try:
+            kernel = fn(kernel)
+        except TilejitError:
+            raise
+        except Exception as err:  # a compiler bug: still name the kernel (passes with
+            # per-op patterns report the op's line themselves; see ir/rewrite.py)
+            raise CompilationError(f"internal compiler error in pass {name!r}: "
+                                   f"{type(err).__name__}: {err}", kernel.loc) from None
         stages.timings[name] = time.perf_counter() - start
         stages.kernels[name] = kernel
         if verify:

@@ -1,7 +1,10 @@
-"""Shared memory addressed through layouts: swizzles, column-major and split dimensions,
-views and regions; every address comes from the layout's ``m`` coordinate."""
+"""On-chip buffers addressed through layouts: swizzles, column-major and split dimensions,
+views and regions; every address comes from the layout's coordinates on all of its axes
+(``m`` innermost)."""
 import numpy as np
 import pytest
+
+import tilejit as tj
 from cpu_kernels import FRAGMENT, SHARED, KernelBuilder, matrix, vector
 
 from tilejit.ir.types import f16, f32, i32, i64
@@ -88,7 +91,7 @@ def test_region_of_global_with_dropped_dimension_and_strides():
     np.testing.assert_array_equal(out, [15, 16, 17, 18, 1])
 
 
-def test_fragment_per_unit_is_row_major_whatever_its_layout():
+def test_a_layout_less_view_of_a_laid_out_fragment_keeps_logical_order():
     with KernelBuilder("frag", num_warps=1, out=vector(i32)) as kb:
         frag = kb.alloc(FRAGMENT, i32, (4, 3), TileLayout(S[(4, 3):(1, 4)]))
         with kb.loop(kb.c(0), kb.c(12)) as (k,):
@@ -98,3 +101,30 @@ def test_fragment_per_unit_is_row_major_whatever_its_layout():
     out = np.zeros(4, np.int32)
     kb.run(1, [out])
     np.testing.assert_array_equal(out, [2, 5, 8, 11])
+
+
+def test_a_view_reinterprets_storage_on_thread_axes():
+    """A (4, 3) fragment on lanes x registers (with warp replicas) viewed as (3, 4) with
+    the axes swapped: view[j, i] is the element stored at lane i, register j."""
+    layout = TileLayout.parse("(4,3):(1@laneid,1@m) + R[2:1@warpid]")
+    with KernelBuilder("lanes", num_warps=1, out=vector(i32)) as kb:
+        frag = kb.alloc(FRAGMENT, i32, (4, 3), layout)
+        with kb.loop(kb.c(0), kb.c(4)) as (i,):
+            with kb.loop(kb.c(0), kb.c(3)) as (j,):
+                kb.store(frag, kb.op("add", kb.op("mul", i, kb.c(3)), j), [i, j])
+        swapped = kb.view(frag, (3, 4), TileLayout.parse("(3,4):(1@m,1@laneid)"))
+        with kb.loop(kb.c(0), kb.c(3)) as (j,):
+            with kb.loop(kb.c(0), kb.c(4)) as (i,):
+                flat = kb.op("add", kb.op("mul", j, kb.c(4)), i)
+                kb.store(kb.p["out"], kb.load(swapped, [j, i]), [flat])
+    out = np.full(12, -1, np.int32)
+    kb.run(1, [out])
+    np.testing.assert_array_equal(out.reshape(3, 4), np.arange(12).reshape(4, 3).T)
+
+
+def test_a_view_reaching_outside_its_buffer_is_refused():
+    with KernelBuilder("outside", num_warps=1, out=vector(i32)) as kb:
+        frag = kb.alloc(FRAGMENT, i32, (4, 3), TileLayout.parse("(4,3):(1@laneid,1@m)"))
+        kb.view(frag, (12,), TileLayout.parse("12:1@m"))
+    with pytest.raises(tj.CompilationError, match=r"reaches m \[0, 11\], outside"):
+        kb.run(1, [np.zeros(4, np.int32)])

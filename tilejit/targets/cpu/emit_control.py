@@ -8,17 +8,69 @@ the other lanes (see ``units``).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from llvmlite import ir
 
-from tilejit.errors import ScopeError
+from tilejit.errors import CompilationError, ScopeError
 from tilejit.ir.core import walk
 from tilejit.ir.types import TeamKind
 
+from .emit_memory import BufferRef, RegionRef
 from .metadata import loop_id
 
 
+# A buffer or region flowing through control flow (a shared buffer swapped in a loop, a
+# tensor region chosen by an ``if``) is a reference: one phi per run-time part of it.
+def _leaves(value) -> list:
+    """The run-time LLVM values ``value`` is made of, in a fixed order."""
+    if isinstance(value, RegionRef):
+        return _leaves(value.parent) + list(value.starts)
+    if isinstance(value, BufferRef):
+        parts = [value.ptr] + [x for x in [*value.shape, *(value.strides or ())]
+                               if isinstance(x, ir.Value)]
+        return parts + (_leaves(value.reshaped) if value.reshaped is not None else [])
+    return [value]
+
+
+def _rebuild(template, leaves):
+    """``template`` with its run-time parts taken from the iterator ``leaves``."""
+    if isinstance(template, RegionRef):
+        parent = _rebuild(template.parent, leaves)
+        return RegionRef(parent, [next(leaves) for _ in template.starts], template.sizes,
+                         template.keep)
+    if isinstance(template, BufferRef):
+        ptr = next(leaves)
+        shape = [next(leaves) if isinstance(x, ir.Value) else x for x in template.shape]
+        strides = template.strides and [next(leaves) if isinstance(x, ir.Value) else x
+                                        for x in template.strides]
+        reshaped = template.reshaped and _rebuild(template.reshaped, leaves)
+        return dataclasses.replace(template, ptr=ptr, shape=shape, strides=strides,
+                                   reshaped=reshaped)
+    return next(leaves)
+
+
 def _phis(b: ir.IRBuilder, values) -> list:
-    return [b.phi(v.type) for v in values]
+    return [_rebuild(v, iter([b.phi(leaf.type) for leaf in _leaves(v)])) for v in values]
+
+
+def _addressed_alike(a, b) -> bool:
+    """Whether ``a`` and ``b`` differ only in their run-time parts."""
+    if isinstance(a, RegionRef) and isinstance(b, RegionRef):
+        return _addressed_alike(a.parent, b.parent)
+    if isinstance(a, BufferRef) and isinstance(b, BufferRef):
+        return a.addressing == b.addressing and (a.reshaped is None) == (b.reshaped is None) \
+            and (a.reshaped is None or _addressed_alike(a.reshaped, b.reshaped))
+    return not isinstance(a, (BufferRef, RegionRef)) and not isinstance(b, (BufferRef, RegionRef))
+
+
+def _add_incoming(phis, values, block) -> None:
+    for phi, value in zip(phis, values):
+        if not _addressed_alike(phi, value):
+            raise CompilationError(f"{value.name} and {phi.name} flow into one value here but "
+                                   "are addressed differently (their layouts or views differ)")
+        for leaf_phi, leaf in zip(_leaves(phi), _leaves(value)):
+            leaf_phi.add_incoming(leaf, block)
 
 
 def emit_for(em, op):
@@ -32,15 +84,13 @@ def emit_for(em, op):
     b.branch(head)
     b.position_at_end(head)
     iv, *carried = _phis(b, [lb, *inits])
-    for phi, start in zip([iv, *carried], [lb, *inits]):
-        phi.add_incoming(start, preheader)
+    _add_incoming([iv, *carried], [lb, *inits], preheader)
     b.cbranch(_in_range(em, op, iv, ub, step), body, exit_)
     b.position_at_end(body)
     yielded = em.emit_block(op.regions[0], [iv, *carried])
     flags = ("nsw",) if t.kind == "int" else ("nuw",)
     iv.add_incoming(b.add(iv, step, flags=flags), b.block)
-    for phi, value in zip(carried, yielded):
-        phi.add_incoming(value, b.block)
+    _add_incoming(carried, yielded, b.block)
     back_edge = b.branch(head)
     hints = _loop_hints(op)
     if hints:
@@ -97,8 +147,7 @@ def emit_if(em, op):
     b.position_at_end(merge)
     results = _phis(b, incoming[0][0])
     for values, block in incoming:
-        for phi, value in zip(results, values):
-            phi.add_incoming(value, block)
+        _add_incoming(results, values, block)
     return results
 
 
@@ -139,16 +188,14 @@ def emit_while(em, op):
     b.branch(head)
     b.position_at_end(head)
     args = _phis(b, inits)
-    for phi, start in zip(args, inits):
-        phi.add_incoming(start, preheader)
+    _add_incoming(args, inits, preheader)
     cond, *values = em.emit_block(op.regions[0], args)
     b.cbranch(cond, after, exit_)
     b.position_at_end(after)
     if any(inner.name in ("load", "atomic") for region in op.regions for inner in walk(region)):
         em.frame.spin_point()   # it may wait for another unit's store
     next_args = em.emit_block(op.regions[1], values)
-    for phi, value in zip(args, next_args):
-        phi.add_incoming(value, b.block)
+    _add_incoming(args, next_args, b.block)
     b.branch(head)
     b.position_at_end(exit_)
     return values

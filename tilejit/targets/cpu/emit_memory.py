@@ -1,14 +1,15 @@
 """Buffers, regions and element access.
 
-Storage per scope: global buffers are the launch's pointer + shape + strides; shared
-memory is one block per CTA, laid out by the buffer's layout (its ``m`` axis, swizzles
-applied); fragments are stored logically (row-major) once per team instance -- in the
-CTA block when several units make one team, else per unit like locals; locals live once
-per unit. A region is its parent plus start offsets.
+Storage per scope: global buffers are the launch's pointer + shape + strides; every other
+buffer is stored by its layout over all of the layout's axes (:class:`Storage`: ``m``
+innermost, then thread, partition, ... axes), row-major without a layout. Shared memory is
+one block per CTA; fragments once per team instance -- in the CTA block when several units
+make one team, else per unit like locals; locals live once per unit. A region is its
+parent plus start offsets.
 
 Addresses come from the layout only: :class:`Addressing` groups the layout's shard by the
 buffer shape (``TileLayout.group_iters``), so each logical dimension owns a list of
-mixed-radix iters whose ``m`` strides give the element offset; ``ComposeLayout`` adds its
+mixed-radix iters whose storage strides give the element offset; ``ComposeLayout`` adds its
 XOR swizzle to the result.
 """
 from __future__ import annotations
@@ -26,7 +27,59 @@ from . import abi, emit_native, types
 from .types import I1, I8, I32, I64, VOID
 from .units import threads_per_unit
 
-Iters = tuple[tuple[int, int], ...]  # (extent, m stride) outer -> inner
+Iters = tuple[tuple[int, int], ...]  # (extent, storage stride) outer -> inner
+
+
+@dataclass(frozen=True)
+class Storage:
+    """The linear storage of an on-chip buffer: every axis its layout reaches (``m``
+    innermost, then the others in order of appearance) gets a ``[low, high]`` range of
+    coordinates and a weight, so a location is ``sum(weight * (coordinate - low))``.
+
+    The CPU has no lanes, warps or partitions of its own, so a tile laid out over them is
+    stored over all of its axes; a view reinterprets the buffer's storage, never its own.
+    Replicas are copies of the base location: only the base is stored.
+    """
+
+    axes: tuple[tuple[str, int, int, int], ...]  # (axis, low, high, weight)
+
+    @classmethod
+    def of(cls, reach: dict[str, tuple[int, int]]) -> Storage:
+        axes, weight = [], 1
+        for name in sorted(reach, key=lambda a: a != "m"):  # m innermost
+            low, high = reach[name]
+            if name == "m":
+                low = min(low, 0)  # m coordinates are element offsets from the buffer's start
+            axes.append((name, low, high, weight))
+            weight *= high - low + 1
+        return cls(tuple(axes))
+
+    @property
+    def size(self) -> int:
+        """Elements the storage holds."""
+        return math.prod(high - low + 1 for _, low, high, _ in self.axes) if self.axes else 1
+
+    def reach(self, name: str) -> tuple[int, int]:
+        """The coordinates held on axis ``name`` (only 0 on an axis the storage lacks)."""
+        return next(((low, high) for axis, low, high, _ in self.axes if axis == name), (0, 0))
+
+    def weight(self, name: str) -> int:
+        """0 for an axis the storage lacks (a view only ever places coordinate 0 there)."""
+        return next((weight for axis, _, _, weight in self.axes if axis == name), 0)
+
+
+def _reach(tile) -> dict[str, tuple[int, int]]:
+    """Per axis the lowest and highest base coordinate ``tile`` places an element at."""
+    reach = {}
+    for it in tile.shard:
+        low, high = reach.get(it.axis.name, (0, 0))
+        step = (it.extent - 1) * it.stride
+        reach[it.axis.name] = (low + min(step, 0), high + max(step, 0))
+    for name, value in tile.offset.items():
+        low, high = reach.get(name, (0, 0))
+        reach[name] = (low + value, high + value)
+    reach.setdefault("m", (0, 0))
+    return reach
 
 
 @dataclass(frozen=True)
@@ -37,30 +90,52 @@ class Addressing:
     flat: Iters | None = None
     offset: int = 0
     swizzle: tuple[int, int, int] | None = None  # (per_element, swizzle_len, atom_len)
-    span: int = 0                                # elements the layout reaches
+    storage: Storage = Storage((("m", 0, 0, 1),))
+
+    @property
+    def span(self) -> int:
+        """Elements the buffer's storage holds."""
+        return self.storage.size
 
     @classmethod
     def row_major(cls, shape) -> Addressing:
         strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-        return cls(tuple(((n, s),) for n, s in zip(shape, strides)), span=math.prod(shape))
+        count = math.prod(shape)
+        return cls(tuple(((n, s),) for n, s in zip(shape, strides)),
+                   storage=Storage.of({"m": (0, count - 1)}))
 
     @classmethod
-    def from_layout(cls, layout, shape) -> Addressing:
+    def from_layout(cls, layout, shape, storage: Storage | None = None) -> Addressing:
+        """The addressing of a buffer laid out by ``layout``; ``storage``: the storage of
+        the buffer a view reinterprets (default: a buffer of its own)."""
         tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-        swizzle = None
-        if isinstance(layout, ComposeLayout):
-            swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
         if tile.size() != math.prod(shape):
             raise CompilationError(f"layout {layout} has {tile.size()} elements, the buffer "
                                    f"shape {list(shape)} has {math.prod(shape)}")
+        reach = _reach(tile)
+        swizzle = None
+        if isinstance(layout, ComposeLayout):
+            swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
+            if set(reach) != {"m"} or reach["m"][0] < 0:
+                raise CompilationError(f"the swizzled layout {layout} reaches "
+                                       f"{_describe(reach)}: a swizzle permutes "
+                                       "non-negative memory offsets (axis m) only")
+            block = 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
+            reach["m"] = (0, -(-(reach["m"][1] + 1) // block) * block - 1)
+        if storage is None:
+            storage = Storage.of(reach)
+        else:
+            _check_within(layout, reach, storage)
 
-        def on_m(iters) -> Iters:
-            return tuple((it.extent, it.stride if it.axis.name == "m" else 0) for it in iters)
+        def stored(iters) -> Iters:
+            return tuple((it.extent, it.stride * storage.weight(it.axis.name)) for it in iters)
         try:
-            dims, flat = tuple(on_m(g) for g in tile.group_iters(shape)), None
+            dims, flat = tuple(stored(g) for g in tile.group_iters(shape)), None
         except LayoutError:  # iters straddle dimensions: go through the flat index
-            dims, flat = None, on_m(tile.shard)
-        return cls(dims, flat, tile.offset.get("m", 0), swizzle, layout.span())
+            dims, flat = None, stored(tile.shard)
+        offset = sum(weight * (tile.offset.get(name, 0) - low)
+                     for name, low, _, weight in storage.axes)
+        return cls(dims, flat, offset, swizzle, storage)
 
     def element_offset(self, b: ir.IRBuilder, indices, shape):
         if self.dims is None:
@@ -72,6 +147,19 @@ class Addressing:
         if self.offset:
             m = b.add(m, ir.Constant(I64, self.offset))
         return m if self.swizzle is None else _swizzle(b, m, *self.swizzle)
+
+
+def _describe(reach) -> str:
+    return ", ".join(f"{name} [{low}, {high}]" for name, (low, high) in reach.items())
+
+
+def _check_within(layout, reach, storage: Storage) -> None:
+    for name, (low, high) in reach.items():
+        stored_low, stored_high = storage.reach(name)
+        if low < stored_low or high > stored_high:
+            raise CompilationError(f"the view's layout {layout} reaches {name} [{low}, "
+                                   f"{high}], outside the viewed buffer's [{stored_low}, "
+                                   f"{stored_high}]")
 
 
 def _digits(b, index, iters: Iters):
@@ -116,6 +204,11 @@ class BufferRef:
     strides: list | None = None
     addressing: Addressing | None = None
     reshaped: BufferRef | None = None
+
+    @property
+    def storage(self) -> Storage:
+        """The storage of the allocation this buffer (or view) lies in."""
+        return self.reshaped.storage if self.reshaped is not None else self.addressing.storage
 
     def element_offset(self, b: ir.IRBuilder, indices):
         if self.reshaped is not None:
@@ -278,34 +371,40 @@ def _cas_loop(em, ptr, name: str, value, t: ScalarType):
 def emit_alloc(em, op):
     scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], tuple(op.attrs["shape"])
     layout = op.attrs["layout"]
-    units, frame, count = em.mc.units, em.frame, math.prod(shape)
-    addressing = Addressing.row_major(shape)
+    units, frame = em.mc.units, em.frame
+    addressing = (Addressing.row_major(shape) if layout is None
+                  else Addressing.from_layout(layout, shape))
+    nbytes = addressing.span * dtype.itemsize  # padding and thread axes take room too
     if scope is MemScope.SHARED:
-        if layout is not None:
-            addressing = Addressing.from_layout(layout, shape)
-        elements = max(addressing.span, count)
-        ptr = em.byte_ptr(frame.data, em.mc.data.reserve(elements * dtype.itemsize, 64))
+        ptr = em.byte_ptr(frame.data, em.mc.data.reserve(nbytes, 64, _describe_alloc(op)))
     elif scope is MemScope.FRAGMENT and units.kind < em.state.team:
         # Several units make one team instance: they share one copy of the fragment.
         team = em.state.team
         instance = em.b.udiv(frame.unit, ir.Constant(I32, units.units_per_team(team)))
-        ptr = _arena_copy(em, count * dtype.itemsize, units.instances(team), instance)
-    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL) and frame.take_stack(count * dtype.itemsize):
-        ptr = frame.alloca(types.storage_type(dtype), count)
+        ptr = _arena_copy(em, op, nbytes, units.instances(team), instance)
+    elif scope in (MemScope.FRAGMENT, MemScope.LOCAL) and frame.take_stack(nbytes):
+        ptr = frame.alloca(types.storage_type(dtype), addressing.span)
         if em.options.debug:
-            fill_bytes(em.b, em.mc, ptr, count * dtype.itemsize)
+            fill_bytes(em.b, em.mc, ptr, nbytes)
     elif scope in (MemScope.FRAGMENT, MemScope.LOCAL):
         # Too big for a thread's stack: one copy per unit in the CTA's heap arena.
-        ptr = _arena_copy(em, count * dtype.itemsize, units.count, frame.unit)
+        ptr = _arena_copy(em, op, nbytes, units.count, frame.unit)
     else:
         raise CompilationError(f"{scope} memory does not exist on the CPU target")
     return [BufferRef(ptr, dtype, scope, _name(op), list(shape), addressing=addressing)]
 
 
-def _arena_copy(em, nbytes: int, copies: int, index: ir.Value):
+def _describe_alloc(op, copies: int = 1) -> str:
+    scope, shape = op.attrs["scope"], list(op.attrs["shape"])
+    each = f" ({copies} copies: one per thread or team)" if copies > 1 else ""
+    name = f" {op.result.name_hint!r}" if op.result.name_hint else ""
+    return f"the {scope} buffer{name} of shape {shape}{each}"
+
+
+def _arena_copy(em, op, nbytes: int, copies: int, index: ir.Value):
     """Copy ``index`` of ``copies`` ``nbytes`` blocks reserved in the CTA's data arena."""
     nbytes = -(-nbytes // 64) * 64
-    base = em.mc.data.reserve(nbytes * copies, 64)
+    base = em.mc.data.reserve(nbytes * copies, 64, _describe_alloc(op, copies))
     offset = em.b.add(ir.Constant(I64, base),
                       em.b.mul(em.b.zext(index, I64), ir.Constant(I64, nbytes)))
     return em.byte_ptr(em.frame.data, offset)
@@ -323,8 +422,9 @@ def emit_view(em, op):
     shape, layout = list(op.attrs["shape"]), op.attrs["layout"]
     name = op.result.name_hint or f"view of {src.name}"
     if layout is not None:
+        storage = None if src.scope is MemScope.GLOBAL else src.storage
         return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
-                          addressing=Addressing.from_layout(layout, shape))]
+                          addressing=Addressing.from_layout(layout, shape, storage))]
     if src.addressing == Addressing.row_major(tuple(src.shape)):
         return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
                           addressing=Addressing.row_major(tuple(shape)))]

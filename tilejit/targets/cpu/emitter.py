@@ -39,16 +39,35 @@ class CompileOptions:
     granularity: TeamKind | None = None  # force finer simulated units (tests, debugging)
 
 
+# A CTA's arena is one allocation per worker thread: a kernel asking for more than this
+# is a mistake (a tile size off by a factor), not a kernel to start.
+CTA_MEMORY_LIMIT = 2 << 30
+
+
 class Arena:
     """Bump allocation of per-CTA memory: offsets are fixed at compile time."""
 
     def __init__(self):
         self.size = 0
 
-    def reserve(self, nbytes: int, align: int = 16) -> int:
+    def reserve(self, nbytes: int, align: int = 16, what: str = "") -> int:
         offset = -(-self.size // align) * align
+        if offset + nbytes > CTA_MEMORY_LIMIT:
+            held = f" on top of the {_size(offset)} this CTA holds already" if offset else ""
+            raise CompilationError(
+                f"{what or 'this buffer'} needs {_size(nbytes)}{held}: the CPU target gives a "
+                "CTA at most "
+                f"{_size(CTA_MEMORY_LIMIT)} (shared memory, and the fragments and locals of "
+                "all its threads that do not fit the stack)")
         self.size = offset + nbytes
         return offset
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} bytes"
 
 
 @dataclass
@@ -162,6 +181,9 @@ class Emitter:
             results = handler(self, op)
         except TilejitError as err:
             reraise_located(err, op.loc)
+        except Exception as err:  # a compiler bug: report it at the user's line, not as-is
+            raise CompilationError(f"internal compiler error in the CPU target emitting "
+                                   f"{op.name}: {type(err).__name__}: {err}", op.loc) from None
         self.bind(op.results, results)
 
     @staticmethod

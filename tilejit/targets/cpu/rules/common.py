@@ -29,18 +29,22 @@ def tile_strides(o: Operand) -> tuple[tuple | None, str | None]:
     """(per logical dim of ``o``, its element stride -- None where known only at run
     time --, why there is no single stride per dim).
 
-    The CPU stores fragments and locals row-major whatever their layout, global buffers
-    by their strides and shared buffers by their layout (``emit_memory.Addressing``).
+    The CPU stores global buffers by their strides and every other buffer by its layout
+    over all of the layout's axes (``emit_memory.Addressing``), row-major without one.
     """
     buffer = o.buffer_type
     if buffer is None:
         return None, f"{o.name} is a scalar"
     if o.role is MemScope.GLOBAL:
         strides = buffer.strides or (None,) * len(buffer.shape)
-    elif o.role in (MemScope.FRAGMENT, MemScope.LOCAL) or buffer.layout is None:
+    elif buffer.layout is None:
         strides = addressing_strides(Addressing.row_major(buffer.shape))
     elif isinstance(buffer.layout, ComposeLayout):
         return None, f"{o.name}'s swizzled layout {buffer.layout} has no single stride per dim"
+    elif any(axis.name != "m" for axis in buffer.layout.axes):
+        # Its storage strides depend on the buffer it views, which the call cannot see.
+        return None, (f"{o.name}'s layout {buffer.layout} places elements on "
+                      "non-memory axes")
     else:
         try:
             strides = addressing_strides(Addressing.from_layout(buffer.layout, buffer.shape))

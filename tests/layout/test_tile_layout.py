@@ -178,7 +178,8 @@ def test_size_and_span():
     (S[(1, 1):(4@laneid, 2@warpid)], S[1:1]),
     (S[(4, 8, 4):(64@laneid, 4@laneid, 1@laneid)], S[(4, 32):(64@laneid, 1@laneid)]),
     (S[8:1] + R[(2, 2):(1@warpid, 2@warpid)], S[8:1] + R[4:1@warpid]),
-    (S[8:1] + R[2:-4@warpid], S[8:1] + R[2:4@warpid] - 4@warpid),
+    (S[8:1] + R[2:-4@warpid] + 0@m, S[8:1] + R[2:-4@warpid]),  # the base stays put
+    (S[8:1] + R[(2, 2):(-2, -1)], S[8:1] + R[4:-1]),
     (S[8:1] + R[(2, 3):(0@warpid, 1@pid)] + R[1:5], S[8:1] + R[3:1@pid]),
 ])
 def test_canonicalize(layout, canonical):
@@ -198,6 +199,20 @@ def test_equivalent_versus_structural_equality():
     assert not a.equivalent(TileLayout(S[8:1] + 1))
     assert not a.equivalent(TileLayout(S[8:1@laneid]))  # 1@laneid is not 1@m
     assert not a.equivalent("8:1")
+
+
+def test_canonicalize_keeps_the_base_of_negative_replicas():
+    # {x, x-1} is also {x-1, x}, but apply's base D(x) + O must stay x: a slice or group
+    # taken through the canonical form has to agree with the layout on apply.
+    layout = TileLayout(S[(3, 2):(2, 1)] + R[2:-1])
+    canonical = layout.canonicalize()
+    assert [canonical.apply(x) for x in range(6)] == [layout.apply(x) for x in range(6)]
+    assert canonical.equivalent(TileLayout(S[6:1] + R[2:1] - 1))
+    sliced = layout.slice((2, 3), (1, slice(None)))  # groups only in the canonical form
+    assert [sliced.apply(0, j, shape=(1, 3)) for j in range(3)] == \
+        [layout.apply(1, j, shape=(2, 3)) for j in range(3)]
+    grouped = layout.group((2, 3))
+    assert [grouped.apply(x) for x in range(6)] == [layout.apply(x) for x in range(6)]
 
 
 def test_equivalent_with_overlapping_replica_spellings():

@@ -249,23 +249,15 @@ class TileLayout:
     # ----------------------------------------------------------------- normal form
     def canonicalize(self) -> "TileLayout":
         """The normal form (LAYOUT_NOTES): no extent-1 iters, no zero offsets, adjacent
-        same-axis iters merged, replicas sorted and merged. Placement never changes.
+        same-axis iters merged, replicas sorted and merged. Neither :meth:`apply` nor
+        :meth:`locations` changes, so slices and groups of the form agree with the layout.
 
         Two more rules make the form unique: a stride-0 shard iter moves to axis ``m`` (it
-        moves nothing, so its axis is noise), and a replica iter never has stride 0 (an
-        exact duplicate) or a negative stride (it becomes positive, the offset shifting to
-        the lowest copy)."""
-        offset = dict(self.offset)
-        replica = []
-        for it in self.replica:
-            if it.extent == 1 or it.stride == 0:
-                continue  # a stride-0 copy lands where the original is: the set is unchanged
-            if it.stride < 0:
-                # {0, -s, ..., -(e-1)s} is {0, s, ..., (e-1)s} shifted down by (e-1)s.
-                offset[it.axis.name] = offset.get(it.axis.name, 0) + (it.extent - 1) * it.stride
-                it = Iter(it.extent, -it.stride, it.axis)
-            replica.append(it)
-        offset = {name: value for name, value in sorted(offset.items()) if value != 0}
+        moves nothing, so its axis is noise), and a stride-0 replica iter goes (an exact
+        duplicate). A negative replica stride stays: making it positive would move the base
+        that :meth:`apply` returns to another copy (:meth:`equivalent` does that instead)."""
+        replica = [it for it in self.replica if it.extent > 1 and it.stride != 0]
+        offset = {name: value for name, value in sorted(self.offset.items()) if value != 0}
         return TileLayout.from_iters(_canonical_shard(self.shard),
                                      _canonical_replica(replica), offset)
 
@@ -276,7 +268,7 @@ class TileLayout:
             return other.equivalent(self)
         if not isinstance(other, TileLayout):
             return False
-        mine, theirs = self.canonicalize(), other.canonicalize()
+        mine, theirs = _lowest_copy_form(self), _lowest_copy_form(other)
         if mine == theirs:
             return True
         if mine.shard != theirs.shard or mine.offset != theirs.offset:
@@ -346,10 +338,14 @@ def _canonical_shard(shard) -> tuple[Iter, ...]:
     return tuple(merged) or (Iter(1, 1, m),)
 
 
+def _replica_order(it: Iter):
+    return it.axis.name, -abs(it.stride), -it.stride, -it.extent
+
+
 def _canonical_replica(replica: list[Iter]) -> tuple[Iter, ...]:
     # A replica is a set: sort (axis, larger strides first) and merge any pair that tiles
     # exactly, re-sorting after each merge, until nothing changes.
-    iters = sorted(replica, key=lambda it: (it.axis.name, -it.stride, -it.extent))
+    iters = sorted(replica, key=_replica_order)
     changed = True
     while changed:
         changed = False
@@ -357,10 +353,26 @@ def _canonical_replica(replica: list[Iter]) -> tuple[Iter, ...]:
             outer, inner = iters[k], iters[k + 1]
             if outer.axis is inner.axis and inner.extent * inner.stride == outer.stride:
                 iters[k:k + 2] = [Iter(outer.extent * inner.extent, inner.stride, inner.axis)]
-                iters.sort(key=lambda it: (it.axis.name, -it.stride, -it.extent))
+                iters.sort(key=_replica_order)
                 changed = True
                 break
     return tuple(iters)
+
+
+def _lowest_copy_form(layout: TileLayout) -> TileLayout:
+    """The canonical form with every replica stride made positive and the base moved to
+    the lowest copy on each axis: one spelling of each set of locations, for comparing
+    placements (``8:1 + R[2:-1]`` and ``8:1 + R[2:1] - 1`` place every element alike)."""
+    canonical = layout.canonicalize()
+    offset = dict(canonical.offset)
+    replica = []
+    for it in canonical.replica:
+        if it.stride < 0:
+            # {0, -s, ..., -(e-1)s} is {0, s, ..., (e-1)s} shifted down by (e-1)s.
+            offset[it.axis.name] = offset.get(it.axis.name, 0) + (it.extent - 1) * it.stride
+            it = Iter(it.extent, -it.stride, it.axis)
+        replica.append(it)
+    return TileLayout.from_iters(canonical.shard, replica, offset).canonicalize()
 
 
 def _replica_set(layout: TileLayout) -> frozenset:

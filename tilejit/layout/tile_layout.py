@@ -343,7 +343,7 @@ def _replica_order(it: Iter):
 
 
 def _canonical_replica(replica: list[Iter]) -> tuple[Iter, ...]:
-    # A replica is a set: sort (axis, larger strides first) and merge any pair that tiles
+    # A replica is a set: sort (axis, larger |stride| first) and merge any pair that tiles
     # exactly, re-sorting after each merge, until nothing changes.
     iters = sorted(replica, key=_replica_order)
     changed = True

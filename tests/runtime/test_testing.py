@@ -15,10 +15,26 @@ def sleep_half_ms():
     time.sleep(5e-4)
 
 
-def test_do_bench_returns_a_positive_median():
-    result = do_bench(sleep_half_ms, warmup=1, rep=10)
+class HalfMillisecondClock:
+    """Stands in for ``tj.testing``'s ``time``: each call of ``run`` takes exactly 0.5 ms."""
+
+    def __init__(self):
+        self.ns = 0
+
+    def perf_counter_ns(self) -> int:
+        return self.ns
+
+    def run(self) -> None:
+        self.ns += 500_000
+
+
+def test_do_bench_returns_the_median(monkeypatch):
+    from tilejit.runtime import testing
+    clock = HalfMillisecondClock()
+    monkeypatch.setattr(testing, "time", clock)   # no wall clock: the result is exact
+    result = do_bench(clock.run, warmup=1, rep=10)
     assert isinstance(result, float) and isinstance(result, Timing)
-    assert 0.5 <= result < 50
+    assert result == 0.5
     assert result.stat == "median" and result.runs >= 1
     assert "median of" in repr(result)
 

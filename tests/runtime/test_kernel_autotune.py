@@ -142,3 +142,22 @@ def test_a_misspelt_config_key_names_the_kernel_parameters():
     with pytest.raises(tj.CompilationError, match=r"sets 'BLOK', not a parameter of "
                                                   r"fill\(out, value, n, BLOCK\)"):
         tj.autotune([*CONFIGS, tj.Config({"BLOK": 4})], key=["n"])(fill)
+
+
+@tj.kernel
+def fill_scaled(out, n, BLOCK: tj.constexpr, SCALE: tj.constexpr = 3):
+    base = tj.cta_id(0) * BLOCK
+    with tj.thread():
+        if tj.thread_id() == 0:
+            for i in range(BLOCK):
+                if base + i < n:
+                    out[base + i] = 1.0 * SCALE
+
+
+def test_a_key_may_name_a_parameter_left_at_its_default():
+    kernel = tj.autotune(CONFIGS[:2], key=["SCALE"], do_bench=ScriptedBench(2.0, 1.0))(
+        fill_scaled)
+    out = torch.zeros(10)
+    kernel[grid](out, 10)                       # SCALE not passed: its default is the key
+    assert torch.all(out == 3.0)
+    assert kernel.best_config.kwargs["BLOCK"] == 8

@@ -14,6 +14,7 @@ failures that recur are stored (the config does not compile); a config whose lau
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -85,6 +86,9 @@ class _KernelWrapper:
         self.kernel = kernel
         self.fn = kernel.fn
         self.arg_names = list(kernel.arg_names)
+        # A key or heuristic may read a parameter the call leaves at its default.
+        self._defaults = {name: p.default for name, p in inspect.signature(self.fn).parameters
+                          .items() if p.default is not inspect.Parameter.empty}
 
     def cache_identity(self) -> str:
         return self.kernel.cache_identity()
@@ -93,7 +97,7 @@ class _KernelWrapper:
         return lambda *args, **kwargs: self.run(grid, args, kwargs)
 
     def _named_args(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        return {**dict(zip(self.arg_names, args)), **kwargs}
+        return {**self._defaults, **dict(zip(self.arg_names, args)), **kwargs}
 
 
 class Heuristics(_KernelWrapper):

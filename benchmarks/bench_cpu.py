@@ -47,6 +47,7 @@ import torch  # noqa: E402
 
 import tilejit as tj  # noqa: E402
 from tilejit.examples import matmul, run_matmul, run_softmax, vector_add  # noqa: E402
+from tilejit.knobs import knobs  # noqa: E402
 
 CORES = os.cpu_count() or 1
 GEMM_TILES = (128, 128, 128)
@@ -181,6 +182,35 @@ def bench_vector_add(table: Table, n: int, rounds: int, goals: bool) -> None:
     table.add(f"vector add ({CORES} cores) vs torch.add", shape, t_all, t_torch, "GB/s", 12 * n)
 
 
+@tj.kernel
+def native_vector_add(x, y, out, n, BLOCK: tj.constexpr):
+    """``out = x + y`` element by element in native code, where every read and write is
+    bounds-checked unless ``TILEJIT_BOUNDS_CHECK=0`` (tile primitives never are)."""
+    base = tj.cta_id(0) * BLOCK
+    for i in range(base, min(base + BLOCK, n)):
+        out[i] = x[i] + y[i]
+
+
+def bench_native_add(table: Table, n: int, rounds: int) -> None:
+    """What the default bounds checks cost native element accesses (the peer is the same
+    kernel compiled without them)."""
+    x, y = torch.rand(n), torch.rand(n)
+    out = torch.empty(n)
+    grid = (tj.cdiv(n, ADD_BLOCK), 1, 1)
+    checked = native_vector_add.warmup(x, y, out, n, BLOCK=ADD_BLOCK).module
+    with knobs.scoped(bounds_check=False):
+        unchecked = native_vector_add.warmup(x, y, out, n, BLOCK=ADD_BLOCK).module
+    runs = [lambda module=module: module.launch(grid, [x, y, out, n])
+            for module in (checked, unchecked)]
+    for run in runs:
+        out.zero_()
+        run()
+        torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    t_checked, t_unchecked = best_of_rounds(rounds, *runs)
+    table.add("native element add vs BOUNDS_CHECK=0", f"2^{n.bit_length() - 1} f32", t_checked,
+              t_unchecked, "GB/s", 12 * n)
+
+
 def bench_softmax(table: Table, rows: int, cols: int, rounds: int, goals: bool,
                   streaming: bool = False) -> None:
     torch.set_num_threads(CORES)
@@ -313,12 +343,14 @@ def main(argv=None) -> int:
     goals = not args.quick  # the goals are for the full sizes; --quick only informs
     if args.quick:
         bench_vector_add(table, 1 << 22, rounds, goals)
+        bench_native_add(table, 1 << 22, rounds)
         bench_softmax(table, 1024, 1024, rounds, goals)
         bench_softmax(table, 1024, 1000, rounds, goals)
         bench_gemm(table, 512, 512, 512, rounds, limits, goals)
         bench_gemm(table, 500, 500, 500, rounds, limits, goals)
     else:
         bench_vector_add(table, 1 << 26, rounds, goals)
+        bench_native_add(table, 1 << 26, rounds)
         bench_softmax(table, 4096, 4096, rounds, goals, streaming=True)
         bench_softmax(table, 4096, 1000, rounds, goals)
         bench_gemm(table, 1024, 1024, 1024, rounds, limits, goals, one_core=True)

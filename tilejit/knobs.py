@@ -32,6 +32,10 @@ KNOBS: dict[str, Knob] = {
                  "comma-separated stages to print: ir,lowered,dispatch,llir,cuda,ptx,nki"),
     "debug": Knob("TILEJIT_DEBUG", _flag, False,
                   "compile bounds checks on every access and NaN-fill fresh memory"),
+    "bounds_check": Knob("TILEJIT_BOUNDS_CHECK", _flag, True,
+                         "check native element accesses (buf[i]) against the buffer's shape "
+                         "on the CPU target; 0 drops the check for speed (an access out of "
+                         "bounds may then crash the process)"),
     "verify": Knob("TILEJIT_VERIFY", _flag, False, "run the IR verifier after every pass"),
     "target": Knob("TILEJIT_TARGET", str, None, "default target: cpu, cuda or nki"),
     "cache_dir": Knob("TILEJIT_CACHE_DIR", os.path.expanduser,

@@ -1,6 +1,9 @@
 """Debug mode (``@tj.kernel(debug=True)`` or ``TILEJIT_DEBUG=1``): out-of-bounds element
 accesses of global, shared and local buffers are a LaunchError naming the kernel, the
-buffer, the index and the source line; fresh shared and local memory reads NaN."""
+buffer, the index and the source line; fresh shared and local memory reads NaN.
+
+Native element accesses (``buf[i]``) are checked without debug mode too, unless
+``TILEJIT_BOUNDS_CHECK=0`` (issue 12); tile primitives are masked instead."""
 import inspect
 import math
 
@@ -8,6 +11,7 @@ import pytest
 import torch
 
 import tilejit as tj
+from tilejit.knobs import knobs
 
 
 def _line_of(fn, text: str) -> int:
@@ -119,3 +123,70 @@ def test_masked_tile_copies_are_not_debug_errors():
     out = torch.zeros(1000)
     tiles[(8,)](x, out, BLOCK=128)
     torch.testing.assert_close(out, x + 1)
+
+
+def reads_far(x, out, far):
+    out[0] = x[far]
+
+
+def writes_far(out, far):
+    out[far] = 1.0
+
+
+def writes_past_the_last_cta(out):
+    out[tj.cta_id(0) + 1] = 1.0             # the last CTA writes out[grid]
+
+
+RELEASE_CASES = {   # kernel, launch, message, line
+    "global read": (reads_past_global, lambda k: k[(1,)](torch.zeros(37), torch.zeros(128), 37),
+                    "global buffer 'x': index [37] outside shape [37]", "x[i % (n + 1)]"),
+    "far read": (reads_far, lambda k: k[(1,)](torch.zeros(8), torch.zeros(1), 10**12),
+                 "index [1000000000000] outside shape [8]", "x[far]"),
+    "negative write": (writes_far, lambda k: k[(1,)](torch.zeros(8), -(2**40)),
+                       "global buffer 'out': index [-1099511627776] outside shape [8]",
+                       "out[far] = 1.0"),
+    "shared write": (writes_past_shared, lambda k: k[(2,)](torch.zeros(128), num_warps=2),
+                     "shared buffer 's': index [64] outside shape [64]", "s[t + 1] = 2.0"),
+    "local read": (indexes_past_local,
+                   lambda k: k[(1,)](torch.zeros(32, dtype=torch.int32), K=5, num_warps=1),
+                   "local buffer 'vals': index [5, 0] outside shape [5, 3]",
+                   "vals[t % (K + 1), 0]"),
+    "last CTA of a parallel launch": (
+        writes_past_the_last_cta, lambda k: k[(1000,)](torch.zeros(1000), num_warps=1),
+        "index [1000] outside shape [1000] in CTA 999", "out[tj.cta_id(0) + 1]"),
+}
+
+
+@pytest.mark.parametrize("case", list(RELEASE_CASES))
+def test_native_out_of_bounds_accesses_are_errors_without_debug_mode(case):
+    fn, launch, message, line = RELEASE_CASES[case]
+    with pytest.raises(tj.LaunchError) as info:
+        launch(tj.kernel(fn))
+    assert message in str(info.value) and fn.__name__ in str(info.value)
+    assert info.value.line == _line_of(fn, line)
+
+
+def _bounds_sites(compiled) -> int:
+    return sum(site["kind"] == "bounds" for site in compiled.metadata["backend"]["sites"])
+
+
+def test_bounds_checks_can_be_turned_off_and_are_part_of_the_cache_key():
+    kernel = tj.kernel(reads_past_global)
+    args = (torch.zeros(37), torch.zeros(128), 37)
+    assert _bounds_sites(kernel.compile(*args)) == 2
+    with knobs.scoped(bounds_check=False):
+        assert _bounds_sites(kernel.compile(*args)) == 0
+        kernel[(1,)](torch.zeros(200), torch.zeros(128), 200)   # in bounds: runs unchecked
+    with pytest.raises(tj.LaunchError, match="outside shape"):   # the checked binary again
+        kernel[(1,)](*args)
+
+
+def test_tile_primitives_carry_no_bounds_checks_outside_debug_mode():
+    @tj.kernel
+    def tiles(x, out, BLOCK: tj.constexpr):
+        base = tj.cta_id(0) * BLOCK
+        a = tj.fragment((BLOCK,), x.dtype)
+        tj.copy(a, x[base:base + BLOCK])
+        tj.copy(out[base:base + BLOCK], a + 1)
+
+    assert _bounds_sites(tiles.compile(torch.zeros(1000), torch.zeros(1000), BLOCK=128)) == 0

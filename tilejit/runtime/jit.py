@@ -162,7 +162,8 @@ class Kernel:
             globals_read=tuple((k, arguments.json_safe(v)) for k, v in deps.globals.items()),
             arg_specs=tuple((n, arguments.spec_key(s)) for n, s in specs.items()),
             options=(("num_warps", launch_options.num_warps),
-                     ("cluster", list(launch_options.cluster))),
+                     ("cluster", list(launch_options.cluster)),
+                     ("bounds_check", knobs.bounds_check)),   # read by the CPU target
             target=target, arch=target_arch(target, launch_options.arch), debug=bool(debug)))
         compiled_now = []
 

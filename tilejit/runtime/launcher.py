@@ -105,7 +105,7 @@ def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, 
     # The knobs a binary depends on: their raw environment text and any Python override are
     # part of the lookup, so changing one makes the next launch take the slow path.
     knob_reads = []
-    for i, knob in enumerate(("target", "debug", "always_compile")):
+    for i, knob in enumerate(("target", "debug", "bounds_check", "always_compile")):
         namespace[f"_tj_env{i}"], namespace[f"_tj_envkey{i}"] = knobs.raw_lookup(knob)
         knob_reads.append(f"_tj_env{i}(_tj_envkey{i})")
     # Plain torch tensors get their facts inline; other arguments through arguments.facts.

@@ -35,7 +35,15 @@ def test_debug_from_knob_and_no_checks_without_it():
     with knobs.scoped(debug=True):
         artifact = copy_one_too_far().compile()
     assert artifact.meta["debug"] and artifact.meta["sites"]
-    assert not copy_one_too_far().compile(debug=False).meta["sites"]
+    assert not copy_one_too_far().compile(debug=False, bounds_check=False).meta["sites"]
+
+
+def test_native_accesses_are_checked_by_default_and_the_knob_turns_that_off():
+    x, out = np.ones(37, np.float32), np.zeros(40, np.float32)
+    with pytest.raises(LaunchError, match=r"index \[37\] outside shape \[37\]"):
+        copy_one_too_far().run(1, [x, out], debug=False)
+    with knobs.scoped(bounds_check=False):
+        assert not copy_one_too_far().compile(debug=False).meta["sites"]
 
 
 def test_two_dimensional_index_is_reported():

@@ -255,12 +255,15 @@ def _name(op) -> str:
 
 # ----------------------------------------------------------------------------- access
 def element_ptr(em, op, ref, index_values):
-    """Address of an element of ``ref`` (bounds-checked in debug mode)."""
+    """Address of an element of ``ref``, bounds-checked in debug mode, and by default for
+    native accesses (``buf[i]``). A tile primitive's accesses (in its ``single`` region) are
+    not: loop generation masks the tiles that may run past a global buffer's end."""
     b = em.b
     indices = [types.to_i64(b, em[v], v.type) for v in index_values]
     if isinstance(ref, RegionRef):
         indices, ref = ref.parent_indices(b, indices), ref.parent
-    if em.options.debug:
+    native = em.state.single_team is None
+    if em.options.debug or (em.options.bounds_check and native):
         dims = [em.i64(d) for d in ref.shape]
         ok = ir.Constant(I1, 1)
         for index, dim in zip(indices, dims):

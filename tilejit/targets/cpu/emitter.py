@@ -33,6 +33,7 @@ __all__ = ["Arena", "CompileOptions", "EmitState", "Emitter", "ModuleContext"]
 @dataclass(frozen=True)
 class CompileOptions:
     debug: bool = False          # bounds checks everywhere, NaN-filled fresh memory
+    bounds_check: bool = True    # bounds checks on native element accesses (buf[i])
     noalias: bool = False        # the caller promises global buffers do not overlap
     opt_level: int = 3
     fp_contract: bool = True     # allow a*b+c -> fma, as GPU compilers do by default

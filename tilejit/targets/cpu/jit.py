@@ -77,12 +77,13 @@ def host_cpu_id() -> str:
     return f"{llvm.get_host_cpu_name()}-{hashlib.sha256(features.encode()).hexdigest()[:16]}"
 
 
-def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = False,
-            opt_level: int = 3, granularity: TeamKind | str | None = None,
-            fp_contract: bool = True) -> CpuArtifact:
+def compile(kernel: KernelIR, *, debug: bool | None = None, bounds_check: bool | None = None,
+            noalias: bool = False, opt_level: int = 3,
+            granularity: TeamKind | str | None = None, fp_contract: bool = True) -> CpuArtifact:
     """Compile native IR (no ``tile.*`` ops left) for this CPU.
 
     ``debug`` (default: ``knobs.debug``) adds bounds checks and NaN-fills fresh memory;
+    ``bounds_check`` (default: ``knobs.bounds_check``) checks native element accesses;
     ``noalias`` promises that global buffers never overlap (the caller's promise: the
     runtime does not make it, as checking costs more than a launch);
     ``granularity`` forces finer simulated units than the kernel needs.
@@ -92,7 +93,8 @@ def compile(kernel: KernelIR, *, debug: bool | None = None, noalias: bool = Fals
     if isinstance(granularity, str):
         granularity = TeamKind.parse(granularity)
     options = CompileOptions(debug=knobs.debug if debug is None else bool(debug),
-                             noalias=noalias, opt_level=opt_level, fp_contract=fp_contract,
+                             bounds_check=knobs.bounds_check if bounds_check is None
+                             else bool(bounds_check), noalias=noalias, opt_level=opt_level, fp_contract=fp_contract,
                              granularity=granularity)
     module, meta = build_module(kernel, options)
     with _LOCK:

@@ -24,8 +24,8 @@ from tilejit.knobs import knobs
 
 from . import language
 from .control_flow import ControlFlowMixin
-from .dependencies import (is_cache_constant, is_constexpr_annotation, is_tilejit_module,
-                           unwrap_constexpr)
+from .dependencies import (check_outside_value, is_cache_constant, is_constexpr_annotation,
+                           is_tilejit_module, unwrap_constexpr)
 from .semantics import Semantics, fold
 from .source import FunctionSource, function_source
 from .values import BarrierRef, Undefined, contains_value, describe, is_value
@@ -125,6 +125,7 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         scope = self.closure if name in self.closure else self.source.globals
         if name in scope:
             value = unwrap_constexpr(scope[name])
+            check_outside_value(name, value)
             if is_cache_constant(value):
                 self.globals_read[name] = value
             return value
@@ -289,9 +290,10 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         except AttributeError as err:
             raise CompilationError(str(err)) from None
         value = unwrap_constexpr(value)
-        if inspect.ismodule(base) and not is_tilejit_module(base) \
-                and is_cache_constant(value):
-            self.globals_read[f"{base.__name__}.{name}"] = value
+        if inspect.ismodule(base) and not is_tilejit_module(base):
+            check_outside_value(f"{base.__name__}.{name}", value)
+            if is_cache_constant(value):
+                self.globals_read[f"{base.__name__}.{name}"] = value
         return value
 
     def visit_BinOp(self, node):

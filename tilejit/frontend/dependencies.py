@@ -11,13 +11,14 @@ import ast
 import inspect
 from dataclasses import dataclass, field
 
+from tilejit.errors import CompilationError
 from tilejit.ir.types import ScalarType
 
 from . import language
 from .source import function_source
 
-__all__ = ["Dependencies", "find_dependencies", "is_cache_constant", "is_constexpr_annotation",
-           "unwrap_constexpr"]
+__all__ = ["Dependencies", "check_outside_value", "find_dependencies", "is_cache_constant",
+           "is_constexpr_annotation", "unwrap_constexpr"]
 
 
 @dataclass
@@ -46,14 +47,48 @@ def is_layout(value) -> bool:
 
 def is_cache_constant(value) -> bool:
     """A module-level value a kernel compiles in (so it belongs in the cache key): numbers,
-    strings, None, dtypes, layouts, ``tj.constexpr`` values and tuples of those."""
+    strings, None, dtypes, layouts, ``tj.constexpr`` values and tuples of those. All are
+    immutable, so the value recorded is the value compiled in until the name is rebound."""
     if isinstance(value, language.constexpr):
         value = value.value
     if value is None or isinstance(value, (bool, int, float, str, ScalarType)):
         return True
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, tuple):
         return all(is_cache_constant(v) for v in value)
     return is_layout(value)
+
+
+def _is_code(value) -> bool:
+    """Modules, functions, classes and tilejit's own objects (device functions, builtins):
+    what a kernel calls or looks names up in, not data it compiles in."""
+    return (inspect.ismodule(value) or inspect.isroutine(value) or inspect.isclass(value)
+            or in_package(type(value).__module__, "tilejit"))
+
+
+def _mutable_part(value):
+    """The first element of ``value`` that is neither a cache constant nor code."""
+    if isinstance(value, tuple):
+        return next((part for part in map(_mutable_part, value) if part is not None), None)
+    return None if is_cache_constant(value) or _is_code(value) else value
+
+
+def check_outside_value(name: str, value) -> None:
+    """Refuse a global or closure value a kernel reads unless it is a cache constant or code.
+
+    Its value is compiled in, and a launch rechecks only whether the name still holds the
+    same object: a list, dict, array or other object changed in place would keep running
+    the binary built with its old contents. ``value`` is unwrapped (no tj.constexpr)."""
+    part = _mutable_part(value)
+    if part is None:
+        return
+    kind = type(part).__qualname__
+    held = "" if part is value else f" that holds a {kind}"
+    raise CompilationError(
+        f"'{name}' is a {type(value).__qualname__}{held} defined outside the kernel; a kernel "
+        f"compiles in the values it reads from outside, and a {kind} can change in place "
+        "without the kernel noticing, so it would keep using the old contents. Use a tuple "
+        "(of numbers, strings, bools, None or dtypes) or pass the value as a tj.constexpr "
+        "argument")
 
 
 def unwrap_constexpr(value):

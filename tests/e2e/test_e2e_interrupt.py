@@ -22,18 +22,33 @@ CHILD = textwrap.dedent("""
             acc = acc * 3 + i
         out[tj.cta_id(0) % 4] = acc
 
+    @tj.kernel
+    def spin(out, n):
+        while out[0] == 0:   # waits for a write that never comes
+            out[1] = out[1] + 1
+
+    @tj.kernel
+    def spin_threads(out, n):   # the same in per-thread units (coroutines)
+        while out[0] == 0:
+            out[1 + tj.thread_id() % 2] = 1
+
     out = torch.zeros(4, dtype=torch.int32)
-    churn.compile(out, 1_000_000)
+    kernel, grid = {{"churn": (churn, 1_000_000), "spin": (spin, 4),
+                    "spin_threads": (spin_threads, 4)}}["{kernel}"]
+    kernel.compile(out, 1_000_000)
     print("launching", flush=True)
-    churn[(1_000_000,)](out, 1_000_000)   # about 1000 s of work on one core
+    kernel[(grid,)](out, 1_000_000)   # churn: about 1000 s of work on one core
     print("finished", flush=True)
 """)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-def test_ctrl_c_stops_a_long_launch(tmp_path):
-    script = tmp_path / "churn.py"   # kernels need a source file
-    script.write_text(CHILD)
+@pytest.mark.parametrize("kernel", ["churn", "spin", "spin_threads"])
+def test_ctrl_c_stops_a_long_launch(tmp_path, kernel):
+    """``churn`` stops between CTAs, the ``spin`` kernels (CTAs that wait forever) where
+    they spin."""
+    script = tmp_path / "child.py"   # kernels need a source file
+    script.write_text(CHILD.format(kernel=kernel))
     checkout = str(pathlib.Path(tj.__file__).resolve().parents[1])   # this tilejit, not another
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([checkout, os.environ.get("PYTHONPATH", "")])}

@@ -19,8 +19,8 @@ from . import abi, emit_control, emit_memory, emit_native, emit_sync, types
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
-from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CoroFrame, PlainFrame,
-                     counted_loop, emit_scheduler)
+from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CTX_STOP, CoroFrame,
+                     PlainFrame, counted_loop, emit_scheduler)
 from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
@@ -140,6 +140,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
 
     arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
     b.store(err, ctx_field(CTX_ERR))
+    b.store(stop, ctx_field(CTX_STOP))
 
     def free_arenas():
         if mc.streaming_stores:  # non-temporal stores are weakly ordered: drain them

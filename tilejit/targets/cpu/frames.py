@@ -5,7 +5,9 @@ is not already satisfied is a deadlock. Otherwise each unit is an LLVM coroutine
 (:class:`CoroFrame`, ``presplitcoroutine``; CoroSplit in the O2/O3 pipeline lowers it)
 resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend
 inside :meth:`CoroFrame.wait_until` loops, and now and then in ``while`` loops that read
-memory (:meth:`CoroFrame.spin_point`), so that spinning on a flag works. Every state
+memory (:meth:`_Frame.spin_point`), so that spinning on a flag works; there a unit of
+either kind also leaves when the launch is being stopped (Ctrl-C), so that spinning on a
+flag nobody sets does not hang the process. Every state
 change (an arrival, a passed wait, a finished unit) bumps a progress counter; a round of
 resumes that leaves it unchanged while units remain is a deadlock, reported with the wait
 site of the first waiting unit.
@@ -25,9 +27,9 @@ from . import abi
 from .types import I1, I8, I32, I64, PTR, VOID, alloca
 
 # Per-CTA context shared by the units: error record, progress counter, units still
-# running, error code of a failed unit.
-CTX = ir.LiteralStructType([PTR, I64, I32, I32])
-CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR = range(4)
+# running, error code of a failed unit, the launch's stop word.
+CTX = ir.LiteralStructType([PTR, I64, I32, I32, PTR])
+CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR, CTX_STOP = range(5)
 WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
 STACK_BUDGET = 256 * 1024   # bytes of tiles per unit kept on the stack
 SPIN_YIELD_PERIOD = 64  # a power of two: passes of a memory-reading loop between yields
@@ -138,6 +140,33 @@ class _Frame:
     def _close_allocas(self) -> None:
         self._allocas.branch(self.entry)
 
+    def spin_point(self) -> None:
+        """In a loop that reads memory (a flag another unit or CTA sets), every
+        ``SPIN_YIELD_PERIOD``-th pass leaves the unit with ``INTERRUPTED`` when the launch
+        is being stopped, and lets the other units run (:meth:`_pause`)."""
+        b = self.builder
+        counter = self.alloca(I32, 1, 4)
+        self._allocas.store(ir.Constant(ir.ArrayType(I32, 1), [0]), counter)
+        slot = b.gep(counter, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
+                     source_etype=ir.ArrayType(I32, 1))
+        count = b.add(b.load(slot, typ=I32), ir.Constant(I32, 1))
+        b.store(count, slot)
+        due = b.icmp_unsigned("==", b.and_(count, ir.Constant(I32, SPIN_YIELD_PERIOD - 1)),
+                              ir.Constant(I32, 0))
+        pause = b.append_basic_block("spin.yield")
+        resume = b.append_basic_block("spin.resume")
+        b.cbranch(due, pause, resume)
+        b.position_at_end(pause)
+        stop = b.load(self.ctx_field(CTX_STOP), typ=PTR)
+        stopping = b.icmp_unsigned("!=", b.load_atomic(stop, "monotonic", 4, typ=I32),
+                                   ir.Constant(I32, 0))
+        with b.if_then(stopping, likely=False):
+            b.store(ir.Constant(I64, abi.INTERRUPTED),
+                    b.gep(self.err, [ir.Constant(I32, abi.ERR_CODE)], source_etype=I64))
+            b.branch(self.error_exit)
+        self._pause(resume)
+        b.position_at_end(resume)
+
 
 class PlainFrame(_Frame):
     """One unit per CTA: returns 0 or the error code of the record it filled."""
@@ -152,8 +181,8 @@ class PlainFrame(_Frame):
     def wait_until(self, em, ready: Callable[[], ir.Value], site: int, values=()) -> None:
         em.fail_unless(ready(), abi.DEADLOCK, site, values)
 
-    def spin_point(self) -> None:
-        pass   # the only unit of its CTA: nobody else could change what it waits for
+    def _pause(self, resume: ir.Block) -> None:
+        self.builder.branch(resume)   # the only unit of its CTA: no other to let run
 
     def finish(self) -> None:
         self._close_allocas()
@@ -237,27 +266,12 @@ class CoroFrame(_Frame):
         b.position_at_end(passed)
         self.progress()
 
-    def spin_point(self) -> None:
-        """In a loop that reads memory (a flag another unit sets), every
-        ``SPIN_YIELD_PERIOD``-th pass lets the other units run. It counts as progress: a
-        unit that spins forever hangs, as it would on a GPU, rather than being reported as
-        a deadlock while it may yet see the write it waits for."""
-        b = self.builder
-        counter = self.alloca(I32, 1, 4)
-        self._allocas.store(ir.Constant(ir.ArrayType(I32, 1), [0]), counter)
-        slot = b.gep(counter, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
-                     source_etype=ir.ArrayType(I32, 1))
-        count = b.add(b.load(slot, typ=I32), ir.Constant(I32, 1))
-        b.store(count, slot)
-        due = b.icmp_unsigned("==", b.and_(count, ir.Constant(I32, SPIN_YIELD_PERIOD - 1)),
-                              ir.Constant(I32, 0))
-        pause = b.append_basic_block("spin.yield")
-        resume = b.append_basic_block("spin.resume")
-        b.cbranch(due, pause, resume)
-        b.position_at_end(pause)
+    def _pause(self, resume: ir.Block) -> None:
+        """Let the other units run. It counts as progress: a unit that spins forever hangs,
+        as it would on a GPU, rather than being reported as a deadlock while it may yet see
+        the write it waits for."""
         self.progress()
         self._suspend(resume)
-        b.position_at_end(resume)
 
     def finish(self) -> None:
         self._close_allocas()

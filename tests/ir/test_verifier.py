@@ -172,6 +172,12 @@ def test_unknown_op_in_text_is_located():
                          op="exp"), "does not broadcast"),
     (lambda b, k: b.tile("copy_async", b.alloc("shared", f16, (4,)), b.alloc("shared", f16, (4,)),
                          b.const(0, i32)), "optional \\(barrier, index\\) pair"),
+    (lambda b, k: b.create("device_print", [b.const(1.0, f32)], {"fmt": "%d", "printf": True}),
+     "conversion %d cannot print an operand of type f32"),
+    (lambda b, k: b.create("device_print", [b.const(1, i32)], {"fmt": "%d %d", "printf": True}),
+     "the format has 2 conversions for 1 operands"),
+    (lambda b, k: b.create("device_print", [], {"fmt": "100%!", "printf": True}),
+     "is not a printf conversion"),
 ])
 def test_per_op_checks(build, message):
     k, b = new_kernel(matrix(f16))

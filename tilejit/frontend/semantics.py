@@ -16,8 +16,8 @@ import operator
 from tilejit.errors import CompilationError
 from tilejit.ir.builder import Builder
 from tilejit.ir.core import Value
-from tilejit.ir.ops_native import PER_DIM_INDEX_KINDS
-from tilejit.ir.types import ScalarType, TeamKind, f32, i1, i32, i64, promote
+from tilejit.ir.ops_native import PER_DIM_INDEX_KINDS, PRINTF_INT_KINDS, printf_conversions
+from tilejit.ir.types import ScalarType, TeamKind, f32, f64, i1, i32, i64, promote
 
 from .semantics_memory import MemorySemantics
 from .semantics_tile import TileSemantics
@@ -282,10 +282,61 @@ class Semantics:
             raise CompilationError("static assertion failed" + (f": {msg}" if msg else ""))
 
     def device_print(self, fmt, args):
+        """A format with a ``%`` is a printf format; without one, ``{}`` placeholders take
+        the arguments in order and the rest are appended, space-separated."""
         if not isinstance(fmt, str):
             raise CompilationError("tj.device_print needs a format string first, got "
                                    f"{describe(fmt)}")
-        return self.b.device_print(fmt, [self.to_ir(a) for a in args])
+        if "%" not in fmt:
+            return self.b.device_print(fmt, [self.to_ir(a) for a in args])
+        text, operands = self.printf_format(fmt, args)
+        return self.b.create("device_print", operands, {"fmt": text, "printf": True})
+
+    def printf_format(self, fmt: str, args) -> tuple[str, list[Value]]:
+        """``fmt`` checked against ``args`` (one conversion each, of a matching kind), with
+        the ``%s`` arguments formatted in; the others become the op's operands (compile-time
+        numbers as constants, so that the target's printf formats every number)."""
+        try:
+            conversions = printf_conversions(fmt)
+        except ValueError as err:
+            raise CompilationError(f"tj.device_print: {err}") from None
+        wanted = [c for c in conversions if c["kind"] != "%"]
+        if len(wanted) != len(args):
+            raise CompilationError(
+                f"tj.device_print format {fmt!r} has {len(wanted)} conversion(s) "
+                f"({' '.join(c[0] for c in wanted) or 'none'}) but {len(args)} argument(s) "
+                "were given (write %% for a percent sign)")
+        parts, operands, pos = [], [], 0
+        for conversion, arg in zip(wanted, args):
+            parts.append(fmt[pos:conversion.start()])
+            pos = conversion.end()
+            kind = conversion["kind"]
+            if kind == "s":
+                if is_value(arg):
+                    raise CompilationError(f"tj.device_print: {conversion[0]} prints "
+                                           f"compile-time values, got {describe(arg)}; use "
+                                           "%d or %f for run-time values")
+                parts.append((conversion[0] % (arg,)).replace("%", "%%"))
+                continue
+            operands.append(self.printf_operand(conversion[0], kind, arg))
+            parts.append(conversion[0])
+        parts.append(fmt[pos:])
+        return "".join(parts), operands
+
+    def printf_operand(self, spec: str, kind: str, arg) -> Value:
+        if kind in PRINTF_INT_KINDS:
+            if is_scalar(arg) and arg.type.is_int or is_int_number(arg):
+                return self.to_ir(arg)
+            hint = "convert it with int(...)"
+        else:
+            if is_scalar(arg) and arg.type.is_float or is_number(arg):
+                return self.to_ir(arg, None if is_value(arg) else f64)
+            hint = "convert it with float(...)"
+        if not (is_scalar(arg) or is_number(arg)):
+            hint = "tj.device_print prints scalars"
+        expected = "an integer" if kind in PRINTF_INT_KINDS else "a float"
+        raise CompilationError(f"tj.device_print: {spec} needs {expected}, got "
+                               f"{describe(arg)}; {hint}")
 
     def intrinsic(self, target: str, name: str, args, dtype):
         if dtype is not None and not isinstance(dtype, ScalarType):

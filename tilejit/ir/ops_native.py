@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
@@ -122,6 +123,47 @@ def _check_intrinsic(op):
     return None if len(op.results) <= 1 else "an intrinsic has at most one result"
 
 
+# device_print {printf = true}: a C printf format with one conversion per operand. Integer
+# conversions take integer or bool operands, float ones float operands; %s is the
+# frontend's alone (it formats compile-time values into the text).
+PRINTF_CONVERSION = re.compile(
+    r"%(?P<flags>[-+ #0]*)(?P<width>\d*)(?:\.(?P<precision>\d*))?(?P<kind>[diuxXfeEgGs%])")
+PRINTF_INT_KINDS, PRINTF_FLOAT_KINDS = "diuxX", "feEgG"
+
+
+def printf_conversions(fmt: str) -> list[re.Match]:
+    """Every conversion of a printf format in order, ``%%`` included; a ValueError names
+    the first ``%`` that starts none."""
+    found, pos = [], 0
+    while (start := fmt.find("%", pos)) >= 0:
+        match = PRINTF_CONVERSION.match(fmt, start)
+        if match is None:
+            raise ValueError(f"'{fmt[start:start + 4]}' (position {start}) is not a printf "
+                             "conversion; use %d %i %u %x %f %e %g %s, with optional flags, "
+                             "width and precision such as %5d or %.3f, and %% for a percent "
+                             "sign")
+        found.append(match)
+        pos = match.end()
+    return found
+
+
+def _check_device_print(op):
+    if not op.attrs["printf"]:
+        return None  # "{}" placeholders, the remaining operands appended
+    try:
+        conversions = [c for c in printf_conversions(op.attrs["fmt"]) if c["kind"] != "%"]
+    except ValueError as err:
+        return str(err)
+    if len(conversions) != len(op.operands):
+        return f"the format has {len(conversions)} conversions for {len(op.operands)} operands"
+    for conversion, operand in zip(conversions, op.operands):
+        t, kind = operand.type, conversion["kind"]
+        if not (isinstance(t, ScalarType) and (t.is_int and kind in PRINTF_INT_KINDS
+                                               or t.is_float and kind in PRINTF_FLOAT_KINDS)):
+            return f"conversion {conversion[0]} cannot print an operand of type {t}"
+    return None
+
+
 register("const", NATIVE, attrs={"value": Attr(SCALAR)}, check=_check_const)
 register("binary", NATIVE, "lhs:scalar rhs:scalar", {"op": Attr(Choice(*BINARY_OPS))},
          same_as(0), check=_check_binary)
@@ -171,4 +213,5 @@ register("mbarrier_expect_tx", SYNC, "bar:barrier index:int bytes:int",
 register("mbarrier_wait", SYNC, "bar:barrier index:int phase:int", results=fixed())
 register("intrinsic", SYNC, "*args", {"target": Attr(STR), "name": Attr(STR)},
          check=_check_intrinsic)
-register("device_print", SYNC, "*args", {"fmt": Attr(STR)}, fixed())
+register("device_print", SYNC, "*args", {"fmt": Attr(STR), "printf": Attr(BOOL, False)},
+         fixed(), check=_check_device_print)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
+from tilejit.ir.ops_native import printf_conversions
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import TeamKind, i32
 
@@ -295,22 +296,49 @@ def _expected(em, counts: list[int], instance):
 
 # ----------------------------------------------------------------------------- printing
 def emit_device_print(em, op):
-    """printf with ``{}`` placeholders filled by the arguments in order (extra arguments
-    are appended), one line per call."""
+    """printf, one line per call: a printf format (``printf`` attr) as written, or ``{}``
+    placeholders filled by the arguments in order (extra arguments are appended)."""
     b = em.b
-    pieces = op.attrs["fmt"].replace("%", "%%").split("{}")
-    specs, args = zip(*(_printf_arg(em, v) for v in op.operands)) if op.operands else ((), ())
-    parts = [pieces[0]]
-    for i, spec in enumerate(specs):
-        parts += [spec, pieces[i + 1]] if i + 1 < len(pieces) else [" ", spec]
-    parts += ["{}" + piece for piece in pieces[len(specs) + 1:]]  # holes without arguments
-    text = "".join(parts)
+    text, args = (_printf_format if op.attrs["printf"] else _placeholder_format)(em, op)
     if not text.endswith("\n"):
         text += "\n"
     printf = em.mc.function("printf", I32, [PTR], var_arg=True)
     b.call(printf, [em.mc.string(text), *args])
     b.call(em.mc.function("fflush", I32, [PTR]), [ir.Constant(PTR, None)])
     return []
+
+
+def _placeholder_format(em, op):
+    pieces = op.attrs["fmt"].replace("%", "%%").split("{}")
+    specs, args = zip(*(_printf_arg(em, v) for v in op.operands)) if op.operands else ((), ())
+    parts = [pieces[0]]
+    for i, spec in enumerate(specs):
+        parts += [spec, pieces[i + 1]] if i + 1 < len(pieces) else [" ", spec]
+    parts += ["{}" + piece for piece in pieces[len(specs) + 1:]]  # holes without arguments
+    return "".join(parts), args
+
+
+def _printf_format(em, op):
+    """The verifier matched each conversion to its operand's kind. Integers are passed as
+    64 bits (the conversion gets ``ll``): sign-extended for %d/%i of a signed type,
+    zero-extended otherwise, so %x of an int32 -1 prints ffffffff as in C; floats as
+    doubles, as C's variadic promotion does."""
+    fmt, parts, args, pos = op.attrs["fmt"], [], [], 0
+    conversions = [c for c in printf_conversions(fmt) if c["kind"] != "%"]
+    for conversion, value in zip(conversions, op.operands):
+        t, v, spec = value.type, em[value], conversion[0]
+        if t.is_float:
+            v = _printf_arg(em, value)[1]
+        else:
+            spec = spec[:-1] + "ll" + spec[-1]
+            if v.type.width < 64:
+                signed = t.kind == "int" and conversion["kind"] in "di"
+                v = em.b.sext(v, I64) if signed else em.b.zext(v, I64)
+        args.append(v)
+        parts += [fmt[pos:conversion.start()], spec]
+        pos = conversion.end()
+    parts.append(fmt[pos:])
+    return "".join(parts), args
 
 
 def _printf_arg(em, value):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import time
 
 import pytest
 
@@ -152,11 +153,16 @@ def test_tile_op_in_unrepresentable_else_branch():
 
 # --------------------------------------------------------------------------- pipeline
 def test_pipeline_records_text_and_timing_per_pass():
+    start = time.perf_counter()
     out, stages = run_pipeline(kernel(copy(10)), dump=(), passes=["scope-analysis"])
+    elapsed = time.perf_counter() - start
     assert [name for name, _ in PIPELINE][0] == "scope-analysis"
     assert stages["scope-analysis"] == str(out)
-    assert stages.timings["scope-analysis"] >= 0
-    assert "total" in stages.timing_table()
+    seconds = stages.timings["scope-analysis"]
+    assert list(stages.timings) == ["scope-analysis"] and 0 < seconds <= elapsed
+    milliseconds = f"{seconds * 1e3:.3f}"
+    assert [row.split() for row in stages.timing_table().splitlines()] == [
+        ["scope-analysis", milliseconds, "ms"], ["total", milliseconds, "ms"]]
 
 
 def test_pipeline_dumps_the_named_stages(capsys):

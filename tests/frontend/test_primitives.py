@@ -92,8 +92,11 @@ def test_reduce_may_drop_or_keep_the_axis():
     def kernel(x):
         src = tj.fragment((8, 16), tj.float32)
         tj.reduce(tj.fragment((8,), tj.float32), src, "sum", 1)
-        tj.reduce(tj.fragment((1, 16), tj.float32), src, "min", 0)
-    build(kernel, {"x": S(f32)})
+        tj.reduce(tj.fragment((1, 16), tj.float32), src, "min", -2)
+    reduces = ops(build(kernel, {"x": S(f32)}), "tile.reduce")
+    assert [(op.attrs["op"], op.attrs["axis"]) for op in reduces] == [("sum", 1), ("min", 0)]
+    assert [(op.operands[0].type.shape, op.operands[1].type.shape) for op in reduces] == [
+        ((8,), (8, 16)), ((1, 16), (8, 16))]
 
 
 # Short names for the one-line kernels below.
@@ -113,6 +116,10 @@ SHAPE_ERRORS = [
      "C must be a rank-2 tile"),
     ("tj.reduce(F((16,), F32), F((8, 16), F32), 'sum', 1)",
      r"reducing \(8, 16\) over axis 1 gives \(8,\) or \(8, 1\), but dst has shape \(16,\)"),
+    ("tj.reduce(F((16, 1), F32), F((8, 16), F32), 'sum', 0)",
+     r"reducing \(8, 16\) over axis 0 gives \(16,\) or \(1, 16\), but dst has shape \(16, 1\)"),
+    ("tj.reduce(F((8, 16), F32), F((8, 16), F32), 'max', 1)",
+     r"over axis 1 gives \(8,\) or \(8, 1\), but dst has shape \(8, 16\)"),
     ("tj.reduce(F((8,), F32), F((8, 16), F32), 'mean', 1)",
      "op must be one of 'sum', 'max', 'min'"),
     ("tj.reduce(F((8,), F32), F((8, 16), F32), 'sum', 2)",

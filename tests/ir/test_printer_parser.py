@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from tilejit.errors import CompilationError, SourceLocation
 from tilejit.ir import Builder, KernelIR, parse_kernel, print_op, verify
+from tilejit.ir.scope import ExecScope
 from tilejit.ir.types import BufferType, MemScope, f16, f32, i1, i32, i64
+from tilejit.layout import ComposeLayout, TileLayout
 
 from .samples import ALL, FILE
 
@@ -266,11 +268,9 @@ def test_random_builder_ir_round_trips(data):
 
 
 def test_layout_and_exec_scope_attributes_round_trip():
-    layout = pytest.importorskip("tilejit.layout")
-    scope = pytest.importorskip("tilejit.ir.scope")
-    tile = layout.TileLayout.parse("(128,64):(64,1)")
-    swizzled = layout.ComposeLayout(0, 3, 3, tile)
-    exec_scope = scope.ExecScope.parse("warpgroup(lane 0:32, warp 4:8, cta 0:1; num_warps=8, cluster=1)")
+    tile = TileLayout.parse("(128,64):(64,1)")
+    swizzled = ComposeLayout(0, 3, 3, tile)
+    exec_scope = ExecScope.parse("warpgroup(lane 0:32, warp 4:8, cta 0:1; num_warps=8, cluster=1)")
     k = KernelIR.new("k", [], [], {}, SourceLocation(FILE, 1, 0))
     b = Builder(k.loc)
     with b.insert_into(k.body):

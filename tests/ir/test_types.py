@@ -1,9 +1,12 @@
+import numpy as np
 import pytest
+import torch
 
 from tilejit.ir import parse_type
 from tilejit.ir.types import (SCALAR_TYPES, BarrierType, BufferType, MemScope, RegionType,
                               TeamKind, bf16, f8e4m3, f16, f32, f64, i1, i8, i16, i32, i64,
                               promote, u8, u32)
+from tilejit.layout import TileLayout
 
 
 def test_scalar_types_are_hashable_value_objects_with_public_repr():
@@ -30,9 +33,7 @@ def test_promote_is_numpy_like_and_symmetric(a, b, expected):
 
 
 def test_dtype_bridges():
-    np = pytest.importorskip("numpy")
     assert f16.numpy_dtype() == np.float16
-    torch = pytest.importorskip("torch")
     assert bf16.torch_dtype() is torch.bfloat16
 
 
@@ -80,9 +81,6 @@ def test_barrier_type():
 
 
 def test_layout_in_buffer_type_round_trips():
-    layout_mod = pytest.importorskip("tilejit.layout")
-    if not hasattr(layout_mod, "TileLayout"):
-        pytest.skip("tilejit.layout not written yet")
-    layout = layout_mod.TileLayout.parse("(128,64):(64,1)")
+    layout = TileLayout.parse("(128,64):(64,1)")
     t = BufferType(f16, (128, 64), MemScope.SHARED, layout)
     assert parse_type(str(t)) == t

@@ -29,6 +29,7 @@ from tilejit.passes.dispatch import (
     register_target,
     rules_for,
     unregister,
+    unregister_target,
 )
 from tilejit.passes.dispatch import lower as lower_tiles
 from tilejit.passes.pipeline import run_pipeline
@@ -148,7 +149,7 @@ def test_unknown_target_is_a_compile_error():
 @pytest.fixture
 def dma_family():
     """A target-specific family, registered the way a target package does it."""
-    register_target(DispatchContext("accel-test"))
+    context = register_target(DispatchContext("accel-test"))
 
     def check(call):
         dst, src = call["dst"], call["src"]
@@ -162,6 +163,18 @@ def dma_family():
     rule = register(Rule("dma", "copy", check, lower, targets=("accel-test",), priority=10))
     yield rule
     unregister(rule)
+    unregister_target(context)
+
+
+def test_a_target_is_known_until_it_is_unregistered():
+    kernel = make_kernel([], lambda b: None, target="accel-test")
+    context = register_target(DispatchContext("accel-test"))
+    assert context_for(kernel) == context
+    with pytest.raises(ValueError, match="not registered as"):
+        unregister_target(DispatchContext("accel-test", vector_bytes=64))  # not the one known
+    unregister_target(context)
+    with pytest.raises(CompilationError, match="target 'accel-test' is not registered"):
+        context_for(kernel)
 
 
 def test_a_target_family_is_tried_first_on_its_target_only(dma_family):

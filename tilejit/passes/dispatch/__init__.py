@@ -26,6 +26,7 @@ from .registry import (
                        register_target,
                        rules_for,
                        unregister,
+                       unregister_target,
 )
 from .select import DispatchRecord, Selection, dispatch_log, format_log, run, select
 
@@ -51,5 +52,6 @@ __all__ = [
                        "run",
                        "select",
                        "unregister",
+                       "unregister_target",
 ]
 

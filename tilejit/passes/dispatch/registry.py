@@ -43,6 +43,7 @@ __all__ = [
     "register_target",
     "rules_for",
     "unregister",
+    "unregister_target",
 ]
 
 PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "pointwise")
@@ -171,6 +172,13 @@ def register_target(context: DispatchContext) -> DispatchContext:
     """Declare a target (its package does this on import); re-registering replaces it."""
     _TARGETS[context.target] = context
     return context
+
+
+def unregister_target(context: DispatchContext) -> None:
+    """Forget ``context`` (a test's own target, once the test is done)."""
+    if _TARGETS.get(context.target) != context:
+        raise ValueError(f"target {context.target!r} is not registered as {context}")
+    del _TARGETS[context.target]
 
 
 register_target(DispatchContext("generic"))

@@ -1,4 +1,5 @@
 """Every bad launch is a ``tj.LaunchError`` naming what is wrong, raised before anything runs."""
+import inspect
 import traceback
 
 import numpy as np
@@ -24,6 +25,22 @@ def add(x, y, out, n):
         if tj.thread_id() == 0:
             for i in range(n):
                 out[i] = x[i] + y[i]
+
+
+@tj.kernel
+def fill_rows(out, value, rows, cols):
+    with tj.thread():
+        if tj.thread_id() == 0:
+            for i in range(rows):
+                for j in range(cols):
+                    out[i, j] = value
+
+
+@tj.kernel
+def marked(out, _tjMISSING):
+    with tj.thread():
+        if tj.thread_id() == 0:
+            out[0] = _tjMISSING
 
 
 @pytest.fixture
@@ -192,3 +209,178 @@ def test_errors_are_not_cached(out):
     good = torch.zeros(8)
     fill[(1,)](good, 4.0, 8)
     assert good.eq(4.0).all()
+
+
+# -- where the error points ------------------------------------------------------------------
+def def_line(fn) -> int:
+    """The line of the ``def`` of a function or kernel (below any decorator)."""
+    lines, first = inspect.getsourcelines(getattr(fn, "fn", fn))
+    return first + next(i for i, text in enumerate(lines) if text.lstrip().startswith("def "))
+
+
+def assert_located(err: tj.TilejitError, line: int) -> None:
+    assert err.file == __file__ and err.line == line, err.loc
+    assert f"{__file__}:{line}:" in str(err), str(err)
+
+
+@pytest.mark.parametrize("grid", [(), (0,), (1.5,), (2**31,), "a", lambda meta: "x",
+                                  lambda meta: (1, 2, 3, 4)])
+def test_grid_errors_point_at_the_kernel(out, grid):
+    assert_located(launch_error(lambda: fill[grid](out, 1.0, 8), "grid"), def_line(fill))
+
+
+def test_a_float_beyond_f32_on_the_fast_path_points_at_the_kernel(out):
+    fill[(1,)](out[:0], 1.0, 0)   # compiled, so the fast path meets the bad value
+    assert_located(launch_error(lambda: fill[(1,)](out, 1e300, 8), "argument 'value'"),
+                   def_line(fill))
+
+
+def test_errors_of_a_compiled_kernel_point_at_the_kernel(out):
+    compiled = fill.compile(out, 1.0, 8)
+    for launch in [lambda: compiled[(1, 2, 3, 4)](out, 1.0, 8),
+                   lambda: compiled[(1,)](out, 1.0),
+                   lambda: compiled[(1,)](out.double(), 1.0, 8),
+                   lambda: compiled[(1,)](out, 1e300, 8),
+                   lambda: compiled[(1,)](out, "1", 8)]:
+        assert_located(launch_error(launch), def_line(fill))
+
+
+def test_a_tensor_for_a_scalar_of_a_compiled_kernel(out):
+    compiled = fill.compile(out, 1.0, 8)
+    for wrong in [torch.ones(2), np.ones(2, np.float32)]:
+        err = launch_error(lambda: compiled[(1,)](out, wrong, 8), "argument 'value'", "float")
+        assert_located(err, def_line(fill))
+    err = launch_error(lambda: compiled[(1,)](out, 1.0, torch.ones(2, dtype=torch.int32)),
+                       "argument 'n'", "integer")
+    assert_located(err, def_line(fill))
+
+
+def decoration_error(fn) -> tj.TilejitError:
+    with pytest.raises(tj.TilejitError) as info:
+        tj.kernel(fn)
+    return info.value
+
+
+def test_parameters_the_launcher_cannot_bind_are_refused_where_they_are_written():
+    def star(out, *rest):
+        pass
+
+    def slash(out, n, /):
+        pass
+
+    def launch_option(out, num_warps):
+        pass
+
+    err = decoration_error(star)
+    assert "'rest' must be an ordinary parameter" in str(err)
+    assert_located(err, def_line(star))   # the parameter is on the def line
+    assert_located(decoration_error(slash), def_line(slash))
+    err = decoration_error(launch_option)
+    assert "'num_warps' is reserved (a launch option)" in str(err)
+    assert_located(err, def_line(launch_option))
+
+
+@pytest.mark.parametrize("name", ["_tj_MISSING", "_tj_fast", "_tj_key", "len", "tuple",
+                                  "TypeError", "stream"])
+def test_a_parameter_named_like_a_launcher_name_is_refused(name):
+    namespace = {}
+    exec(f"def clash(out, {name}):\n    pass\n", namespace)
+    err = decoration_error(namespace["clash"])
+    assert f"parameter name {name!r} is reserved" in str(err), str(err)
+
+
+def test_every_name_of_the_generated_launcher_is_reserved():
+    """The reserved set is read off the launcher: every global it was given and every name
+    its code uses, except the kernel's own parameters."""
+    from tilejit.runtime import launcher
+    reserved = launcher.reserved_names(add)
+    written = launcher.generate_launcher(add)
+    code = written.__code__
+    assert set(written.__globals__) - {"__name__", "__builtins__", written.__name__} <= reserved
+    assert set(code.co_varnames) - set(add.arg_names) <= reserved
+    assert not reserved & set(add.arg_names)
+    assert {"len", "tuple", "num_warps"} <= reserved
+
+
+def test_a_parameter_named_like_an_old_launcher_global_launches(out):
+    """``_tjMISSING`` was the launcher's marker for a missing argument: every launch of a
+    kernel with a parameter of that name raised a bare StopIteration."""
+    wide = torch.zeros(1)
+    marked[(1,)](wide, 5.0)
+    assert wide.item() == 5.0
+
+
+# -- arrays a kernel cannot read or write as they are ------------------------------------------
+def racing_outputs():
+    """Outputs two of whose elements share an address: the CTAs' writes to them would race."""
+    storage = torch.zeros(8)
+    return {"zero stride": torch.zeros(1).expand(8),
+            "as_strided overlap": storage.as_strided((4, 4), (1, 1)),
+            "unfold windows": storage.unfold(0, 4, 2),
+            "numpy zero stride": np.lib.stride_tricks.as_strided(np.zeros(1, np.float32),
+                                                                 (8,), (0,))}
+
+
+def fill_all(out) -> None:
+    if out.ndim == 1:
+        fill[(1,)](out, 1.0, out.shape[0])
+    else:
+        fill_rows[(1,)](out, 1.0, *out.shape)
+
+
+@pytest.mark.parametrize("case", sorted(racing_outputs()))
+def test_an_output_whose_elements_overlap_is_refused(case):
+    racing = racing_outputs()[case]
+    err = launch_error(lambda: fill_all(racing), "argument 'out'", "share addresses")
+    assert err.loc is not None
+    assert not racing.any()
+
+
+def test_an_overlapping_output_is_refused_after_a_clean_launch_of_the_same_signature():
+    """Same dtype, rank, alignment and unit stride as a launch that ran: the signature still
+    tells them apart, so the fast path never runs the racing one."""
+    fill_all(torch.zeros(4, 4))
+    racing = torch.zeros(7).as_strided((4, 4), (1, 1))
+    launch_error(lambda: fill_all(racing), "argument 'out'", "share addresses")
+    assert not racing.any()
+    fill_all(torch.zeros(2, 4).t())   # not contiguous, but distinct elements: fine
+    strided = torch.zeros(16)
+    fill_all(strided[::2])
+    assert strided[::2].eq(1).all() and not strided[1::2].any()
+
+
+def test_overlapping_inputs_can_be_read():
+    out = torch.zeros(8)
+    add[(1,)](torch.ones(1).expand(8), torch.arange(8.), out, 8)
+    torch.testing.assert_close(out, torch.arange(8.) + 1)
+
+
+def test_an_overlapping_output_of_a_compiled_kernel_is_refused():
+    x = torch.arange(8.)
+    compiled = add.compile(x, x, x, 8)
+    err = launch_error(lambda: compiled[(1,)](x, x, torch.zeros(1).expand(8), 8),
+                       "argument 'out'", "share addresses")
+    assert_located(err, def_line(add))
+
+
+def negative_views():
+    z = torch.complex(torch.zeros(8), torch.arange(8.))
+    return {"conj().imag": z.conj().imag, "_neg_view": torch._neg_view(torch.arange(8.)),
+            "detached": torch._neg_view(torch.arange(8.)).detach()}
+
+
+@pytest.mark.parametrize("case", sorted(negative_views()))
+def test_a_tensor_with_the_negative_bit_is_refused(case):
+    negative = negative_views()[case]
+    assert negative.is_neg()
+    out = torch.zeros(8)
+    add[(1,)](torch.arange(8.), torch.arange(8.), out, 8)   # the same signature otherwise
+    out.zero_()
+    err = launch_error(lambda: add[(1,)](negative, negative, out, 8), "argument 'x'",
+                       "negative bit", "resolve_neg")
+    assert err.loc is not None and not out.any()
+    compiled = add.compile(negative.resolve_neg(), negative.resolve_neg(), out, 8)
+    assert_located(launch_error(lambda: compiled[(1,)](negative, negative, out, 8),
+                                "argument 'x'", "negative bit"), def_line(add))
+    add[(1,)](negative.resolve_neg(), negative.resolve_neg(), out, 8)   # resolved: right sign
+    torch.testing.assert_close(out, 2 * negative)

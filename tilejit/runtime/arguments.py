@@ -13,7 +13,9 @@ the argument before anything runs.
 So a tensor the compiled code cannot take *recompiles* when it differs in what the code
 assumed (dtype, rank, device, alignment, a unit innermost stride), and is a ``LaunchError``
 only where no binary could take it: negative strides, strides that are not whole elements,
-an unsupported dtype or argument type.
+torch's negative bit, an unsupported dtype or argument type. The signature also says
+whether an array can take writes (:func:`check_written`): a read-only numpy array, or one
+whose elements may share addresses, is refused for a parameter the kernel writes.
 """
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ import operator
 import sys
 import textwrap
 from dataclasses import dataclass
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import LaunchError
+from ..errors import LaunchError, SourceLocation
 from ..frontend.dependencies import is_layout
 from ..frontend.language import constexpr
 from ..frontend.signature import ArgSpec
@@ -71,12 +73,18 @@ class TensorSpec:
 # A torch tensor's facts as statements: the generated launcher inlines them for plain
 # torch.Tensor arguments (a function call would cost a fifth more), ``_torch_facts`` runs
 # the same text for every other route. get_device() is -1 on the CPU and the index on CUDA:
-# it tells apart both the target and the GPU, at a fifth of the cost of t.device.
+# it tells apart both the target and the GPU, at a fifth of the cost of t.device. The last
+# two facts are refusals, on the miss: torch's negative bit (``z.conj().imag`` reads as
+# -data, kernels would read data), and elements that may share an address, which only a
+# non-contiguous tensor can have (writing them races; reading them is fine; the common
+# 1-D tensor is told contiguous by its strides, without a call).
 _TORCH_FACTS = """\
 {strides} = {t}.stride()
 {address} = {t}.data_ptr()
 {signature} = ({t}.dtype, {t}.get_device(), not {address} & 15, len({strides}),
-               {strides}[-1:] == (1,), {t}.numel() >= {index64_elements})
+               {strides}[-1:] == (1,), {t}.numel() >= {index64_elements}, {t}.is_neg(),
+               {strides} == (1,) or {t}.is_contiguous()
+               or not _tj_may_overlap({t}.shape, {strides}))
 {record} = ({address}, *{t}.shape, *{strides})"""
 
 
@@ -89,10 +97,41 @@ def torch_facts_code(tensor: str, signature: str, record: str, indent: str) -> s
     return textwrap.indent(text, indent)
 
 
+def may_self_overlap(shape, strides) -> bool:
+    """Whether two elements of an array of this shape and these strides may share an
+    address. Exact for a zero stride (over two or more elements) and for the layouts that
+    slicing, transposing and padding make, in which each stride clears the span of the
+    smaller ones; any other layout (``unfold`` windows) counts as overlapping. Remembered
+    per (shape, strides): only non-contiguous arrays ask, but they ask on every launch."""
+    key = (shape, strides)
+    known = _OVERLAPS.get(key)
+    if known is None:
+        known = _interleaved(shape, strides)
+        if len(_OVERLAPS) < _FACTS_CACHE_LIMIT:
+            _OVERLAPS[key] = known
+    return known
+
+
+def _interleaved(shape, strides) -> bool:
+    if 0 in shape:
+        return False
+    span = 0   # the largest offset the dimensions of smaller strides reach
+    for stride, size in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
+        if stride <= span:
+            return True
+        span += stride * (size - 1)
+    return False
+
+
+_OVERLAPS: dict[tuple, bool] = {}
+# The globals the torch facts statements read (the launcher is given them too).
+TORCH_FACTS_GLOBALS = {"_tj_may_overlap": may_self_overlap}
+
+
 def _make_torch_facts() -> Callable[[Any], tuple]:
     source = "def _torch_facts(t):\n" + torch_facts_code("t", "signature", "record", "    ") + \
         "\n    return signature, record\n"
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = dict(TORCH_FACTS_GLOBALS)
     exec(compile(source, "<tilejit torch facts>", "exec"), namespace)
     return namespace["_torch_facts"]
 
@@ -108,9 +147,9 @@ def _numpy_layout(strides: tuple, dtype) -> tuple | None:
     """(signatures[16-byte aligned][writable][index64], strides in elements) of an ndarray
     with these byte strides and dtype; None unless all strides are whole, non-negative
     elements.
-    Remembered per (strides, dtype). (Whether the array is writable is in the signature so
-    that a read-only one takes the slow path, which refuses it for a parameter the kernel
-    writes.)"""
+    Remembered per (strides, dtype). (Whether the array can take writes -- it is writable
+    and no two of its elements may share an address -- is in the signature so that one
+    that cannot takes the slow path, which refuses it for a parameter the kernel writes.)"""
     layout, itemsize = None, dtype.itemsize
     if all(s >= 0 and s % itemsize == 0 for s in strides):
         elements = tuple(s // itemsize for s in strides)
@@ -133,7 +172,9 @@ def _numpy_facts(a) -> tuple:
     if layout is None:   # arg_spec_of names what is wrong
         return ("ndarray", "unusable strides", strides), None
     signatures, elements = layout
-    signature = signatures[not address & 15][a.flags.writeable][a.size >= INDEX64_ELEMENTS]
+    flags = a.flags
+    writable = flags.writeable and (flags.c_contiguous or not may_self_overlap(a.shape, elements))
+    signature = signatures[not address & 15][writable][a.size >= INDEX64_ELEMENTS]
     return signature, (address, *a.shape, *elements)
 
 
@@ -283,7 +324,11 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
         dtype, div16 = _SCALAR_SIGNATURES[signature]
         return ArgSpec.scalar(dtype, div16=div16 and specialize)
     if _is_tensor(value):
-        dtype, _, aligned, rank, unit_stride, index64 = signature
+        dtype, _, aligned, rank, unit_stride, index64, negative, _ = signature
+        if negative:
+            raise LaunchError(f"{kernel}: argument {name!r} has torch's negative bit set (a "
+                              "lazily negated view, as z.conj().imag makes); kernels read its "
+                              f"memory as it is, with the wrong sign: pass {name}.resolve_neg()")
     elif is_ndarray(value):
         if signature[1] == "unusable strides":
             raise _unusable_strides(value, name, kernel)
@@ -309,6 +354,31 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
         return ArgSpec.tensor(scalar, rank, index64=index64)
     return ArgSpec.tensor(scalar, rank, aligned16=aligned, unit_stride=unit_stride,
                           index64=index64)
+
+
+def check_written(bound: dict, written: Iterable[str], kernel: str,
+                  loc: SourceLocation | None = None) -> None:
+    """A LaunchError if an array bound to a parameter the kernel writes cannot take the
+    writes: a read-only numpy array (writing through it could corrupt immutable data or
+    fault), or an array two of whose elements may share an address (a zero stride, as
+    ``expand`` makes; overlapping ``as_strided`` or ``unfold`` windows): CTAs writing them
+    would race. Reading such arrays is fine."""
+    for name in written:
+        value = bound.get(name)
+        if is_ndarray(value):
+            if not value.flags.writeable:
+                raise LaunchError(f"{kernel}: argument {name!r} is a read-only array, and the "
+                                  "kernel writes to it; pass a writable copy", loc)
+            shape, strides = value.shape, value.strides
+        elif _is_tensor(value):
+            shape, strides = value.shape, value.stride()
+        else:
+            continue
+        if may_self_overlap(shape, strides):
+            raise LaunchError(f"{kernel}: argument {name!r} is written by the kernel, but its "
+                              f"elements may share addresses (shape {tuple(shape)}, strides "
+                              f"{tuple(strides)}), so writes to them would race; pass an "
+                              "array with distinct elements (e.g. a .contiguous() copy)", loc)
 
 
 def _unusable_strides(a, name: str, kernel: str) -> LaunchError:

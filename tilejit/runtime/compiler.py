@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CompilationError, LaunchError
+from ..errors import CompilationError, SourceLocation
 from ..frontend import compile_to_ir
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..knobs import knobs
 from ..passes.dispatch import DispatchRecord, dispatch_log, format_log
 from ..passes.effects import written_parameters
 from ..passes.pipeline import run_pipeline
-from .arguments import is_ndarray
+from .arguments import check_written
 from .disk_cache import CacheEntry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
@@ -202,19 +202,15 @@ class CompiledKernel:
         """The runtime parameters the kernel writes (a read-only array cannot take them)."""
         return tuple(self.metadata["written_params"])
 
-    def check_writable(self, bound: dict) -> None:
-        """A LaunchError if a read-only numpy array is bound to a parameter the kernel
-        writes (writing through it could corrupt immutable data or fault)."""
-        for name in self.written_params:
-            value = bound.get(name)
-            if is_ndarray(value) and not value.flags.writeable:
-                raise LaunchError(f"{self.name}: argument {name!r} is a read-only array, and "
-                                  "the kernel writes to it; pass a writable copy")
+    def check_writable(self, bound: dict, loc: SourceLocation | None = None) -> None:
+        """A LaunchError if an array bound to a parameter the kernel writes cannot take the
+        writes: read-only, or with elements that may share an address (``check_written``)."""
+        check_written(bound, self.written_params, self.name, loc)
 
     def __getitem__(self, grid):
         """``compiled[grid](*runtime_args)``: launch this specialization directly."""
         def launch(*args):
-            self.check_writable(dict(zip(self.runtime_params, args)))
+            self.check_writable(dict(zip(self.runtime_params, args)), self.module.location)
             self.module.launch(grid, list(args))
         return launch
 

@@ -101,6 +101,7 @@ def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, 
         "_tj_grids": arguments.grids, "_tj_resolve_grid": kernel._resolve_grid,
         "_tj_fast": kernel._fast.get, "_tj_miss": kernel._miss, "_tj_hits": kernel._fast_hits,
         "_tj_overrides": knobs.overrides, "_tj_cluster": DEFAULT_CLUSTER,
+        **arguments.TORCH_FACTS_GLOBALS,
     }
     # The knobs a binary depends on: their raw environment text and any Python override are
     # part of the lookup, so changing one makes the next launch take the slow path.

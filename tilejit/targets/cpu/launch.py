@@ -117,7 +117,9 @@ class CpuModule:
         self.meta = artifact.meta
         self._engine, address = load_object(artifact.obj, artifact.entry)
         self._run_ctas = _RUN_CTAS(address)
-        self._params = [_Param(self.name, p) for p in self.meta["params"]]
+        # Where the kernel is defined: argument and grid errors point there.
+        self.location = SourceLocation(self.meta["file"], self.meta["line"])
+        self._params = [_Param(self.name, p, self.location) for p in self.meta["params"]]
         self._pack_records = _records_packer(struct.Struct(self.meta["struct_format"]).pack,
                                              self._params)
         self._seconds_per_cta = math.inf  # single-thread cost estimate from the last launch
@@ -135,10 +137,10 @@ class CpuModule:
         try:
             grid = _GRIDS[grid]
         except (KeyError, TypeError):  # not seen yet, or a list
-            grid = _grid3(grid)
+            grid = _grid3(grid, self.location)
         if len(args) != len(self._params):
             raise LaunchError(f"kernel {self.name!r} takes {len(self._params)} arguments, "
-                              f"got {len(args)}")
+                              f"got {len(args)}", self.location)
         self.launch_records(grid, [param.record(arg) for param, arg in zip(self._params, args)],
                             workers)
 
@@ -181,7 +183,8 @@ class CpuModule:
                     struct.pack("<" + abi.scalar_format(param.dtype), record)
                 except (struct.error, OverflowError) as error:
                     return param.fail(f"= {record!r} cannot be passed as {param.dtype}: {error}")
-        return LaunchError(f"kernel {self.name!r}: cannot pass the arguments {records!r}")
+        return LaunchError(f"kernel {self.name!r}: cannot pass the arguments {records!r}",
+                           self.location)
 
     def _launch_parallel(self, grid, records, total: int, workers: int) -> None:
         bounds = [total * i // workers for i in range(workers + 1)]
@@ -251,13 +254,13 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
     return LaunchError(message, loc)
 
 
-def _grid3(grid) -> tuple[int, int, int]:
+def _grid3(grid, location: SourceLocation) -> tuple[int, int, int]:
     key = grid
     grid = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
     if not 1 <= len(grid) <= 3 or any(not isinstance(g, int) or not 0 <= g <= _MAX_GRID_DIM
                                       for g in grid):
         raise LaunchError(f"grid must be 1 to 3 ints in [0, {_MAX_GRID_DIM}] (CTA ids are "
-                          f"32-bit), got {grid!r}")
+                          f"32-bit), got {grid!r}", location)
     grid = grid + (1,) * (3 - len(grid))
     if isinstance(key, (int, tuple)) and len(_GRIDS) < _CACHE_LIMIT:
         _GRIDS[key] = grid
@@ -269,8 +272,8 @@ class _Param:
     checked (shape, strides) of each tensor layout seen are cached: launching again with
     the same kind of arguments costs a few dictionary lookups."""
 
-    def __init__(self, kernel: str, desc: dict):
-        self.kernel, self.desc, self.name = kernel, desc, desc["name"]
+    def __init__(self, kernel: str, desc: dict, location: SourceLocation):
+        self.kernel, self.desc, self.name, self.location = kernel, desc, desc["name"], location
         self.dtype = SCALAR_TYPES[desc["dtype"]]
         self.is_buffer = desc["kind"] == "buffer"
         self._converters: dict[type, object] = {}
@@ -286,15 +289,17 @@ class _Param:
         return convert(arg)
 
     def fail(self, what: str) -> LaunchError:
-        return LaunchError(f"kernel {self.kernel!r}: argument {self.name!r} {what}")
+        return LaunchError(f"kernel {self.kernel!r}: argument {self.name!r} {what}",
+                           self.location)
 
     def _scalar(self, arg):
         t = self.dtype
+        array = getattr(arg, "ndim", 0)   # a tensor or array (not 0-d): a buffer, no scalar
         if t.is_float:
-            if isinstance(arg, (bool, str)) or not hasattr(arg, "__float__"):
+            if isinstance(arg, (bool, str)) or not hasattr(arg, "__float__") or array:
                 raise self.fail(f"must be a float, got {type(arg).__name__}")
             return float(arg)
-        if not hasattr(arg, "__index__"):
+        if not hasattr(arg, "__index__") or array:
             raise self.fail(f"must be an integer, got {type(arg).__name__}")
         value = int(arg)
         if t.is_bool:
@@ -321,6 +326,9 @@ class _Param:
                 raise self.fail(f"has dtype {t.dtype}, the kernel was compiled for {wanted}")
             if not t.is_cpu:
                 raise self.fail(f"is on {t.device}; the CPU target needs CPU tensors")
+            if t.is_neg():   # a lazily negated view: its memory holds -values
+                raise self.fail("has torch's negative bit set, so kernels would read it with "
+                                "the wrong sign; pass .resolve_neg()")
             shape, strides = t.shape, t.stride()
             return (t.data_ptr(), *(layouts.get((shape, strides))
                                     or self._layout(shape, strides, 1)))

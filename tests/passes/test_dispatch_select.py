@@ -212,11 +212,12 @@ def test_dispatch_log_is_recomputed_from_the_dispatched_ir():
                                        " yes      "]
 
 
-def test_tilejit_dump_dispatch_prints_the_log(capsys):
+def test_the_dispatch_pass_prints_nothing_itself(capsys):
+    # TILEJIT_DUMP=dispatch printed the log here and again in the runtime; the runtime,
+    # which has the log on cache hits too, prints it (tests/runtime/test_dump_dispatch.py).
     with knobs.scoped(dump=frozenset({"dispatch"})):
         dispatched(copy_kernel())
-    err = capsys.readouterr().err
-    assert "dispatch log of @k" in err and "| vector |" in err
+    assert capsys.readouterr() == ("", "")
 
 
 # --------------------------------------------------------------------------- lowering

@@ -14,7 +14,6 @@ how ``CompiledKernel.dispatch_log`` can be filled from the IR after this pass.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 
 from ...errors import DispatchError
@@ -138,7 +137,8 @@ def dispatch_log(kernel: KernelIR, context: DispatchContext | None = None) -> li
 def run(kernel: KernelIR, context: DispatchContext | None = None,
         log: list | None = None) -> KernelIR:
     """Annotate every tile op with its ``rule`` and ``inst_shape``; append the records to
-    ``log`` (and print them when ``TILEJIT_DUMP`` includes ``dispatch``)."""
+    ``log``. ``TILEJIT_DUMP=dispatch`` prints them once, from the runtime, which also has
+    them on a cache hit (``CompiledKernel.dump``)."""
     context = context or context_for(kernel)
     records: list[DispatchRecord] = []
 
@@ -150,8 +150,4 @@ def run(kernel: KernelIR, context: DispatchContext | None = None,
     kernel = Rewriter([(_is_undispatched, annotate, "dispatch")], "dispatch").run(kernel)
     if log is not None:
         log.extend(records)
-    from ...knobs import knobs
-    if "dispatch" in knobs.dump:
-        print(f"// ----- dispatch log of @{kernel.name} ----- //\n{format_log(records)}",
-              file=sys.stderr)
     return kernel

@@ -27,6 +27,10 @@ def _stages(text: str) -> frozenset[str]:
     return frozenset(s.strip() for s in text.split(",") if s.strip())
 
 
+def _folders(text: str) -> tuple[str, ...]:
+    return tuple(folder for folder in text.split(os.pathsep) if folder)
+
+
 KNOBS: dict[str, Knob] = {
     "dump": Knob("TILEJIT_DUMP", _stages, frozenset(),
                  "comma-separated stages to print: ir,lowered,dispatch,llir,cuda,ptx,nki"),
@@ -41,6 +45,9 @@ KNOBS: dict[str, Knob] = {
     "cache_dir": Knob("TILEJIT_CACHE_DIR", os.path.expanduser,
                       os.path.expanduser("~/.cache/tilejit"), "on-disk cache folder"),
     "always_compile": Knob("TILEJIT_ALWAYS_COMPILE", _flag, False, "ignore every cache"),
+    "cuda_include": Knob("TILEJIT_CUDA_INCLUDE", _folders, (),
+                         "folders holding CUDA's headers (cuda_fp16.h, ...) for NVRTC, "
+                         "separated like PATH; tried before the installed ones"),
     "print_autotuning": Knob("TILEJIT_PRINT_AUTOTUNING", _flag, False,
                              "print the autotuning table"),
 }

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 
 from ...errors import CompilationError
+from ...knobs import knobs
 
 __all__ = [
     "CudaProgram", "ResourceUsage", "compile_cuda", "nvrtc_unavailable_reason", "nvrtc_version",
@@ -149,10 +150,7 @@ def _header_version(d: str) -> int | None:
 @functools.lru_cache(maxsize=None)
 def cuda_include_dirs() -> tuple[str, ...]:
     """Directories to pass NVRTC with -I so that CUDA's own headers resolve ('' if none)."""
-    cands: list[str] = []
-    env = os.environ.get("TILEJIT_CUDA_INCLUDE")
-    if env:
-        cands += env.split(os.pathsep)
+    cands: list[str] = list(knobs.cuda_include)
     try:
         from cuda.pathfinder import find_nvidia_header_directory
         found = find_nvidia_header_directory("cudart")

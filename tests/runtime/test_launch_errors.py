@@ -384,3 +384,17 @@ def test_a_tensor_with_the_negative_bit_is_refused(case):
                                 "argument 'x'", "negative bit"), def_line(add))
     add[(1,)](negative.resolve_neg(), negative.resolve_neg(), out, 8)   # resolved: right sign
     torch.testing.assert_close(out, 2 * negative)
+
+
+def test_autotune_and_heuristics_errors_point_at_the_kernel(out):
+    tuned = tj.autotune(configs=[tj.Config({"BLOCK": 8})], key=["n"])(fill)
+    assert_located(launch_error(lambda: tuned[(1,)](out, 1.0, [8]), "autotune key 'n'"),
+                   def_line(fill))
+    assert_located(launch_error(lambda: tuned[(1,)](out, 1.0, 8, BLOCK=4), "chosen by @autotune"),
+                   def_line(fill))
+    computed = tj.heuristics({"BLOCK": lambda meta: 8})(fill)
+    assert_located(launch_error(lambda: computed[(1,)](out, 1.0, 8, BLOCK=4), "@heuristics"),
+                   def_line(fill))
+    nested = tj.autotune(configs=[tj.Config({}, num_warps=1)], key=["n"])(computed)
+    assert_located(launch_error(lambda: nested[(1,)](out, 1.0, 8, BLOCK=4), "@heuristics"),
+                   def_line(fill))

@@ -32,6 +32,7 @@ from ..knobs import knobs
 from .cache import register_kernel
 from .cache_key import canonical_json
 from .disk_cache import warn_cache_unwritable
+from .jit import definition_location
 from .testing import do_bench as default_do_bench
 
 __all__ = ["Autotuner", "Config", "Heuristics", "autotune", "heuristics"]
@@ -94,7 +95,13 @@ class _KernelWrapper:
         return self.kernel.cache_identity()
 
     def __getitem__(self, grid: Any) -> Callable[..., Any]:
-        return lambda *args, **kwargs: self.run(grid, args, kwargs)
+        return lambda *args, **kwargs: self._launch(grid, args, kwargs)
+
+    def _launch(self, grid: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return self.run(grid, args, kwargs)
+        except TilejitError as err:   # shown at the kernel's definition, as a Kernel's are
+            raise err.with_location(definition_location(self.fn)).with_traceback(None) from None
 
     def _named_args(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         return {**self._defaults, **dict(zip(self.arg_names, args)), **kwargs}

@@ -263,15 +263,7 @@ class Kernel:
 
     def _location(self, param: str | None = None) -> SourceLocation | None:
         """Where the kernel (or one of its parameters) is defined, for error excerpts."""
-        try:
-            source = function_source(self.fn)
-        except TilejitError:   # no source file (defined in a REPL)
-            return None
-        args = source.node.args
-        for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
-            if arg is not None and arg.arg == param:
-                return source.loc(arg)
-        return source.loc(source.node)
+        return definition_location(self.fn, param)
 
 
 def kernel(fn: Callable | None = None, *, debug: bool | None = None,
@@ -280,6 +272,20 @@ def kernel(fn: Callable | None = None, *, debug: bool | None = None,
     if fn is None:
         return lambda f: Kernel(f, debug=debug, do_not_specialize=do_not_specialize)
     return Kernel(fn, debug=debug, do_not_specialize=do_not_specialize)
+
+
+def definition_location(fn: Callable, param: str | None = None) -> SourceLocation | None:
+    """Where ``fn`` (or its parameter ``param``) is defined, for error excerpts; None when
+    it has no source file (defined in a REPL)."""
+    try:
+        source = function_source(fn)
+    except TilejitError:
+        return None
+    args = source.node.args
+    for arg in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+        if arg is not None and arg.arg == param:
+            return source.loc(arg)
+    return source.loc(source.node)
 
 
 def _launch_options(options: dict, target: str, kernel: str) -> LaunchOptions:

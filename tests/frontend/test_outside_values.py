@@ -52,6 +52,13 @@ def test_a_mutable_global_is_a_located_error(tmp_path, kind):
                                           "                       ^"]
 
 
+def test_a_number_the_cache_key_cannot_take_asks_for_a_python_number(tmp_path):
+    fn = kernel_from_source(tmp_path, "def kernel(out):\n    out[0] = EPS\n")
+    fn.__globals__["EPS"] = np.float32(1e-6)
+    raises(fn, r"'EPS' is a float32 .* Convert it with int\(...\) or float\(...\), or pass",
+           "out[0] = EPS", {"out": T(f32, 1)})
+
+
 def test_the_message_names_what_a_tuple_holds(tmp_path):
     fn = kernel_from_source(tmp_path, "def kernel(out):\n    out[0] = VALUE[0]\n")
     fn.__globals__["VALUE"] = (1.0, {"a": 4.0})

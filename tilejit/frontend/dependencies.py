@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import numbers
 from dataclasses import dataclass, field
 
 from tilejit.errors import CompilationError
@@ -83,12 +84,17 @@ def check_outside_value(name: str, value) -> None:
         return
     kind = type(part).__qualname__
     held = "" if part is value else f" that holds a {kind}"
+    if isinstance(part, numbers.Number):  # immutable, but not a number the cache key takes
+        why, fix = "", "Convert it with int(...) or float(...)"
+    else:
+        why = (f", and a {kind} can change in place without the kernel noticing, so it "
+               "would keep using the old contents")
+        fix = "Use a tuple (of numbers, strings, bools, None or dtypes)"
     raise CompilationError(
         f"'{name}' is a {type(value).__qualname__}{held} defined outside the kernel; a kernel "
-        f"compiles in the values it reads from outside, and a {kind} can change in place "
-        "without the kernel noticing, so it would keep using the old contents. Use a tuple "
-        "(of numbers, strings, bools, None or dtypes) or pass the value as a tj.constexpr "
-        "argument")
+        "compiles in the values it reads from outside and accepts only Python numbers, "
+        f"strings, bools, None, dtypes, layouts and tuples of those{why}. {fix}, or pass the "
+        "value as a tj.constexpr argument")
 
 
 def unwrap_constexpr(value):

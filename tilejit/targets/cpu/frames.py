@@ -7,10 +7,10 @@ resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspe
 inside :meth:`CoroFrame.wait_until` loops, and now and then in ``while`` loops that read
 memory (:meth:`_Frame.spin_point`), so that spinning on a flag works; there a unit of
 either kind also leaves when the launch is being stopped (Ctrl-C), so that spinning on a
-flag nobody sets does not hang the process. Every state
-change (an arrival, a passed wait, a finished unit) bumps a progress counter; a round of
-resumes that leaves it unchanged while units remain is a deadlock, reported with the wait
-site of the first waiting unit.
+flag nobody sets does not hang the process. Every state change (an arrival, a passed
+wait, a finished unit) bumps a progress counter; a round of resumes that leaves it
+unchanged while units remain is a deadlock, reported with the wait site of the first
+waiting unit.
 
 A frame's function takes ``(ctx, unit, data, sync, cta x/y/z, grid x/y/z, argument
 slots...)``. ``data`` and ``sync`` are the CTA's private arenas, passed as ``noalias``

@@ -3,6 +3,7 @@ alignments, strides, containers and scalar values, the signature lookup never ru
 binary compiled for other facts (every result is checked against numpy, and no byte
 outside the written elements changes)."""
 import numpy as np
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,4 +62,44 @@ def test_launch_sequences_match_numpy(launches):
         else:
             x_arg, out_arg = x, out
         axpy_ramp[(1,)](x_arg, out_arg, a, spec["n"])
+        np.testing.assert_array_equal(out_base, expected_base, err_msg=str(spec))
+
+
+refusable = st.fixed_dictionaries({
+    "n": st.sampled_from([0, 1, 2, 5, 17]),
+    "x_step": st.sampled_from([0, 1, 2]),     # reading elements at one address is fine
+    "out_step": st.sampled_from([0, 1, 2]),   # writing them races: refused when n >= 2
+    "negative_x": st.booleans(),              # torch's negative bit: refused
+    "container": st.sampled_from(["torch", "numpy"]),
+})
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(refusable, min_size=2, max_size=8))
+def test_racing_outputs_and_negative_views_are_refused_in_any_launch_order(launches):
+    """A refused argument differs from an accepted one only in facts the signature holds,
+    so whichever launched first, the fast path never runs the other."""
+    for spec in launches:
+        n, size = spec["n"], 2 * spec["n"] + 3
+        x_base = np.arange(1, size + 1, dtype=np.float32)
+        out_base = np.full(size, 7, np.float32)
+        x = np.lib.stride_tricks.as_strided(x_base, (n,), (4 * spec["x_step"],))
+        out = np.lib.stride_tricks.as_strided(out_base, (n,), (4 * spec["out_step"],))
+        negative = spec["negative_x"] and spec["container"] == "torch"
+        racing = spec["out_step"] == 0 and n >= 2
+        expected_base = out_base.copy()
+        if not (negative or racing):
+            expected_out = np.lib.stride_tricks.as_strided(expected_base, (n,), out.strides)
+            expected_out[:] = x * 2 + np.arange(n)
+        if spec["container"] == "torch":
+            x, out = torch.from_numpy(x), torch.from_numpy(out)
+            if negative:
+                x = torch._neg_view(x)
+        if negative or racing:
+            with pytest.raises(tj.LaunchError, match="negative bit" if negative
+                               else "share addresses"):
+                axpy_ramp[(1,)](x, out, 2.0, n)
+        else:
+            axpy_ramp[(1,)](x, out, 2.0, n)
         np.testing.assert_array_equal(out_base, expected_base, err_msg=str(spec))

@@ -74,10 +74,11 @@ class TensorSpec:
 # torch.Tensor arguments (a function call would cost a fifth more), ``_torch_facts`` runs
 # the same text for every other route. get_device() is -1 on the CPU and the index on CUDA:
 # it tells apart both the target and the GPU, at a fifth of the cost of t.device. The last
-# two facts are refusals, on the miss: torch's negative bit (``z.conj().imag`` reads as
-# -data, kernels would read data), and elements that may share an address, which only a
-# non-contiguous tensor can have (writing them races; reading them is fine; the common
-# 1-D tensor is told contiguous by its strides, without a call).
+# two facts are for refusals on the miss: torch's negative bit (``z.conj().imag`` stands for
+# the negated values in its memory, which a kernel would read as they are), and whether
+# the tensor is *writable*: no two elements may share an address, which only a
+# non-contiguous tensor can break (CTAs writing them race; reading them is fine). The common
+# 1-D tensor is told contiguous by its strides, without a call.
 _TORCH_FACTS = """\
 {strides} = {t}.stride()
 {address} = {t}.data_ptr()
@@ -113,6 +114,8 @@ def may_self_overlap(shape, strides) -> bool:
 
 
 def _interleaved(shape, strides) -> bool:
+    """The test of ``may_self_overlap`` (strides taken by size: a reversed dimension
+    addresses the same elements)."""
     if 0 in shape:
         return False
     span = 0   # the largest offset the dimensions of smaller strides reach

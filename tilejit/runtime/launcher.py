@@ -77,16 +77,27 @@ def reserved_names(kernel) -> frozenset[str]:
     """The names the generated launcher uses besides the kernel's parameters: its globals,
     its locals, its launch options and the builtins it calls. A kernel parameter so named
     would shadow one of them. Read off the launcher's own text, written with stand-ins for
-    the parameters (they carry ``PREFIX``, which no parameter may)."""
-    stand_ins = [f"{PREFIX}parameter{i}" for i in range(len(kernel.arg_names))]
-    source, namespace = _launcher_source(kernel, stand_ins, "_tj_kernel")
-    used = set(namespace)
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Name):
-            used.add(node.id)
-        elif isinstance(node, ast.arg):
-            used.add(node.arg)
-    return frozenset(used - set(stand_ins))
+    the parameters (they carry ``PREFIX``, which no parameter may).
+
+    That text depends on the parameters only through which are constexprs and which have
+    defaults: the names are remembered per that pattern (parsing costs a millisecond, and
+    every decoration asks)."""
+    pattern = tuple((n in kernel.constexprs, n in kernel.defaults) for n in kernel.arg_names)
+    reserved = _RESERVED.get(pattern)
+    if reserved is None:
+        stand_ins = [f"{PREFIX}parameter{i}" for i in range(len(pattern))]
+        source, namespace = _launcher_source(kernel, stand_ins, "_tj_kernel")
+        used = set(namespace)
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Name):
+                used.add(node.id)
+            elif isinstance(node, ast.arg):
+                used.add(node.arg)
+        reserved = _RESERVED[pattern] = frozenset(used - set(stand_ins))
+    return reserved
+
+
+_RESERVED: dict[tuple, frozenset[str]] = {}
 
 
 def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, dict[str, Any]]:

@@ -51,6 +51,7 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
         "num_warps": kernel.attrs["num_warps"], "granularity": str(units.kind),
         "units_per_cta": units.count, "sites": mc.sites, "debug": options.debug,
         "noalias": options.noalias, "data_bytes": mc.data.size, "sync_bytes": mc.sync.size,
+        "spin_loops": frame.spin_loops,
     }
     return module, meta
 

@@ -112,6 +112,7 @@ class _Frame:
         self.builder = ir.IRBuilder(self.entry)
         self.error_exit = self.fn.append_basic_block("error")
         self.stack_bytes = 0
+        self.spin_loops = False   # whether a loop may wait on memory (see spin_point)
 
     def _load_ctx(self, field: int, typ: ir.Type):
         return self.builder.load(self.ctx_field(field), typ=typ)
@@ -144,6 +145,7 @@ class _Frame:
         """In a loop that reads memory (a flag another unit or CTA sets), every
         ``SPIN_YIELD_PERIOD``-th pass leaves the unit with ``INTERRUPTED`` when the launch
         is being stopped, and lets the other units run (:meth:`_pause`)."""
+        self.spin_loops = True
         b = self.builder
         counter = self.alloca(I32, 1, 4)
         self._allocas.store(ir.Constant(ir.ArrayType(I32, 1), [0]), counter)

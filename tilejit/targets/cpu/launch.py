@@ -4,17 +4,21 @@
 ``launch_records`` (the runtime's hot path, which made the records itself) packs them into
 the flat slot array of ``abi`` (one generated ``struct.pack`` call into a ``bytes`` object,
 passed to ctypes without a copy), splits the grid into one contiguous CTA range per worker
-and calls the JIT'd ``run_ctas`` on each in pool threads (one per core, started once per
-process); ctypes releases the GIL for the call. The calling thread waits where Python can
-deliver Ctrl-C: the KeyboardInterrupt sets the launch's stop word, every range ends at its
-next CTA boundary, and the interrupt is raised once they all have (a second Ctrl-C while
-they finish their CTAs is raised at once). A launch of one CTA, or whose previous run
-showed less work than a pool handoff is worth, runs on the calling thread (a single CTA
-always runs to its end). Each CTA always runs on one thread, in order, so deterministic
-kernels give the same results for any worker count. A failed CTA
+and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool
+threads (one per core, started once per process) take the others; ctypes releases the GIL
+for the call. A launch of one CTA, or whose previous run showed less work than a pool
+handoff is worth, stays on the calling thread. Each CTA always runs on one thread, in
+order, so deterministic kernels give the same results for any worker count. A failed CTA
 range turns its error record (one per calling thread, or per worker) into a
 :class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
 the barrier waited on) and the kernel's source line.
+
+Ctrl-C: the calling thread runs its CTAs in calls of about ``_SIGNAL_CHECK_SECONDS``,
+between which Python delivers KeyboardInterrupt (a single CTA runs to its end), or, for a
+kernel with loops that spin on memory (which may never end), only waits. It sets the
+launch's stop word, which ``run_ctas`` reads before each CTA and spinning loops every 64
+passes, waits for the pool's ranges to end (they use the arguments' memory; a second
+Ctrl-C is raised at once), and re-raises.
 
 Per-parameter converters are chosen on first use of each argument type and cached; the
 ctypes function object is built once per module.
@@ -40,6 +44,7 @@ _CORES = os.cpu_count() or 1  # os.cpu_count() costs microseconds: ask once
 _CACHE_LIMIT = 256
 _MAX_GRID_DIM = 2**31 - 1
 _PARALLEL_MIN_SECONDS = 100e-6  # below this much work a launch stays on the calling thread
+_SIGNAL_CHECK_SECONDS = 10e-3   # the calling thread returns to Python this often (Ctrl-C)
 _GRIDS: dict = {}
 _RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p)
 _ERR_BYTES = abi.ERR_SLOTS * 8
@@ -55,7 +60,7 @@ class _ErrorRecord:
         self.address = ctypes.addressof(self.buffer)
 
 
-# The stop word of launches on the calling thread, which Python cannot interrupt anyway.
+# The stop word of launches on the calling thread alone: Python interrupts them between calls.
 _NEVER_STOPPED = ctypes.c_int32(0)
 _NEVER_STOPPED_ADDRESS = ctypes.addressof(_NEVER_STOPPED)
 
@@ -153,17 +158,17 @@ class CpuModule:
         total = grid[0] * grid[1] * grid[2]
         if not total:
             return
-        if total > 1 and total * self._seconds_per_cta >= _PARALLEL_MIN_SECONDS:
-            # Also with one worker: the calling thread must stay free to take Ctrl-C.
+        if not (total == 1 or workers == 1 or (
+                workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS)):
             self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))
             return
         err = _thread_error_record()
-        packed = self._pack(0, total, err, _NEVER_STOPPED_ADDRESS, grid, records)
         if total == 1:   # nothing to time: one CTA never goes to the pool
-            status = self._run_ctas(packed)
+            status = self._run_ctas(self._pack(0, 1, err, _NEVER_STOPPED_ADDRESS, grid,
+                                               records))
         else:
             start = time.perf_counter()
-            status = self._run_ctas(packed)
+            status = self._run_here(0, total, err, _NEVER_STOPPED_ADDRESS, grid, records)
             self._seconds_per_cta = (time.perf_counter() - start) / total
         if status:
             self._raise(status, err.buffer.raw)
@@ -186,19 +191,46 @@ class CpuModule:
         return LaunchError(f"kernel {self.name!r}: cannot pass the arguments {records!r}",
                            self.location)
 
+    def _run_here(self, first: int, last: int, err: _ErrorRecord, stop: int, grid,
+                  records) -> int:
+        """Run CTAs ``[first, last)`` on the calling thread in calls of about
+        ``_SIGNAL_CHECK_SECONDS`` (sized by the last launch, else doubling from one CTA),
+        so that Python can deliver Ctrl-C between them; the status of the first that
+        fails, else 0."""
+        estimate = self._seconds_per_cta
+        count = max(1, int(_SIGNAL_CHECK_SECONDS / estimate)) if estimate else last - first
+        while first < last:
+            end = min(last, first + count)
+            start = time.perf_counter()
+            status = self._run_ctas(self._pack(first, end, err, stop, grid, records))
+            if status:
+                return status
+            if time.perf_counter() - start < _SIGNAL_CHECK_SECONDS / 2:
+                count *= 2
+            first = end
+        return 0
+
     def _launch_parallel(self, grid, records, total: int, workers: int) -> None:
         bounds = [total * i // workers for i in range(workers + 1)]
         errs = [_ErrorRecord() for _ in range(workers)]
         stop = ctypes.c_int32(0)
-        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], ctypes.addressof(stop), grid,
-                             records) for i in range(workers)]
+        stop_address = ctypes.addressof(stop)
+        # A CTA spinning on memory may never end, and the calling thread must stay free to
+        # take Ctrl-C: all of such a kernel's ranges go to the pool.
+        here = 0 if self.meta["spin_loops"] else 1
+        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], stop_address, grid, records)
+                  for i in range(here, workers)]
         results: queue.SimpleQueue = queue.SimpleQueue()
         pool = _pool()
         start = time.perf_counter()
-        for index in range(workers):
-            pool.queues[index].put((self._run_ctas, packed[index], results, index))
-        statuses, waiting = [0] * workers, workers
+        for index in range(here, workers):
+            pool.queues[index - here].put((self._run_ctas, packed[index - here], results,
+                                           index))
+        statuses, waiting = [0] * workers, workers - here
         try:
+            if here:
+                statuses[0] = self._run_here(bounds[0], bounds[1], errs[0], stop_address, grid,
+                                             records)
             while waiting:
                 index, status = results.get()
                 statuses[index], waiting = status, waiting - 1

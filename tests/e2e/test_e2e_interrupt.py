@@ -35,20 +35,24 @@ CHILD = textwrap.dedent("""
     out = torch.zeros(4, dtype=torch.int32)
     kernel, grid = {{"churn": (churn, 1_000_000), "spin": (spin, 4),
                     "spin_threads": (spin_threads, 4)}}["{kernel}"]
-    kernel.compile(out, 1_000_000)
+    compiled = kernel.compile(out, 1_000_000)
     print("launching", flush=True)
-    kernel[(grid,)](out, 1_000_000)   # churn: about 1000 s of work on one core
+    if {one_worker}:   # the calling thread alone
+        compiled.module.launch(grid, [out, 1_000_000], workers=1)
+    else:
+        kernel[(grid,)](out, 1_000_000)   # churn: about 1000 s of work on one core
     print("finished", flush=True)
 """)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("kernel", ["churn", "spin", "spin_threads"])
-def test_ctrl_c_stops_a_long_launch(tmp_path, kernel):
+@pytest.mark.parametrize("kernel, one_worker", [("churn", False), ("churn", True),
+                                                ("spin", False), ("spin_threads", False)])
+def test_ctrl_c_stops_a_long_launch(tmp_path, kernel, one_worker):
     """``churn`` stops between CTAs, the ``spin`` kernels (CTAs that wait forever) where
     they spin."""
     script = tmp_path / "child.py"   # kernels need a source file
-    script.write_text(CHILD.format(kernel=kernel))
+    script.write_text(CHILD.format(kernel=kernel, one_worker=one_worker))
     checkout = str(pathlib.Path(tj.__file__).resolve().parents[1])   # this tilejit, not another
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join([checkout, os.environ.get("PYTHONPATH", "")])}

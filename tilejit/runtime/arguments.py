@@ -4,9 +4,9 @@ A launch summarizes each argument in a *signature* (:func:`facts_of`): a small h
 value holding exactly what the compiled code may depend on (dtype, rank, device, 16-byte
 alignment, unit innermost stride and whether it holds :data:`INDEX64_ELEMENTS` elements or
 more for arrays; i32/i64/f32/i1 and divisibility by 16 for scalars; type and value for
-compile-time values). Two calls with equal signatures can run
-the same binary, so ``Kernel`` finds its binary with one dict lookup, and hands the backend
-the argument's *record* made at the same time (pointer, shape and strides of an array).
+compile-time values). Two calls with equal signatures can run the same binary, so
+``Kernel`` finds its binary with one dict lookup, and hands the backend the argument's
+*record* made at the same time (pointer, shape and strides of an array).
 Everything else here runs only when that lookup misses, and raises ``LaunchError`` naming
 the argument before anything runs.
 
@@ -149,8 +149,7 @@ _UNSEEN = object()
 def _numpy_layout(strides: tuple, dtype) -> tuple | None:
     """(signatures[16-byte aligned][writable][index64], strides in elements) of an ndarray
     with these byte strides and dtype; None unless all strides are whole, non-negative
-    elements.
-    Remembered per (strides, dtype). (Whether the array can take writes -- it is writable
+    elements. Remembered per (strides, dtype). (Whether the array can take writes -- it is writable
     and no two of its elements may share an address -- is in the signature so that one
     that cannot takes the slow path, which refuses it for a parameter the kernel writes.)"""
     layout, itemsize = None, dtype.itemsize

@@ -34,6 +34,7 @@ __all__ = [
     "copy", "copy_async", "gemm", "gemm_async", "reduce",
     "add", "sub", "mul", "div", "maximum", "minimum", "exp", "exp2", "log", "sqrt", "rsqrt",
     "neg", "abs", "fma", "cast", "fill", "select", "ptx", "nki",
+    "sum", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "associative_scan",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "bool",
 ]
@@ -380,7 +381,9 @@ def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dis
 
 
 @builtin("reduce")
-def reduce(dst, src, op, axis, *, dispatch=None, config=None, _sem):
+def reduce(dst, src, op=None, axis=None, *, dispatch=None, config=None, _sem):
+    # op and axis default to None only so that a forgotten dst (tj.reduce(a, "max", axis=1))
+    # gets the semantics' explanation instead of "missing a required argument".
     return _sem.tile.reduce(dst, src, op, axis, dispatch, config)
 
 
@@ -400,6 +403,68 @@ sqrt, rsqrt = _pointwise_builtin("sqrt"), _pointwise_builtin("rsqrt")
 neg, abs = _pointwise_builtin("neg"), _pointwise_builtin("abs")
 fma, cast, fill = _pointwise_builtin("fma"), _pointwise_builtin("cast"), _pointwise_builtin("fill")
 select = _pointwise_builtin("select")
+
+
+# ------------------------------------------------------ reductions and scans (expressions)
+# These shadow Python's sum/max/min in this module: code here must call builtins.max etc.
+@builtin("sum")
+def sum(x, axis=None, keep_dims=False, *, dtype=None, dispatch=None, config=None, _sem):
+    """``tj.sum(x, axis=None, keep_dims=False, dtype=None)``: a new fragment (docs/language.md)."""
+    return _sem.tile.reduction("sum", x, axis, keep_dims, dtype, dispatch, config)
+
+
+@builtin("max")
+def max(x, axis=None, keep_dims=False, *, dispatch=None, config=None, _sem):
+    """``tj.max(x, axis)`` reduces ``x``; ``tj.maximum(a, b)`` is the elementwise one."""
+    return _sem.tile.reduction("max", x, axis, keep_dims, None, dispatch, config)
+
+
+@builtin("min")
+def min(x, axis=None, keep_dims=False, *, dispatch=None, config=None, _sem):
+    """``tj.min(x, axis)`` reduces ``x``; ``tj.minimum(a, b)`` is the elementwise one."""
+    return _sem.tile.reduction("min", x, axis, keep_dims, None, dispatch, config)
+
+
+@builtin("argmax")
+def argmax(x, axis, keep_dims=False, *, dispatch=None, config=None, _sem):
+    """i32 index of the largest element along ``axis`` (the lowest on ties; NaN is largest)."""
+    return _sem.tile.reduction("argmax", x, axis, keep_dims, None, dispatch, config)
+
+
+@builtin("argmin")
+def argmin(x, axis, keep_dims=False, *, dispatch=None, config=None, _sem):
+    """i32 index of the smallest element along ``axis`` (the lowest on ties; NaN is smallest)."""
+    return _sem.tile.reduction("argmin", x, axis, keep_dims, None, dispatch, config)
+
+
+@builtin("cumsum")
+def cumsum(x, axis=0, *, dtype=None, dispatch=None, config=None, _sem):
+    """Inclusive prefix sums along ``axis``: a new fragment of ``x``'s shape."""
+    return _sem.tile.scan("cumsum", "sum", x, axis, dtype, dispatch, config)
+
+
+@builtin("cumprod")
+def cumprod(x, axis=0, *, dtype=None, dispatch=None, config=None, _sem):
+    """Inclusive prefix products along ``axis``: a new fragment of ``x``'s shape."""
+    return _sem.tile.scan("cumprod", "prod", x, axis, dtype, dispatch, config)
+
+
+# A combine function given as a builtin -> the scan op it is.
+_SCAN_COMBINES = {"add": "sum", "mul": "prod", "maximum": "max", "minimum": "min"}
+
+
+@builtin("associative_scan")
+def associative_scan(x, axis, combine, *, dispatch=None, config=None, _sem):
+    """Inclusive scan along ``axis`` with ``combine``: ``tj.add``, ``tj.mul``,
+    ``tj.maximum``, ``tj.minimum`` (or their names ``"sum"``, ``"prod"``, ``"max"``,
+    ``"min"``). A ``@tj.func`` combine is refused (not implemented yet)."""
+    if isinstance(combine, DeviceFunction):
+        raise CompilationError(
+            f"tj.associative_scan: the @tj.func combine {combine.fn.__name__} is not supported "
+            "yet; combine must be tj.add, tj.mul, tj.maximum or tj.minimum (or 'sum', 'prod', "
+            "'max', 'min'); tj.cumsum and tj.cumprod are the first two")
+    op = _SCAN_COMBINES.get(getattr(combine, "__tj_builtin__", None), combine)
+    return _sem.tile.scan("associative_scan", op, x, axis, None, dispatch, config)
 
 
 # ------------------------------------------------------------------- raw intrinsics

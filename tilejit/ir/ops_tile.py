@@ -22,7 +22,12 @@ COMMON_ATTRS = {
     "rule": Attr(Optional(STR), None),
     "inst_shape": Attr(Optional(Tuple(INT)), None),
 }
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = ("sum", "max", "min", "argmax", "argmin")
+# Reductions whose result is the position (along the axis) of the extreme element, not a
+# value of the source: their destination is an integer tile.
+INDEX_REDUCE_OPS = ("argmax", "argmin")
+# Inclusive scans along one axis (tj.cumsum, tj.cumprod, tj.associative_scan).
+SCAN_OPS = ("sum", "prod", "max", "min")
 # Pointwise op -> number of sources.
 POINTWISE_ARITY = {
     "add": 2, "sub": 2, "mul": 2, "div": 2, "maximum": 2, "minimum": 2,
@@ -70,6 +75,19 @@ def _check_reduce(op):
     kept = src[:axis] + (1,) + src[axis + 1:]
     if tuple(dst) not in (dropped, kept):
         return f"reduce of {list(src)} over axis {axis} cannot write {list(dst)}"
+    index_type = op.operands[0].type.dtype
+    if op.attrs["op"] in INDEX_REDUCE_OPS and (not index_type.is_int or index_type.is_bool):
+        return f"{op.attrs['op']} writes indices: its dst must be an integer tile, not {index_type}"
+    return None
+
+
+def _check_scan(op):
+    dst, src = _shape(op.operands[0]), _shape(op.operands[1])
+    axis = op.attrs["axis"]
+    if not 0 <= axis < len(src):
+        return f"axis {axis} out of range for a rank-{len(src)} source"
+    if tuple(dst) != tuple(src):
+        return f"a scan writes a dst of its src's shape {list(src)}, not {list(dst)}"
     return None
 
 
@@ -104,5 +122,7 @@ _tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
 _tile("tile.gemm_async", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
 _tile("tile.reduce", "dst:memory src:memory",
       {"op": Attr(Choice(*REDUCE_OPS)), "axis": Attr(INT)}, _check_reduce)
+_tile("tile.scan", "dst:memory src:memory",
+      {"op": Attr(Choice(*SCAN_OPS)), "axis": Attr(INT)}, _check_scan)
 _tile("tile.pointwise", "dst:memory *srcs:tile_or_scalar",
       {"op": Attr(Choice(*POINTWISE_ARITY))}, _check_pointwise)

@@ -349,9 +349,11 @@ class Emitter:
         value = bool(fill) if dtype == i1 else float(fill) if dtype.is_float else int(fill)
         return self.const(value, dtype)
 
-    def load(self, operand: Operand, idx: Sequence[Index], checked: bool = False) -> Value:
+    def load(self, operand: Operand, idx: Sequence[Index], checked: bool = False,
+             fill: Value | None = None) -> Value:
         """The element of ``operand`` at domain indices ``idx``; a scalar operand is its own
-        value. ``checked``: out-of-bounds elements read as the fill value."""
+        value. ``checked``: out-of-bounds elements read as ``fill`` (default: the fill value
+        of ``config``)."""
         if operand.is_scalar:
             return operand.value
         op_idx = self.operand_index(operand, idx)
@@ -362,7 +364,7 @@ class Emitter:
         with self.b.insert_into(then):
             self.b.yield_([self.b.load(self.storage(operand), [self.index(i) for i in op_idx])])
         with self.b.insert_into(orelse):
-            self.b.yield_([self.fill_value(operand)])
+            self.b.yield_([self.fill_value(operand) if fill is None else fill])
         return op.result
 
     def store(self, operand: Operand, value: Value, idx: Sequence[Index],

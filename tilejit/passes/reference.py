@@ -9,7 +9,10 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
 * Bools compute like numpy: ``add``/``maximum`` are or, ``mul``/``div``/``minimum`` and;
   ``sub`` and ``neg`` raise (the frontend refuses them on bool tiles).
 * ``reduce`` folds in the destination's dtype; ``dst`` has ``src``'s shape with ``axis``
-  removed or kept as 1.
+  removed or kept as 1. ``argmax``/``argmin`` compare in the source's dtype and give the
+  lowest index of the extreme; a NaN counts as the extreme (numpy's and torch's rule).
+* ``scan`` is the inclusive scan along ``axis`` (``dst[..., i, ...]`` combines elements
+  ``0..i``), computed in the destination's dtype; ``dst`` has ``src``'s shape.
 * ``gemm`` multiplies and accumulates in C's dtype: ``C + op(A) @ op(B)`` (``accum``) or
   ``op(A) @ op(B)``.
 * :func:`read_region` / :func:`write_region` give a region of a tensor that may run past
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["copy", "gemm", "pointwise", "read_region", "reduce", "write_region"]
+__all__ = ["copy", "gemm", "pointwise", "read_region", "reduce", "scan", "write_region"]
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
            "maximum": np.maximum, "minimum": np.minimum}
@@ -70,9 +73,19 @@ def pointwise(op: str, dst: np.ndarray, *srcs) -> np.ndarray:
 
 
 def reduce(dst: np.ndarray, src, op: str, axis: int) -> np.ndarray:
+    if op in ("argmax", "argmin"):
+        fn = np.argmax if op == "argmax" else np.argmin
+        return fn(np.asarray(src), axis=axis).reshape(np.shape(dst)).astype(dst.dtype)
     fn = {"sum": np.sum, "max": np.max, "min": np.min}[op]
     values = np.asarray(src).astype(dst.dtype)
     return np.asarray(fn(values, axis=axis)).reshape(np.shape(dst)).astype(dst.dtype)
+
+
+def scan(dst: np.ndarray, src, op: str, axis: int) -> np.ndarray:
+    fn = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate,
+          "min": np.minimum.accumulate}[op]
+    with np.errstate(all="ignore"):   # integer products wrap, as on the targets
+        return fn(np.asarray(src).astype(dst.dtype), axis=axis, dtype=dst.dtype)
 
 
 def gemm(C: np.ndarray, A, B, transpose_a: bool = False, transpose_b: bool = False,

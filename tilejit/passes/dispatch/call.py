@@ -27,7 +27,7 @@ _POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",)}
 
 def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
     """The names rules and messages use for the tile operands of ``primitive``."""
-    if primitive in ("copy", "copy_async", "reduce"):
+    if primitive in ("copy", "copy_async", "reduce", "scan"):
         return ("dst", "src")
     if primitive in ("gemm", "gemm_async"):
         return ("C", "A", "B")

@@ -8,10 +8,11 @@ Importing this package registers them (the registry does so on first use):
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``tree`` | yes | ``reduce`` |
 | gemm | ``fma`` | yes | ``gemm_fma`` |
+| scan | ``serial`` | yes | ``scan`` |
 
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import elementwise, gemm_fma, reduce
+from . import elementwise, gemm_fma, reduce, scan
 
-__all__ = ["elementwise", "gemm_fma", "reduce"]
+__all__ = ["elementwise", "gemm_fma", "reduce", "scan"]

@@ -5,7 +5,8 @@ from ...ir.types import MemScope, TeamKind
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import Decline, Plan
 
-__all__ = ["ELEMENT_ROLES", "element_access_reasons", "verdict"]
+__all__ = ["ELEMENT_ROLES", "element_access_reasons", "identity", "out_of_bounds_fill",
+           "verdict"]
 
 # Memory that plain load/store reach element by element (tmem, sbuf and psum need their
 # target's own instructions).
@@ -30,6 +31,29 @@ def element_access_reasons(call: PrimitiveCall, allow_oob: bool = True) -> list[
             reasons.append(f"{o.name} may run past the end of its tensor; copy it into an "
                            "on-chip tile first")
     return reasons
+
+
+def identity(em, op: str, dtype):
+    """The constant ``op`` folds from (``combine(identity, x) == x``); ``argmax``/``argmin``
+    take that of ``max``/``min``."""
+    op = op.removeprefix("arg")
+    if op in ("sum", "prod"):
+        one = 1 if op == "prod" else 0
+        return em.const(float(one) if dtype.is_float else one, dtype)
+    if dtype.is_float:
+        return em.const(float("-inf") if op == "max" else float("inf"), dtype)
+    bits = dtype.bits - dtype.is_signed
+    low = -(1 << bits) if dtype.is_signed else 0
+    return em.const(low if op == "max" else (1 << bits) - 1, dtype)
+
+
+def out_of_bounds_fill(em, call: PrimitiveCall, operand):
+    """What a reduction or scan reads past the end of a tensor: ``config["fill"]`` when
+    given, else the op's identity, so that missing elements do not count (Triton's masked
+    load with ``other=-inf`` before a ``tl.max``)."""
+    if "fill" in call.config:
+        return None   # Emitter.load's default: the config's fill value
+    return identity(em, call.attrs["op"], operand.dtype)
 
 
 def verdict(reasons: list[str], shapes, **details) -> Plan | Decline:

@@ -1,4 +1,5 @@
-"""Reduction (sum/max/min over one axis) on any target: family ``tree`` (the fallback).
+"""Reduction (sum/max/min/argmax/argmin over one axis) on any target: family ``tree``
+(the fallback).
 
 Within one executing unit the reduction is sequential: the accumulator starts at the
 first element and folds in the rest, in the destination's dtype. How the team shares the
@@ -12,17 +13,27 @@ work follows the call's distribution:
   ``warp_shuffle xor`` within a warp and, for a CTA team, one partial per warp through
   shared memory between two ``sync``s. Thread 0 stores the result.
 
+``argmax``/``argmin`` fold a (value, index) pair in the source's dtype: an element
+replaces the best one when it is strictly beyond it (ties keep the lowest index) or when
+it is NaN and the best is not (NaN counts as the extreme, as in numpy and torch). They
+have no tree: under a cyclic distribution each thread folds whole outputs.
+
+A source that may run past the end of its tensor reads the op's identity there (or
+``config["fill"]``), so the missing elements do not count; stores to a destination past
+the end are skipped.
+
 Instruction shape: ``(1,)`` for a sequential fold, ``(T,)`` for a tree over ``T`` threads.
 """
 from __future__ import annotations
 
+from ...ir.ops_tile import INDEX_REDUCE_OPS
 from ...ir.scope import LANES_PER_WARP
 from ...ir.types import MemScope, TeamKind
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import Decline, Plan, Rule, register
 from ..distribution import Cyclic, Owned, choose, team_thread
 from ..loopgen import Box, Emitter
-from .common import element_access_reasons, verdict
+from .common import element_access_reasons, identity, out_of_bounds_fill, verdict
 
 __all__ = ["TREE_REDUCE"]
 
@@ -50,7 +61,7 @@ def _tree_reason(call: PrimitiveCall) -> str | None:
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = element_access_reasons(call, allow_oob=False)
+    reasons = element_access_reasons(call)
     if reasons:
         return Decline(*reasons)
     dst, src = call["dst"], call["src"]
@@ -61,29 +72,54 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if isinstance(dist, Owned) and src.thread_axes:
         rows = range(src.shape[call.attrs["axis"]])
         why = dist.check_reads(src, lambda p: [tuple(_source_index(call, p, a)) for a in rows])
-    if isinstance(dist, Cyclic):
+    tree = isinstance(dist, Cyclic) and call.attrs["op"] not in INDEX_REDUCE_OPS
+    if tree:
         why = _tree_reason(call)
-    shape = (dist.team_size,) if isinstance(dist, Cyclic) else (1,)
-    return verdict([why] if why else [], [shape], distribution=dist)
+    shape = (dist.team_size,) if tree else (1,)
+    return verdict([why] if why else [], [shape], distribution=dist, tree=tree)
 
 
-def _identity(em: Emitter, op: str, dtype):
-    if op == "sum":
-        return em.const(0.0 if dtype.is_float else 0, dtype)
-    if dtype.is_float:
-        return em.const(float("-inf") if op == "max" else float("inf"), dtype)
-    bits = dtype.bits - dtype.is_signed
-    low = -(1 << bits) if dtype.is_signed else 0
-    return em.const(low if op == "max" else (1 << bits) - 1, dtype)
+def _replaces(em: Emitter, op: str, x, best):
+    """Whether element ``x`` replaces ``best`` in an argmax/argmin fold."""
+    beyond = em.b.cmp("gt" if op == "argmax" else "lt", x, best)
+    if not x.type.is_float:
+        return beyond
+    # ``ne`` is unordered (true for NaN) and ``eq`` ordered (false for NaN).
+    first_nan = em.b.binary("and", em.b.cmp("ne", x, x), em.b.cmp("eq", best, best))
+    return em.b.binary("or", beyond, first_nan)
+
+
+def _loader(call: PrimitiveCall, em: Emitter):
+    """``load(out_idx, a)``: element ``a`` of the reduced axis for output ``out_idx``."""
+    src = call["src"]
+    fill = out_of_bounds_fill(em, call, src) if src.may_oob else None
+    return lambda out_idx, a: em.load(src, _source_index(call, out_idx, a), src.may_oob, fill)
+
+
+def _lower_index(call: PrimitiveCall, em: Emitter) -> None:
+    dst, src, op = call["dst"], call["src"], call.attrs["op"]
+    length, load = src.shape[call.attrs["axis"]], _loader(call, em)
+
+    def fold(out_idx):
+        def step(a, best, where):
+            x = load(out_idx, a)
+            take = _replaces(em, op, x, best)
+            return [em.b.select(take, x, best), em.b.select(take, em.index(a), where)]
+        _, where = em.loop(1, length, 1, step, inits=[load(out_idx, 0), em.const(0)])
+        em.store(dst, where, out_idx, dst.may_oob)
+    em.each([(Box.full(dst.shape), fold)])
 
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    if call.attrs["op"] in INDEX_REDUCE_OPS:
+        _lower_index(call, em)
+        return
     dst, src = call["dst"], call["src"]
     axis, combine = call.attrs["axis"], _COMBINE[call.attrs["op"]]
-    length, dtype = src.shape[axis], dst.dtype
+    length, dtype, load = src.shape[axis], dst.dtype, _loader(call, em)
 
     def element(out_idx, a):
-        value = em.load(src, _source_index(call, out_idx, a))
+        value = load(out_idx, a)
         return value if value.type == dtype else em.b.cast(value, dtype)
 
     def fold(out_idx, start, step, init):
@@ -92,17 +128,18 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         return acc
 
     dist, domain = plan.details["distribution"], Box.full(dst.shape)
-    if not isinstance(dist, Cyclic):
-        em.each([(domain, lambda out: em.store(dst, fold(out, 1, 1, element(out, 0)), out))])
+    if not plan.details["tree"]:
+        em.each([(domain, lambda out: em.store(dst, fold(out, 1, 1, element(out, 0)), out,
+                                              dst.may_oob))])
         return
     t = team_thread(em, call.scope)
 
     def tree(out):
         total = _team_combine(em, call, fold(out, t, dist.team_size,
-                                             _identity(em, call.attrs["op"], dtype)))
+                                             identity(em, call.attrs["op"], dtype)))
         _, then, orelse = em.b.if_(em.b.cmp("eq", t, em.const(0)))
         with em.b.insert_into(then):
-            em.store(dst, total, out)
+            em.store(dst, total, out, dst.may_oob)
             em.b.yield_()
         with em.b.insert_into(orelse):
             em.b.yield_()

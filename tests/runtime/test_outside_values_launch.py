@@ -30,3 +30,28 @@ def test_a_rebound_tuple_recompiles_with_its_new_value(monkeypatch, fresh_cache)
     monkeypatch.setattr(sys.modules[__name__], "SIZES", (9.0,))
     first_size[(1,)](out)
     assert out.item() == 9.0
+
+
+class Tiles:
+    SCALE = 2.0
+    SIZES = (3.0,)
+
+
+@tj.kernel
+def class_constants(out):
+    out[0] = Tiles.SCALE * Tiles.SIZES[0]
+
+
+def test_a_rebound_class_attribute_recompiles(monkeypatch, fresh_cache):
+    out = torch.zeros(1)
+    class_constants[(1,)](out)
+    assert out.item() == 6.0
+    monkeypatch.setattr(Tiles, "SCALE", 5.0)     # was compiled in and never looked at again
+    class_constants[(1,)](out)
+    assert out.item() == 15.0
+
+
+def test_a_mutable_class_attribute_is_refused(monkeypatch, fresh_cache):
+    monkeypatch.setattr(Tiles, "SIZES", [3.0])
+    with pytest.raises(tj.CompilationError, match="'.*Tiles.SIZES' is a list"):
+        class_constants[(1,)](torch.zeros(1))

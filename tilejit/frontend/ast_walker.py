@@ -25,7 +25,7 @@ from tilejit.knobs import knobs
 from . import language
 from .control_flow import ControlFlowMixin
 from .dependencies import (check_outside_value, is_cache_constant, is_constexpr_annotation,
-                           is_tilejit_module, unwrap_constexpr)
+                           namespace_name, unwrap_constexpr)
 from .semantics import Semantics, fold
 from .source import FunctionSource, function_source
 from .values import BarrierRef, Undefined, contains_value, describe, is_value
@@ -290,10 +290,11 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         except AttributeError as err:
             raise CompilationError(str(err)) from None
         value = unwrap_constexpr(value)
-        if inspect.ismodule(base) and not is_tilejit_module(base):
-            check_outside_value(f"{base.__name__}.{name}", value)
+        namespace = namespace_name(base)
+        if namespace is not None:
+            check_outside_value(f"{namespace}.{name}", value)
             if is_cache_constant(value):
-                self.globals_read[f"{base.__name__}.{name}"] = value
+                self.globals_read[f"{namespace}.{name}"] = value
         return value
 
     def visit_BinOp(self, node):

@@ -19,7 +19,7 @@ from . import language
 from .source import function_source
 
 __all__ = ["Dependencies", "check_outside_value", "find_dependencies", "is_cache_constant",
-           "is_constexpr_annotation", "unwrap_constexpr"]
+           "is_constexpr_annotation", "namespace_name", "unwrap_constexpr"]
 
 
 @dataclass
@@ -40,6 +40,16 @@ def in_package(module_name: str, package: str) -> bool:
 def is_tilejit_module(module) -> bool:
     """tilejit's own modules: what a kernel reads from them is the language, not a constant."""
     return in_package(module.__name__, "tilejit")
+
+
+def namespace_name(value) -> str | None:
+    """The qualified name under which a kernel's reads of ``value.X`` are recorded (a
+    user module or class: rebinding ``X`` there must recompile), or None."""
+    if inspect.ismodule(value):
+        return None if is_tilejit_module(value) else value.__name__
+    if inspect.isclass(value) and not in_package(value.__module__, "tilejit"):
+        return f"{value.__module__}.{value.__qualname__}"
+    return None
 
 
 def is_layout(value) -> bool:
@@ -137,12 +147,14 @@ def find_dependencies(fn) -> Dependencies:
 
 
 def _global_refs(node: ast.AST, local: set, globals_: dict):
-    """(qualified name, value) of the global ``node`` names: ``X`` or ``module.X``."""
+    """(qualified name, value) of the global ``node`` names: ``X``, ``module.X`` or
+    ``Class.X``."""
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
             and node.id in globals_:
         yield node.id, globals_[node.id]
     elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-            and node.value.id not in local and inspect.ismodule(globals_.get(node.value.id)):
-        module = globals_[node.value.id]
-        if not is_tilejit_module(module) and hasattr(module, node.attr):
-            yield f"{module.__name__}.{node.attr}", getattr(module, node.attr)
+            and node.value.id not in local and node.value.id in globals_:
+        namespace = globals_[node.value.id]
+        qualified = namespace_name(namespace)
+        if qualified is not None and hasattr(namespace, node.attr):
+            yield f"{qualified}.{node.attr}", getattr(namespace, node.attr)

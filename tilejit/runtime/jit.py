@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import LaunchError, SourceLocation, TilejitError
 from ..frontend.dependencies import (find_dependencies, is_cache_constant,
-                                    is_constexpr_annotation, is_tilejit_module)
+                                    is_constexpr_annotation, namespace_name)
 from ..frontend.language import DeviceFunction, constexpr
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..frontend.source import function_source
@@ -331,11 +331,12 @@ def _dependency_watch(fn: Callable, deps) -> tuple[tuple[Callable[[], Any], Any]
             else:
                 continue
             value = read()
-            if inspect.ismodule(value) and not is_tilejit_module(value):
+            namespace = namespace_name(value)
+            if namespace is not None:   # a user module or class: its attributes read
                 for attr in names:
                     member = getattr(value, attr, MISSING)
-                    if _depends_on(f"{value.__name__}.{attr}", member, deps):
-                        watch.append((functools.partial(value.__dict__.get, attr, MISSING),
+                    if _depends_on(f"{namespace}.{attr}", member, deps):
+                        watch.append((functools.partial(getattr, value, attr, MISSING),
                                       member))
             elif _depends_on(name, value, deps):
                 watch.append((read, value))

@@ -157,3 +157,22 @@ def test_argmax_writes_an_integer_tile():
     with pytest.raises(CompilationError, match="argmax writes indices: its dst must be an "
                                                "integer tile"):
         make_kernel([], body)
+
+
+def test_each_lane_finds_the_argmax_of_the_rows_it_holds():
+    rows, row = TileLayout.parse("(32,8):(1@laneid,1@m)"), TileLayout.parse("(32):(1@laneid)")
+
+    def body(b, x, out):
+        zero = b.const(0, i32)
+        src = b.alloc(FRAGMENT, f32, (32, 8), rows)
+        b.tile("copy", src, b.region(x, [zero, zero], (32, 8)), team=TeamKind.WARP)
+        dst = b.alloc(FRAGMENT, i32, (32,), row)
+        b.tile("reduce", dst, src, op="argmax", axis=1, team=TeamKind.WARP)
+        b.tile("copy", b.region(out, [zero], (32,)), dst, team=TeamKind.WARP)
+    kernel = make_kernel([("x", global_matrix(f32)), ("out", global_matrix(i32, rank=1))], body)
+    k, log = lowered(kernel, SIMT)
+    assert (log[1].rule, log[1].shape) == ("tree", (1,))
+    x = np.round(inputs((32, 8), f32, 9, -3, 3))
+    out = np.zeros(32, np.int32)
+    run_kernel(k, {"x": x, "out": out})
+    np.testing.assert_array_equal(out, np.argmax(x, axis=1))

@@ -126,6 +126,52 @@ def test_scans_match_torch_and_numpy(m, n, op, axis, dtype, source, seed):
         np.testing.assert_array_equal(out.numpy(), expected)
 
 
+@tj.func
+def bigger_magnitude(p, q):
+    """Associative, not commutative: on equal magnitudes the earlier element wins."""
+    return tj.select(tj.abs(q) > tj.abs(p), q, p)
+
+
+@tj.func
+def plus(p, q):
+    return p + q
+
+
+@tj.kernel
+def custom_scan(x, out, COMBINE: tj.constexpr, AXIS: tj.constexpr, M: tj.constexpr,
+                N: tj.constexpr):
+    t = tj.fragment((M, N), x.dtype)
+    tj.copy(t, x[0:M, 0:N])
+    combine = bigger_magnitude if COMBINE == "bigger_magnitude" else plus
+    tj.copy(out[0:M, 0:N], tj.associative_scan(t, AXIS, combine))
+
+
+def _sequential_scan(x: torch.Tensor, axis: int, combine) -> torch.Tensor:
+    lines = x.double().movedim(axis, -1).clone()
+    for j in range(1, lines.shape[-1]):
+        lines[..., j] = combine(lines[..., j - 1], lines[..., j])
+    return lines.movedim(-1, axis)
+
+
+@SETTINGS
+@given(m=st.integers(1, 12), n=st.integers(1, 40), axis=st.sampled_from([0, 1, -1]),
+       combine=st.sampled_from(["bigger_magnitude", "plus"]), dtype=st.sampled_from(DTYPES),
+       seed=st.integers(0, 2**16))
+def test_a_tj_func_combine_scans_like_a_sequential_loop(m, n, axis, combine, dtype, seed):
+    """The combine sees the earlier elements first: ties of bigger_magnitude (x and -x)
+    keep the earlier one, as the sequential loop does."""
+    low, high = (-1, 1) if "float" in dtype else (-3, 3)   # float sums stay exact in bf16
+    x = make((m, n), dtype, torch.Generator().manual_seed(seed), low=low, high=high)
+    out = torch.zeros((m, n), dtype=torch_dtype(dtype))
+    custom_scan[(1,)](x, out, COMBINE=combine, AXIS=axis, M=m, N=n)
+    fn = {"plus": lambda p, q: p + q,
+          "bigger_magnitude": lambda p, q: torch.where(q.abs() > p.abs(), q, p)}[combine]
+    expected = _sequential_scan(x, axis % 2, fn)
+    if dtype == "int8":   # sums wrap in int8 on both sides
+        expected = expected.long().to(torch.int8)
+    torch.testing.assert_close(out.double(), expected.to(out.dtype).double(), rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------------- showcases
 @tj.kernel
 def softmax_rows(x, out, BM: tj.constexpr, BN: tj.constexpr):
@@ -242,13 +288,23 @@ def keep_dims_not_a_bool(x, out):
 
 
 @tj.func
-def larger(p, q):
-    return tj.maximum(p, q)
+def scalar_combine(p, q):
+    return 1.0
 
 
-def device_function_combine(x, out):
+def combine_returning_a_scalar(x, out):
     a = tj.fragment((4, 8), x.dtype)
-    tj.copy(out[0:4, 0:8], tj.associative_scan(a, 1, larger))
+    tj.copy(out[0:4, 0:8], tj.associative_scan(a, 1, scalar_combine))
+
+
+def lambda_combine(x, out):
+    a = tj.fragment((4, 8), x.dtype)
+    tj.copy(out[0:4, 0:8], tj.associative_scan(a, 1, lambda p, q: p + q))
+
+
+def custom_combine_with_dispatch(x, out):
+    a = tj.fragment((4, 8), x.dtype)
+    tj.copy(out[0:4, 0:8], tj.associative_scan(a, 1, bigger_magnitude, dispatch="serial"))
 
 
 def unknown_combine(x, out):
@@ -273,9 +329,12 @@ ERRORS = [
     (axis_out_of_range, "tj.min(a, axis=2)", r"tj\.min: axis must be a compile-time int in "
                                              r"\[-2, 2\), got the compile-time int 2"),
     (keep_dims_not_a_bool, "keep_dims=1", r"tj\.sum: keep_dims= must be a compile-time bool"),
-    (device_function_combine, "associative_scan(a, 1, larger)",
-     r"the @tj\.func combine larger is not supported yet; combine must be tj\.add, tj\.mul, "
-     r"tj\.maximum or tj\.minimum"),
+    (combine_returning_a_scalar, "associative_scan(a, 1, scalar_combine)",
+     r"the combine scalar_combine must return a tile of its arguments' shape \(4, 7\), got "
+     r"the compile-time float 1\.0"),
+    (lambda_combine, "lambda p, q", r"lambda expressions"),
+    (custom_combine_with_dispatch, "dispatch=", r"dispatch= and config= apply to the named "
+                                                r"combines"),
     (unknown_combine, "associative_scan(a, 1, tj.exp)", r"the combine must be one of 'sum', "
                                                         r"'prod', 'max', 'min'"),
     (argmax_into_a_float_tile, "tj.reduce(d, a, ", r"argmax writes indices, so dst must be an "

@@ -75,6 +75,7 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         self.source = source
         self.closure = source.closure
         self.sem = sem
+        sem.call_function = self.call
         self.b = sem.b
         self.syms: dict[str, object] = {}
         self.device_functions: dict[language.DeviceFunction, None] = {}  # ordered set

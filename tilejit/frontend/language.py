@@ -457,12 +457,9 @@ _SCAN_COMBINES = {"add": "sum", "mul": "prod", "maximum": "max", "minimum": "min
 def associative_scan(x, axis, combine, *, dispatch=None, config=None, _sem):
     """Inclusive scan along ``axis`` with ``combine``: ``tj.add``, ``tj.mul``,
     ``tj.maximum``, ``tj.minimum`` (or their names ``"sum"``, ``"prod"``, ``"max"``,
-    ``"min"``). A ``@tj.func`` combine is refused (not implemented yet)."""
+    ``"min"``), which are one ``tile.scan``, or an associative ``@tj.func`` of two tiles."""
     if isinstance(combine, DeviceFunction):
-        raise CompilationError(
-            f"tj.associative_scan: the @tj.func combine {combine.fn.__name__} is not supported "
-            "yet; combine must be tj.add, tj.mul, tj.maximum or tj.minimum (or 'sum', 'prod', "
-            "'max', 'min'); tj.cumsum and tj.cumprod are the first two")
+        return _sem.tile.custom_scan(x, axis, combine, dispatch, config)
     op = _SCAN_COMBINES.get(getattr(combine, "__tj_builtin__", None), combine)
     return _sem.tile.scan("associative_scan", op, x, axis, None, dispatch, config)
 

@@ -90,6 +90,9 @@ class Semantics:
         self.options = options
         self.team = team
         self.grid_index_type = grid_index_type
+        # The walker's call of a callable (a @tj.func is inlined), set by the CodeGenerator:
+        # for builtins that call user code, such as tj.associative_scan's combine.
+        self.call_function = None
         self.memory = MemorySemantics(self)
         self.tile = TileSemantics(self)
 

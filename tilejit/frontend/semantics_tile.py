@@ -229,12 +229,47 @@ class TileSemantics:
         if op not in SCAN_OPS:
             choices = ", ".join(map(repr, SCAN_OPS))
             raise CompilationError(f"tj.{name}: the combine must be one of {choices} (or "
-                                   f"tj.add, tj.mul, tj.maximum, tj.minimum), got {describe(op)}")
+                                   f"tj.add, tj.mul, tj.maximum, tj.minimum), or an associative "
+                                   f"@tj.func of two tiles, got {describe(op)}")
         axis = self._axis(name, axis, x.type.shape)
         dst = self.b.alloc(MemScope.FRAGMENT, self._result_dtype(name, op, x.type.dtype, dtype),
                            x.type.shape)
         self.b.tile("scan", dst, x, op=op, axis=axis, **self._attrs(dispatch, config))
         return dst
+
+    def custom_scan(self, x, axis, combine, dispatch, config):
+        """``tj.associative_scan`` with a ``@tj.func`` combine, as log2(n) whole-tile steps
+        (Hillis and Steele): after the step of distance ``d``, element ``i`` combines
+        elements ``i - 2d + 1 .. i``. ``combine`` is called on tiles, as Triton calls its
+        combine_fn, always with the earlier elements first, so it need only be associative."""
+        name = "associative_scan"
+        if dispatch is not None or config:
+            raise CompilationError(f"tj.{name}: dispatch= and config= apply to the named "
+                                   "combines; a @tj.func combine runs as tile expressions")
+        x = self._expression_source(name, x, axis)
+        shape, dtype = x.type.shape, x.type.dtype
+        axis = self._axis(name, axis, shape)
+        n = shape[axis]
+
+        def window(buf, lo, hi):
+            return self.sem.memory.subscript(buf, tuple(
+                slice(lo, hi) if d == axis else slice(0, extent) for d, extent in enumerate(shape)))
+
+        acc = self.b.alloc(MemScope.FRAGMENT, dtype, shape)
+        self.copy(acc, x, None, None, None)
+        d = 1
+        while d < n:
+            later = window(acc, d, n)
+            combined = self.sem.call_function(combine, [window(acc, 0, n - d), later], {})
+            if not is_tile(combined) or combined.type.shape != later.type.shape:
+                raise CompilationError(f"tj.{name}: the combine {combine.fn.__name__} must "
+                                       f"return a tile of its arguments' shape "
+                                       f"{_shape_text(later.type.shape)}, got {describe(combined)}")
+            step = self.b.alloc(MemScope.FRAGMENT, dtype, shape)
+            self.copy(window(step, 0, d), window(acc, 0, d), None, None, None)
+            self.copy(window(step, d, n), combined, None, None, None)
+            acc, d = step, 2 * d
+        return acc
 
     # ------------------------------------------------------------------ pointwise
     def pointwise_call(self, op: str, args, dispatch, config):

@@ -54,7 +54,7 @@ def test_message_line_column_and_caret(tmp_path):
 RUNTIME_MISUSE = [
     ("v = n + 'a'", "expected a scalar operand, got the compile-time str 'a'"),
     ("v = x + 1", "a tile expression needs static shapes"),
-    ("v = n ** n", r"'\*\*' on a run-time value needs a compile-time integer exponent"),
+    ("v = n ** n", r"'\*\*' on a run-time integer needs a compile-time integer exponent"),
     ("v = 1.5 << n", "'<<' needs integer operands, got tj.float32"),
     ("v = n is None", "'is' works on compile-time values only"),
     ("v = (1, 2)[n]", "can only be indexed with compile-time values"),

@@ -149,7 +149,8 @@ SHAPE_ERRORS = [
     ("tj.alloc_barriers(2)[2]", "index 2 is out of bounds for dimension 0 of size 2"),
     ("F((8, 4), F32) + F((3,), F32)", r"tile shapes \(8, 4\) and \(3,\) do not broadcast"),
     ("F((8,), F32) < 1.0", None),
-    ("F((8,), F32) ** 2", r"'\*\*' is not supported on tiles"),
+    ("F((8,), F32) ** 2", None),
+    ("F((8,), F32) & 1", "tj.bitwise_and needs integer operands, got tj.float32"),
     ("F((8,), F32) @ F((8,), F32)", "use tj.gemm"),
     ("F((8,), F32) + y", "a tile expression needs static shapes"),
 ]

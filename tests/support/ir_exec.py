@@ -127,8 +127,11 @@ class _CTA:
                     r = np.where((a < 0) != (safe < 0), -q, q)
                 else:
                     r = a // safe if name == "floordiv" else np.mod(a, safe)
+                r = np.where(b == 0, 0, r)  # an integer division by zero gives 0
             elif name == "floordiv":
-                r = np.floor(a / b)
+                r = np.floor_divide(a, b)
+            elif name == "pow":
+                r = np.power(a, b)
             else:
                 r = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
                      "div": np.divide, "mod": np.mod, "max": np.maximum, "min": np.minimum,
@@ -142,7 +145,9 @@ class _CTA:
             r = {"neg": np.negative, "not": np.invert, "abs": np.abs, "exp": np.exp,
                  "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
                  "rsqrt": lambda v: 1 / np.sqrt(v), "sin": np.sin, "cos": np.cos,
-                 "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil}[name](x)
+                 "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil,
+                 "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+                 "erf": np.vectorize(math.erf, otypes=[np.float64])}[name](x)
         return [np.asarray(r).astype(numpy_dtype(op.result.type))]
 
     def op_cmp(self, op, mask):

@@ -34,6 +34,8 @@ __all__ = [
     "copy", "copy_async", "gemm", "gemm_async", "reduce",
     "add", "sub", "mul", "div", "maximum", "minimum", "exp", "exp2", "log", "sqrt", "rsqrt",
     "neg", "abs", "fma", "cast", "fill", "select", "ptx", "nki",
+    "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "log2", "pow", "where",
+    "rand", "randn", "randint",
     "sum", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "associative_scan",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "bool",
@@ -306,7 +308,9 @@ def tfilter(*, _sem, **axis_range):
 # Primitives reachable through a scope namespace (tj.wg.copy, tj.warp.reduce).
 SCOPED_PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "add", "sub", "mul",
                      "div", "maximum", "minimum", "exp", "exp2", "log", "sqrt", "rsqrt",
-                     "neg", "abs", "fma", "cast", "fill", "select")
+                     "neg", "abs", "fma", "cast", "fill", "select", "tanh", "sigmoid", "erf",
+                     "sin", "cos", "floor", "ceil", "log2", "pow", "where", "rand", "randn",
+                     "randint")
 
 
 class TeamScope:
@@ -387,13 +391,13 @@ def reduce(dst, src, op=None, axis=None, *, dispatch=None, config=None, _sem):
     return _sem.tile.reduce(dst, src, op, axis, dispatch, config)
 
 
-def _pointwise_builtin(op: str):
-    """``tj.<op>(dst, *srcs)`` writes ``dst``; ``tj.<op>(*srcs)`` returns a new fragment
-    (or, on scalars, a scalar)."""
+def _pointwise_builtin(op: str, name: str | None = None):
+    """``tj.<name>(dst, *srcs)`` writes ``dst``; ``tj.<name>(*srcs)`` returns a new fragment
+    (or, on scalars, a scalar); ``name`` is ``op`` unless it is an alias."""
     def fn(*args, dispatch=None, config=None, _sem):
         return _sem.tile.pointwise_call(op, args, dispatch, config)
-    fn.__name__ = op
-    return builtin(op)(fn)
+    fn.__name__ = name or op
+    return builtin(name or op)(fn)
 
 
 add, sub, mul, div = (_pointwise_builtin(op) for op in ("add", "sub", "mul", "div"))
@@ -403,6 +407,13 @@ sqrt, rsqrt = _pointwise_builtin("sqrt"), _pointwise_builtin("rsqrt")
 neg, abs = _pointwise_builtin("neg"), _pointwise_builtin("abs")
 fma, cast, fill = _pointwise_builtin("fma"), _pointwise_builtin("cast"), _pointwise_builtin("fill")
 select = _pointwise_builtin("select")
+where = _pointwise_builtin("select", "where")    # Triton's spelling of select
+tanh, sigmoid, erf = (_pointwise_builtin(op) for op in ("tanh", "sigmoid", "erf"))
+sin, cos, log2 = (_pointwise_builtin(op) for op in ("sin", "cos", "log2"))
+floor, ceil, pow = (_pointwise_builtin(op) for op in ("floor", "ceil", "pow"))
+# Philox 4x32-10 counter-based random numbers (docs/language.md): tj.rand(seed, offsets)
+rand, randn = _pointwise_builtin("rand"), _pointwise_builtin("randn")
+randint = _pointwise_builtin("randint")
 
 
 # ------------------------------------------------------ reductions and scans (expressions)

@@ -48,7 +48,10 @@ PY_COMPARE = {
 PY_UNARY = {"neg": (operator.neg, "-"), "pos": (operator.pos, "+"),
             "invert": (operator.invert, "~"), "not": (operator.not_, "not")}
 PY_MATH = {"exp": math.exp, "exp2": lambda x: 2.0 ** x, "log": math.log, "sqrt": math.sqrt,
-           "rsqrt": lambda x: 1.0 / math.sqrt(x)}
+           "rsqrt": lambda x: 1.0 / math.sqrt(x), "log2": math.log2, "sin": math.sin,
+           "cos": math.cos, "tanh": math.tanh, "erf": math.erf,
+           "sigmoid": lambda x: 1.0 / (1.0 + math.exp(-x)),
+           "floor": lambda x: float(math.floor(x)), "ceil": lambda x: float(math.ceil(x))}
 # Largest compile-time int (in bits) or sequence (in items) that folding may build.
 MAX_FOLDED_SIZE = 1 << 16
 # Largest exponent `x ** n` expands into multiplications for a run-time x.
@@ -178,10 +181,15 @@ class Semantics:
         return self.b.binary(IR_BINARY[op], self.to_ir(a, dtype), self.to_ir(b, dtype))
 
     def _power(self, base, exponent):
+        """A small compile-time integer exponent multiplies (exact, and integers stay
+        integers); otherwise a float base or exponent is the native ``pow``."""
         if not (is_int_number(exponent) and 0 <= exponent <= MAX_UNROLLED_POWER):
-            raise CompilationError(f"'**' on a run-time value needs a compile-time integer "
-                                   f"exponent in [0, {MAX_UNROLLED_POWER}], got "
-                                   f"{describe(exponent)}")
+            dtype = self.operand_type(base, exponent)
+            if not dtype.is_float:
+                raise CompilationError(f"'**' on a run-time integer needs a compile-time "
+                                       f"integer exponent in [0, {MAX_UNROLLED_POWER}], got "
+                                       f"{describe(exponent)}; convert to a float for pow")
+            return self.b.binary("pow", self.to_ir(base, dtype), self.to_ir(exponent, dtype))
         base = self.to_ir(base)
         result = self.const(1, base.type)
         for _ in range(int(exponent)):
@@ -252,7 +260,8 @@ class Semantics:
         return self.b.binary(op, self.to_ir(a, dtype), self.to_ir(b, dtype))
 
     def math(self, op: str, x):
-        """exp/exp2/log/sqrt/rsqrt/abs of a scalar; integers are computed in f32."""
+        """exp, tanh, erf, floor, ... (PY_MATH) or abs of a scalar; integers are computed
+        in f32."""
         if not is_value(x):
             fn = abs if op == "abs" else PY_MATH[op]
             return fold(fn, x, what=f"{op}({describe(x)})")

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_tile import (INDEX_REDUCE_OPS, POINTWISE_ARITY, POINTWISE_COMPARISONS,
+                                  POINTWISE_FLOAT_ONLY, POINTWISE_INT_ONLY, POINTWISE_RANDOM,
                                   REDUCE_OPS, SCAN_OPS)
-from tilejit.ir.types import MemScope, ScalarType, f32, i1, i32, promote, u32
+from tilejit.ir.types import MemScope, ScalarType, f32, i1, i32, i64, promote, u32
 
 from .values import (contains_value, describe, is_int_number, is_number, is_scalar, is_tile,
                      python_number_type)
@@ -28,13 +29,17 @@ if TYPE_CHECKING:
 
 __all__ = ["TileSemantics", "broadcast_shapes"]
 
-FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt")
 # Bool tiles compute like numpy (``add`` is ``or``, ``mul`` is ``and``), which, like torch,
-# has no bool subtraction or negation.
-NOT_ON_BOOL = {"sub": "logical xor (a != b)", "neg": "logical not (a == False)"}
+# has no bool subtraction or negation; shifts and // % of bools would count in integers.
+NOT_ON_BOOL = {"sub": "logical xor (a != b)", "neg": "logical not (a == False)",
+               "shl": "an integer tile", "shr": "an integer tile", "floordiv": "logical and",
+               "mod": "an integer tile"}
 # Python operator (semantics.PY_BINARY / PY_COMPARE / PY_UNARY names) -> pointwise op.
 OPERATOR_OPS = {"add": "add", "sub": "sub", "mul": "mul", "truediv": "div", "neg": "neg",
-                "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge"}
+                "eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+                "floordiv": "floordiv", "mod": "mod", "pow": "pow", "bitand": "bitwise_and",
+                "bitor": "bitwise_or", "bitxor": "bitwise_xor", "invert": "bitwise_not",
+                "lshift": "shl", "rshift": "shr"}
 
 
 def broadcast_shapes(shapes) -> tuple | None:
@@ -279,6 +284,8 @@ class TileSemantics:
             if is_tile(args[0]):
                 return self.expression("cast", args[:1], args[1], dispatch, config)
             return self._scalar_only(op, dispatch, config) or self.sem.cast(*args)
+        if op in POINTWISE_RANDOM and len(args) == arity:
+            return self.random(op, *args, dispatch=dispatch, config=config)
         if len(args) == arity + 1:
             return self.pointwise(op, args[0], args[1:], dispatch, config)
         if len(args) == arity and op not in ("fill", "cast"):
@@ -308,14 +315,20 @@ class TileSemantics:
             return sem.binary("add", sem.binary("mul", args[0], args[1]), args[2])
         if op == "select":
             return sem.select(*args)
+        if op == "pow":
+            return sem.binary("pow", *args)
         return sem.math(op, *args)
 
     def pointwise(self, op: str, dst, srcs, dispatch, config):
         dst = self._tile(dst, "dst", op)
         dtype = dst.type.dtype
-        if op in FLOAT_ONLY and not dtype.is_float:
+        if op in POINTWISE_FLOAT_ONLY and not dtype.is_float:
             raise CompilationError(f"tj.{op} needs a float destination, got {dtype!r}")
+        if op in POINTWISE_INT_ONLY and not dtype.is_int:
+            raise CompilationError(f"tj.{op} needs an integer destination, got {dtype!r}")
         _check_bool_op(op, dtype)
+        if op in POINTWISE_RANDOM:
+            self._offsets(op, srcs[1])
         if op == "fill" and not (is_scalar(srcs[0]) or is_number(srcs[0])):
             raise CompilationError("tj.fill(dst, value) takes a scalar value, got "
                                    f"{describe(srcs[0])}")
@@ -337,7 +350,27 @@ class TileSemantics:
                                    f"{describe(x)}")
         if op == "select" and index == 0:
             return self.sem.to_i1(x)
+        if op in POINTWISE_RANDOM and index == 0:
+            if isinstance(x, bool) or not (is_int_number(x) or is_scalar(x) and x.type.is_int):
+                raise CompilationError(f"tj.{op}: the seed must be an integer, got {describe(x)}")
+            return self.sem.to_ir(x, i64)
         return self.sem.to_ir(x, dtype)
+
+    @staticmethod
+    def _offsets(op: str, offsets):
+        if not (is_tile(offsets) and offsets.type.dtype.is_int and not offsets.type.dtype.is_bool):
+            raise CompilationError(f"tj.{op}(seed, offsets): offsets must be an integer tile (one "
+                                   f"counter per element), got {describe(offsets)}")
+
+    def random(self, op: str, seed, offsets, dispatch=None, config=None):
+        """``tj.rand/randn/randint(seed, offsets)``: a new fragment of ``offsets``' shape,
+        f32 (``randint``: i32 holding Philox's raw 32-bit word)."""
+        if is_tile(seed):
+            raise CompilationError(f"tj.{op}(seed, offsets): the seed must be a scalar, got "
+                                   f"{describe(seed)}")
+        self._offsets(op, offsets)
+        return self.expression(op, (seed, offsets), i32 if op == "randint" else f32,
+                               dispatch, config)
 
     def operator(self, op: str, symbol: str, operands):
         """A Python operator on tiles (``a + b``, ``-a``, ``a < b``) as a fragment expression."""
@@ -366,8 +399,10 @@ class TileSemantics:
         for scalar_type in scalar_types if tile_types else ():
             if scalar_type.is_float and not dtype.is_float:
                 dtype = promote(dtype, scalar_type)
-        if (op in FLOAT_ONLY or op == "div") and not dtype.is_float:
+        if (op in POINTWISE_FLOAT_ONLY or op == "div") and not dtype.is_float:
             dtype = f32
+        if op in POINTWISE_INT_ONLY and not dtype.is_int:
+            raise CompilationError(f"tj.{op} needs integer operands, got {dtype!r}")
         return dtype
 
     def expression(self, op: str, operands, dtype=None, dispatch=None, config=None):
@@ -382,7 +417,10 @@ class TileSemantics:
             shapes = " and ".join(_shape_text(x.type.shape) for x in tiles)
             raise CompilationError(f"tile shapes {shapes} do not broadcast")
         computed = operands[1:] if op == "select" else operands
-        operand_dtype = tiles[0].type.dtype if op == "cast" else self._operand_dtype(op, computed)
+        if op == "cast" or op in POINTWISE_RANDOM:  # the sources keep their own dtypes
+            operand_dtype = tiles[0].type.dtype
+        else:
+            operand_dtype = self._operand_dtype(op, computed)
         _check_bool_op(op, operand_dtype)
         dst = self.b.alloc(MemScope.FRAGMENT, dtype or operand_dtype, shape)
         srcs = [x if is_tile(x) else self._scalar_operand(op, i, x, operand_dtype)

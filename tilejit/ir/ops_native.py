@@ -11,11 +11,12 @@ from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i1
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
 
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min",
-              "and", "or", "xor", "shl", "shr")
+              "and", "or", "xor", "shl", "shr", "pow")
 BITWISE_OPS = ("and", "or", "xor", "shl", "shr")
+FLOAT_BINARY_OPS = ("pow",)
 CMP_PREDS = ("eq", "ne", "lt", "le", "gt", "ge")
 UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
-             "sin", "cos", "tanh", "floor", "ceil")
+             "sin", "cos", "tanh", "floor", "ceil", "sigmoid", "erf")
 FLOAT_UNARY_OPS = UNARY_OPS[3:]
 THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg",
                       "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
@@ -45,6 +46,8 @@ def _same_operand_types(op):
 def _check_binary(op):
     if op.attrs["op"] in BITWISE_OPS and not op.operands[0].type.is_int:
         return f"'{op.attrs['op']}' needs integer operands"
+    if op.attrs["op"] in FLOAT_BINARY_OPS and not op.operands[0].type.is_float:
+        return f"'{op.attrs['op']}' needs float operands"
     return _same_operand_types(op)
 
 

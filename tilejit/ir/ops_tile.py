@@ -35,8 +35,22 @@ POINTWISE_ARITY = {
     "cast": 1, "fill": 1, "fma": 3, "select": 3,
     # comparisons: computed in the promoted source type, stored as the dst dtype (1/0)
     "eq": 2, "ne": 2, "lt": 2, "le": 2, "gt": 2, "ge": 2,
+    # math (float), Python's // and % (floor division, remainder with the divisor's sign)
+    "tanh": 1, "sigmoid": 1, "erf": 1, "sin": 1, "cos": 1, "floor": 1, "ceil": 1, "log2": 1,
+    "pow": 2, "floordiv": 2, "mod": 2,
+    # integer bits (the Python operators & | ^ ~ << >>)
+    "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1, "shl": 2, "shr": 2,
+    # counter-based random numbers from (seed, offset): Philox 4x32-10 (docs/language.md)
+    "rand": 2, "randn": 2, "randint": 2,
 }
 POINTWISE_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+POINTWISE_RANDOM = ("rand", "randn", "randint")
+# Ops defined on one kind of destination dtype only (the others are refused at the user's
+# line, or promoted to f32 in a fragment expression for FLOAT_ONLY).
+POINTWISE_FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin",
+                        "cos", "floor", "ceil", "log2", "pow", "rand", "randn")
+POINTWISE_INT_ONLY = ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shl", "shr",
+                      "randint")
 
 
 def _shape(value):

@@ -5,7 +5,9 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
 
 * Sources broadcast to the destination like numpy and are converted to the destination's
   dtype before computing; the result is computed in that dtype.
-* Integer ``div`` truncates toward zero (C semantics).
+* Integer ``div`` truncates toward zero (C semantics); ``floordiv`` and ``mod`` are
+  Python's (numpy's) ``//`` and ``%``. An integer division by zero gives 0.
+* ``rand``/``randn``/``randint`` are Philox 4x32-10 (:func:`philox4x32`, docs/language.md).
 * Bools compute like numpy: ``add``/``maximum`` are or, ``mul``/``div``/``minimum`` and;
   ``sub`` and ``neg`` raise (the frontend refuses them on bool tiles).
 * ``reduce`` folds in the destination's dtype; ``dst`` has ``src``'s shape with ``axis``
@@ -20,16 +22,30 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["copy", "gemm", "pointwise", "read_region", "reduce", "scan", "write_region"]
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-           "maximum": np.maximum, "minimum": np.minimum}
+           "maximum": np.maximum, "minimum": np.minimum, "pow": np.power,
+           "floordiv": np.floor_divide, "mod": np.remainder, "bitwise_and": np.bitwise_and,
+           "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor, "shl": np.left_shift,
+           "shr": np.right_shift}
 _COMPARE = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
             "gt": np.greater, "ge": np.greater_equal}
 _UNARY = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "sqrt": np.sqrt,
-          "rsqrt": lambda x: 1 / np.sqrt(x), "neg": np.negative, "abs": np.abs}
+          "rsqrt": lambda x: 1 / np.sqrt(x), "neg": np.negative, "abs": np.abs,
+          "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil,
+          "log2": np.log2, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+          "erf": lambda x: np.vectorize(math.erf, otypes=[np.float64])(x),
+          "bitwise_not": np.invert}
+# Philox 4x32-10 (tilejit/passes/rules/philox.py builds the same stream in IR)
+_PHILOX_ROUNDS, _PHILOX_MULTIPLIERS, _PHILOX_WEYL = 10, (0xD2511F53, 0xCD9E8D57), (0x9E3779B9,
+                                                                                  0xBB67AE85)
+_FLOAT_PRECISION = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8,
+                    "float8_e4m3fn": 4, "float8_e5m2": 3}
 
 
 def _fit(value, dst) -> np.ndarray:
@@ -47,9 +63,47 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < 0) != (b < 0), -q, q)
 
 
+def philox4x32(seed: int, offsets) -> np.ndarray:
+    """The four u32 words (last axis) of Philox 4x32-10 for key ``(seed lo, seed hi)``
+    (seed as 64-bit two's complement) and counters ``(offset lo, offset hi or 0, 0, 0)``
+    (the high word only for 64-bit offsets)."""
+    offsets = np.asarray(offsets)
+    wide = offsets.astype(np.int64).astype(np.uint64)
+    mask = np.uint64(0xFFFFFFFF)
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    key = [np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)]
+    zero = np.zeros_like(wide)
+    high = wide >> np.uint64(32) if offsets.dtype.itemsize == 8 else zero
+    c = [wide & mask, high, zero, zero]
+    for round_index in range(_PHILOX_ROUNDS):
+        if round_index:
+            key = [(k + np.uint64(w)) & mask for k, w in zip(key, _PHILOX_WEYL)]
+        p0 = c[0] * np.uint64(_PHILOX_MULTIPLIERS[0])   # < 2^64: exact in uint64
+        p1 = c[2] * np.uint64(_PHILOX_MULTIPLIERS[1])
+        c = [(p1 >> np.uint64(32)) ^ c[1] ^ key[0], p1 & mask,
+             (p0 >> np.uint64(32)) ^ c[3] ^ key[1], p0 & mask]
+    return np.stack(c, axis=-1).astype(np.uint32)
+
+
+def _random(op: str, dtype: np.dtype, seed, offsets) -> np.ndarray:
+    """``randint``: word 0; ``rand``: word 0's top ``p`` bits (``p``: the dtype's precision,
+    at most 32) times ``2^-p``; ``randn``: Box-Muller on words 0 and 1 in f64."""
+    words = philox4x32(int(np.asarray(seed)), offsets).astype(np.uint64)
+    if op == "randint":
+        return words[..., 0].astype(np.uint32).astype(dtype)
+    if op == "rand":
+        bits = min(32, _FLOAT_PRECISION[np.dtype(dtype).name])
+        return ((words[..., 0] >> np.uint64(32 - bits)).astype(np.float64) * 2.0 ** -bits)
+    u1 = (words[..., 0] + np.uint64(1)).astype(np.float64) * 2.0 ** -32
+    u2 = words[..., 1].astype(np.float64) * 2.0 ** -32
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * math.pi * u2)
+
+
 def pointwise(op: str, dst: np.ndarray, *srcs) -> np.ndarray:
     dtype = dst.dtype
     with np.errstate(all="ignore"):
+        if op in ("rand", "randn", "randint"):
+            return _fit(np.asarray(_random(op, dtype, *srcs)).astype(dtype), dst)
         if op == "select":
             cond, a, b = (np.asarray(s) for s in srcs)
             return _fit(np.where(cond != 0, np.asarray(a).astype(dtype),

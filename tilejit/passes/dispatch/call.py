@@ -22,7 +22,9 @@ from .registry import DispatchContext
 __all__ = ["Operand", "PrimitiveCall", "operand_names"]
 
 _COMMON = ("team", "dispatch", "config", "scope", "rule", "inst_shape")
-_POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",)}
+_POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",),
+                    "rand": ("seed", "offsets"), "randn": ("seed", "offsets"),
+                    "randint": ("seed", "offsets")}
 
 
 def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:

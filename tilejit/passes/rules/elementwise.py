@@ -1,4 +1,5 @@
-"""Element loops for copy and pointwise (cast, fill, select, arithmetic) on any target.
+"""Element loops for copy and pointwise (cast, fill, select, arithmetic, math, bits, and the
+Philox random numbers of ``philox.py``) on any target.
 
 Two families share one lowering:
 
@@ -16,7 +17,8 @@ from __future__ import annotations
 import math
 
 from ...errors import LayoutError
-from ...ir.ops_tile import POINTWISE_COMPARISONS
+from ...ir.ops_tile import (POINTWISE_COMPARISONS, POINTWISE_FLOAT_ONLY, POINTWISE_INT_ONLY,
+                            POINTWISE_RANDOM)
 from ...ir.types import MemScope, i1, promote
 from ...layout import ComposeLayout
 from ...layout.transform import group_iters
@@ -24,17 +26,24 @@ from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import Decline, Plan, Rule, register
 from ..distribution import Owned, choose
 from ..loopgen import Emitter, broadcast_index
+from . import philox
 from .common import element_access_reasons, verdict
 
 __all__ = ["SCALAR_COPY", "SCALAR_POINTWISE", "VECTOR_COPY", "VECTOR_POINTWISE"]
 
-FLOAT_ONLY = ("exp", "exp2", "log", "sqrt", "rsqrt")
 # pointwise op -> (native op, its attribute) for the ops that are one native op
 _NATIVE = {"add": ("binary", "add"), "sub": ("binary", "sub"), "mul": ("binary", "mul"),
            "div": ("binary", "div"), "maximum": ("binary", "max"),
            "minimum": ("binary", "min"), "exp": ("unary", "exp"), "exp2": ("unary", "exp2"),
            "log": ("unary", "log"), "sqrt": ("unary", "sqrt"), "rsqrt": ("unary", "rsqrt"),
-           "neg": ("unary", "neg"), "abs": ("unary", "abs")}
+           "neg": ("unary", "neg"), "abs": ("unary", "abs"),
+           "tanh": ("unary", "tanh"), "sigmoid": ("unary", "sigmoid"), "erf": ("unary", "erf"),
+           "sin": ("unary", "sin"), "cos": ("unary", "cos"), "floor": ("unary", "floor"),
+           "ceil": ("unary", "ceil"), "log2": ("unary", "log2"), "pow": ("binary", "pow"),
+           "floordiv": ("binary", "floordiv"), "mod": ("binary", "mod"),
+           "bitwise_and": ("binary", "and"), "bitwise_or": ("binary", "or"),
+           "bitwise_xor": ("binary", "xor"), "bitwise_not": ("unary", "not"),
+           "shl": ("binary", "shl"), "shr": ("binary", "shr")}
 
 
 def _broadcasts(shape, target) -> bool:
@@ -48,8 +57,10 @@ def _common(call: PrimitiveCall) -> tuple[list[str], object]:
     dst, srcs = call.operands[0], call.operands[1:]
     reasons = element_access_reasons(call)
     op = call.attrs.get("op", "copy")
-    if op in FLOAT_ONLY and not dst.dtype.is_float:
+    if op in POINTWISE_FLOAT_ONLY and not dst.dtype.is_float:
         reasons.append(f"{op} needs a floating-point destination, got {dst.dtype}")
+    if op in POINTWISE_INT_ONLY and not dst.dtype.is_int:
+        reasons.append(f"{op} needs an integer destination, got {dst.dtype}")
     if not dst.shape:
         reasons.append("dst is a single element: use a plain load/store")
     for src in srcs:
@@ -151,6 +162,8 @@ def compute(em: Emitter, call: PrimitiveCall, values: list):
         if cond.type != i1:
             cond = em.b.cmp("ne", cond, em.const(0.0 if cond.type.is_float else 0, cond.type))
         return em.b.select(cond, _convert(em, a, dtype), _convert(em, b, dtype))
+    if op in POINTWISE_RANDOM:  # seed and offset keep their integer types
+        return philox.random_element(em, op, *values, dtype)
     if op in POINTWISE_COMPARISONS:
         common = promote(values[0].type, values[1].type)
         flag = em.b.cmp(op, *(_convert(em, v, common) for v in values))

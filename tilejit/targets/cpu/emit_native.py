@@ -2,13 +2,20 @@
 
 Integer semantics follow Python where the op is named after a Python operator:
 ``floordiv`` and ``mod`` round toward negative infinity (``div`` truncates, like C).
-Division by zero and ``MIN // -1`` give an unspecified value instead of a CPU trap.
+An integer ``div``, ``floordiv`` or ``mod`` by zero gives 0 (as numpy does) instead of a
+CPU trap, and ``MIN // -1`` wraps to ``MIN`` (``MIN % -1`` is 0). Float ``floordiv`` and
+``mod`` are Python's ``divmod`` (CPython's and numpy's algorithm, so ``1.0 // 0.1`` is 9.0,
+not ``floor(1.0 / 0.1) = 10.0``); by zero, ``x // 0.0`` is ``x / 0.0`` and ``x % 0.0`` NaN.
 A shift count is unsigned; a count of the bit width or more shifts every bit out (``<<``
 and ``>>`` of an unsigned or non-negative value give 0, ``>>`` of a negative one -1) where
 LLVM would give poison. Arithmetic on bools is logical, as in numpy: ``add``/``max`` are
 ``or``, ``mul``/``div``/``min`` are ``and``.
 Float ``max``/``min`` propagate NaN (like torch.maximum). Float ``cmp`` is ordered except
 ``ne`` (NaN != NaN). Float-to-int casts saturate (no undefined behaviour on overflow).
+Transcendentals are LLVM intrinsics (libm calls on the CPU). ``erf`` (which LLVM lacks:
+libm's double ``erf``), ``tanh`` (glibc's ``tanhf`` is off by up to 2 ulp) and ``sigmoid``
+(``1 / (1 + exp(-x))``) are computed in f64 and rounded once, so their f32 results are
+within 0.5 ulp (plus a rare double rounding).
 """
 from __future__ import annotations
 
@@ -38,26 +45,29 @@ def _fast(em) -> tuple:
 
 # ----------------------------------------------------------------------------- integers
 def _nonzero_divisor(em, a, b, signed: bool):
-    """(a', b') with b' never 0 and, when signed, never the MIN / -1 overflow."""
+    """(b', b == 0, bad): b' is b where dividing by it can trap (0, and when signed the
+    MIN / -1 overflow) is replaced by 1; ``bad`` says where it was."""
     one = ir.Constant(b.type, 1)
-    bad = em.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+    zero = em.b.icmp_unsigned("==", b, ir.Constant(b.type, 0))
+    bad = zero
     if signed:
         bad = em.b.or_(bad, em.b.icmp_signed("==", b, ir.Constant(b.type, -1)))
-    return em.b.select(bad, one, b), bad
+    return em.b.select(bad, one, b), zero, bad
 
 
 def _int_div(em, a, b, signed: bool):
-    safe, bad = _nonzero_divisor(em, a, b, signed)
+    safe, zero, bad = _nonzero_divisor(em, a, b, signed)
+    nothing = ir.Constant(a.type, 0)
     if not signed:
-        return em.b.udiv(a, safe)
-    # b == -1 is a negation (wrapping at MIN); b == 0 yields -a as well: unspecified.
-    return em.b.select(bad, em.b.neg(a), em.b.sdiv(a, safe))
+        return em.b.select(zero, nothing, em.b.udiv(a, safe))
+    # b == -1 is a negation (wrapping at MIN); b == 0 gives 0.
+    return em.b.select(bad, em.b.select(zero, nothing, em.b.neg(a)), em.b.sdiv(a, safe))
 
 
 def _int_mod(em, a, b, signed: bool, floor: bool):
-    safe, bad = _nonzero_divisor(em, a, b, signed)
+    safe, _, bad = _nonzero_divisor(em, a, b, signed)
     if not signed:
-        return em.b.urem(a, safe)
+        return em.b.urem(a, safe)  # x % 1 is 0, as x % 0 is defined to be
     rem = em.b.select(bad, ir.Constant(a.type, 0), em.b.srem(a, safe))
     if not floor:
         return rem
@@ -119,12 +129,40 @@ BOOL_BINARY = {
 
 
 # ----------------------------------------------------------------------------- floats
-def _float_mod(em, a, b):
+def _float_divmod(em, a, b):
+    """(a // b, a % b) as CPython's float_divmod and numpy's npy_divmod compute them: the
+    quotient comes from the exact remainder ``fmod``, so it is the floor of the exact
+    quotient, not of the rounded ``a / b``."""
+    zero, one = ir.Constant(a.type, 0.0), ir.Constant(a.type, 1.0)
     rem = em.b.frem(a, b)
-    zero = ir.Constant(a.type, 0.0)
+    quotient = em.b.fdiv(em.b.fsub(a, rem), b)
     differ = em.b.xor(em.b.fcmp_ordered("<", rem, zero), em.b.fcmp_ordered("<", b, zero))
-    adjust = em.b.and_(em.b.fcmp_ordered("!=", rem, zero), differ)
-    return em.b.select(adjust, em.b.fadd(rem, b), rem)
+    adjust = em.b.and_(em.b.fcmp_unordered("!=", rem, zero), differ)
+    rem = em.b.select(adjust, em.b.fadd(rem, b), rem)
+    quotient = em.b.select(adjust, em.b.fsub(quotient, one), quotient)
+    rem = em.b.select(em.b.fcmp_ordered("==", rem, zero), _call(em, "copysign", zero, b), rem)
+    floor = _call(em, "floor", quotient)
+    round_up = em.b.fcmp_ordered(">", em.b.fsub(quotient, floor), ir.Constant(a.type, 0.5))
+    floor = em.b.select(round_up, em.b.fadd(floor, one), floor)
+    exact = em.b.fdiv(a, b)  # also the quotient by zero: +-inf, or NaN for 0 / 0
+    floor = em.b.select(em.b.fcmp_ordered("==", quotient, zero),
+                        _call(em, "copysign", zero, exact), floor)
+    return em.b.select(em.b.fcmp_ordered("==", b, zero), exact, floor), rem
+
+
+def _in_f64(fn):
+    """``fn`` evaluated in f64 and rounded back to an f32 ``x``: one rounding of a result
+    accurate to well under an f32 ulp."""
+    def emit(em, x):
+        if x.type != F32:
+            return fn(em, x)
+        return em.b.fptrunc(fn(em, em.b.fpext(x, F64)), F32)
+    return emit
+
+
+def _sigmoid(em, x):
+    one = ir.Constant(x.type, 1.0)
+    return em.b.fdiv(one, em.b.fadd(one, _call(em, "exp", em.b.fneg(x))))
 
 
 FLOAT_BINARY = {
@@ -132,8 +170,9 @@ FLOAT_BINARY = {
     "sub": lambda em, a, b: em.b.fsub(a, b, flags=_fast(em)),
     "mul": lambda em, a, b: em.b.fmul(a, b, flags=_fast(em)),
     "div": lambda em, a, b: em.b.fdiv(a, b),
-    "floordiv": lambda em, a, b: _call(em, "floor", em.b.fdiv(a, b)),
-    "mod": _float_mod,
+    "floordiv": lambda em, a, b: _float_divmod(em, a, b)[0],
+    "mod": lambda em, a, b: _float_divmod(em, a, b)[1],
+    "pow": lambda em, a, b: _call(em, "pow", a, b),
     "max": lambda em, a, b: _call(em, "maximum", a, b),
     "min": lambda em, a, b: _call(em, "minimum", a, b),
 }
@@ -149,9 +188,11 @@ FLOAT_UNARY = {
     "rsqrt": lambda em, x: em.b.fdiv(ir.Constant(x.type, 1.0), _call(em, "sqrt", x)),
     "sin": lambda em, x: _call(em, "sin", x),
     "cos": lambda em, x: _call(em, "cos", x),
-    "tanh": lambda em, x: _call(em, "tanh", x),
+    "tanh": _in_f64(lambda em, x: _call(em, "tanh", x)),
     "floor": lambda em, x: _call(em, "floor", x),
     "ceil": lambda em, x: _call(em, "ceil", x),
+    "sigmoid": _in_f64(_sigmoid),
+    "erf": _in_f64(lambda em, x: em.intrinsic("erf", x.type, [x])),  # libm; no LLVM intrinsic
 }
 
 INT_UNARY = {

@@ -411,3 +411,28 @@ def test_integer_power_needs_a_small_compile_time_exponent():
     with pytest.raises(tj.CompilationError, match="needs a compile-time integer exponent") as err:
         int_pow_scalar[(1,)](torch.zeros(1, dtype=torch.int64), 3)
     assert err.value.line == _line_of(int_pow_scalar, "n ** 40")
+
+
+# ----------------------------------------------------------------- instruction families
+@tj.kernel
+def global_to_global(x, y, out, N: tj.constexpr):
+    tj.tanh(out[0, 0:N], x[0:N])             # two tensors: the CPU `stream` family
+    tj.pow(out[1, 0:N], x[0:N], y[0:N])
+    t = tj.fragment((N,), tj.float32)
+    tj.copy(t, x[0:N])
+    tj.erf(out[2, 0:N], t)
+
+
+def test_cpu_families_compute_the_new_ops_or_decline_them():
+    n = 40
+    x, y = torch.rand(n) * 3, torch.rand(n) * 2
+    out = torch.zeros((3, n))
+    global_to_global[(1,)](x, y, out, N=n)
+    torch.testing.assert_close(out[0], torch.tanh(x))
+    torch.testing.assert_close(out[1], x ** y)
+    torch.testing.assert_close(out[2], torch.erf(x))
+    log = global_to_global.compile(x, y, out, N=n).dispatch_log
+    pointwise = [r for r in log if r.primitive == "pointwise"]
+    assert [r.rule for r in pointwise] == ["stream", "stream", "vector"]
+    # the CPU polynomial family (tried after `stream`) says why it passes erf by
+    assert ("poly", "op 'erf' is not one of exp, exp2, log") in pointwise[2].rejected

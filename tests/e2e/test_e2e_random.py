@@ -220,6 +220,15 @@ def tile_seed(x, out, N: tj.constexpr):
 
 
 @tj.kernel
+def tile_seed_statement(x, out, N: tj.constexpr):
+    a = tj.fragment((N,), tj.int32)
+    d = tj.fragment((N,), tj.float32)
+    tj.copy(a, x[0:N])
+    tj.rand(d, a, a)
+    tj.copy(out[0:N], d)
+
+
+@tj.kernel
 def float_seed(x, out, N: tj.constexpr):
     a = tj.fragment((N,), tj.int32)
     tj.copy(a, x[0:N])
@@ -238,6 +247,7 @@ def randint_into_float(x, out, N: tj.constexpr):
 @pytest.mark.parametrize("kernel, dtype, message", [
     (float_offsets, torch.float32, r"offsets must be an integer tile"),
     (tile_seed, torch.int32, r"the seed must be a scalar"),
+    (tile_seed_statement, torch.int32, r"the seed must be a scalar"),
     (float_seed, torch.int32, r"the seed must be an integer"),
     (randint_into_float, torch.int32, r"tj.randint needs an integer destination"),
 ])

@@ -328,7 +328,7 @@ class TileSemantics:
             raise CompilationError(f"tj.{op} needs an integer destination, got {dtype!r}")
         _check_bool_op(op, dtype)
         if op in POINTWISE_RANDOM:
-            self._offsets(op, srcs[1])
+            self._check_random(op, *srcs)
         if op == "fill" and not (is_scalar(srcs[0]) or is_number(srcs[0])):
             raise CompilationError("tj.fill(dst, value) takes a scalar value, got "
                                    f"{describe(srcs[0])}")
@@ -357,7 +357,12 @@ class TileSemantics:
         return self.sem.to_ir(x, dtype)
 
     @staticmethod
-    def _offsets(op: str, offsets):
+    def _check_random(op: str, seed, offsets):
+        """A scalar seed (a tile of seeds would quietly give each element its own stream)
+        and an integer tile of offsets."""
+        if is_tile(seed):
+            raise CompilationError(f"tj.{op}(seed, offsets): the seed must be a scalar, got "
+                                   f"{describe(seed)}")
         if not (is_tile(offsets) and offsets.type.dtype.is_int and not offsets.type.dtype.is_bool):
             raise CompilationError(f"tj.{op}(seed, offsets): offsets must be an integer tile (one "
                                    f"counter per element), got {describe(offsets)}")
@@ -365,10 +370,7 @@ class TileSemantics:
     def random(self, op: str, seed, offsets, dispatch=None, config=None):
         """``tj.rand/randn/randint(seed, offsets)``: a new fragment of ``offsets``' shape,
         f32 (``randint``: i32 holding Philox's raw 32-bit word)."""
-        if is_tile(seed):
-            raise CompilationError(f"tj.{op}(seed, offsets): the seed must be a scalar, got "
-                                   f"{describe(seed)}")
-        self._offsets(op, offsets)
+        self._check_random(op, seed, offsets)
         return self.expression(op, (seed, offsets), i32 if op == "randint" else f32,
                                dispatch, config)
 

@@ -31,7 +31,7 @@ __all__ = [
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
     "mbarrier_wait", "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
-    "copy", "copy_async", "gemm", "gemm_async", "reduce",
+    "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
     "add", "sub", "mul", "div", "maximum", "minimum", "exp", "exp2", "log", "sqrt", "rsqrt",
     "neg", "abs", "fma", "cast", "fill", "select", "ptx", "nki",
     "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "log2", "pow", "where",
@@ -362,8 +362,18 @@ cluster = TeamScope("cluster", TeamKind.CLUSTER)
 
 # --------------------------------------------------------------------- tile primitives
 @builtin("copy")
-def copy(dst, src, *, dispatch=None, config=None, _sem):
-    return _sem.tile.copy(dst, src, None, dispatch, config)
+def copy(dst, src, *, mask=None, other=None, dispatch=None, config=None, _sem):
+    """``dst <- src``. Where ``mask`` (a bool tile broadcasting to dst, or a bool scalar) is
+    False, a tile on chip takes ``other`` (default 0) and a tensor is not written; ``other``
+    is also what source elements past the end of their tensor read as."""
+    return _sem.tile.copy(dst, src, None, dispatch, config, mask=mask, other=other)
+
+
+@builtin("arange")
+def arange(start, end, *, _sem):
+    """A new 1-D int32 fragment holding ``start .. end - 1`` (compile-time bounds, any
+    length), like Triton's ``tl.arange``."""
+    return _sem.tile.arange(start, end)
 
 
 @builtin("copy_async")

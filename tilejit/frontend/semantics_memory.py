@@ -149,12 +149,32 @@ class MemorySemantics:
         if not is_tile(value):
             raise CompilationError(f"cannot index {describe(value)}")
         items = index if isinstance(index, tuple) else (index,)
+        if any(item is None for item in items):
+            return self.expand_dims(value, items)
         if len(items) > t.rank:
             raise CompilationError(f"too many indices ({len(items)}) for a rank-{t.rank} "
                                    f"{'region' if isinstance(t, RegionType) else 'buffer'}")
         if len(items) == t.rank and not any(isinstance(i, slice) for i in items):
             return self.b.load(value, self.element_indices(value, items))
         return self.region(value, items + (slice(None),) * (t.rank - len(items)))
+
+    def expand_dims(self, value: Value, items) -> Value:
+        """``x[:, None]``: ``x`` with a new size-1 dim at each ``None`` (numpy's newaxis,
+        for broadcasting: ``rows[:, None] >= cols[None, :]``). A view of the whole buffer:
+        size-1 dims keep the row-major order, so the buffer's layout still places every
+        element and nothing is copied."""
+        t = value.type
+        if not isinstance(t, BufferType) or t.scope is MemScope.GLOBAL:
+            raise CompilationError(f"x[:, None] adds a dim to a whole fragment or on-chip "
+                                   f"buffer, not to {describe(value)}; copy it into a fragment "
+                                   "first")
+        dims = [item for item in items if item is not None]
+        if len(dims) > t.rank or any(item != slice(None) for item in dims):
+            raise CompilationError("x[:, None] takes ':' for every dim of x and None for each "
+                                   "new one; slice into a fragment first")
+        rest = iter(t.shape)
+        shape = [1 if item is None else next(rest) for item in items] + list(rest)
+        return self.b.view(value, shape, t.layout)
 
     def element_indices(self, value: Value, items) -> list[Value]:
         shape = value.type.shape

@@ -13,6 +13,7 @@ broadcast shape and promoted dtype and fill it with one ``tile.pointwise``.
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
@@ -104,14 +105,73 @@ class TileSemantics:
         return x
 
     # ----------------------------------------------------------------- primitives
-    def copy(self, dst, src, barrier, dispatch, config, is_async=False):
+    def copy(self, dst, src, barrier, dispatch, config, is_async=False, mask=None, other=None):
         name = "copy_async" if is_async else "copy"
         dst, src = self._tile(dst, "dst", name), self._tile(src, "src", name)
         if not broadcasts_to(src.type.shape, dst.type.shape):
             raise CompilationError(f"tj.{name}: src of shape {_shape_text(src.type.shape)} does "
                                    f"not fit dst of shape {_shape_text(dst.type.shape)}")
         barrier_operands = () if barrier is None else self.sem.memory.barrier_operands(barrier)
-        return self.b.tile(name, dst, src, *barrier_operands, **self._attrs(dispatch, config))
+        attrs = self._attrs(dispatch, config)
+        if is_async:
+            return self.b.tile(name, dst, src, *barrier_operands, **attrs)
+        masks = () if mask is None else (self._mask(mask, dst),)
+        return self.b.tile(name, dst, src, *masks, other=self._other(other, attrs, dst, src),
+                           **attrs)
+
+    def _mask(self, mask, dst):
+        """``mask=`` as an i1 operand: a bool tile broadcasting to dst, or a bool scalar."""
+        if isinstance(mask, bool) or (is_scalar(mask) and mask.type == i1):
+            return self.sem.to_ir(mask, i1)
+        if not is_tile(mask):
+            raise CompilationError(f"tj.copy: mask= must be a bool tile (such as offs < n) or a "
+                                   f"bool scalar, got {describe(mask)}")
+        if mask.type.dtype != i1:
+            raise CompilationError(f"tj.copy: mask= must be a bool tile, got a "
+                                   f"{mask.type.dtype!r} tile; compare it, e.g. m != 0")
+        if not broadcasts_to(mask.type.shape, dst.type.shape):
+            raise CompilationError(f"tj.copy: mask of shape {_shape_text(mask.type.shape)} does "
+                                   f"not broadcast to dst of shape {_shape_text(dst.type.shape)}")
+        return mask
+
+    @staticmethod
+    def _other(other, attrs, dst, src):
+        """``other=``: a compile-time number that both dtypes can hold (None: the default)."""
+        if other is None:
+            return None
+        if "fill" in attrs["config"]:
+            raise CompilationError("tj.copy: give other= or config={'fill': ...} (its older "
+                                   "spelling), not both")
+        if not is_number(other):
+            raise CompilationError(f"tj.copy: other= must be a compile-time number, such as 0.0 "
+                                   f"or float('-inf'), got {describe(other)}")
+        other = int(other) if is_int_number(other) else float(other)  # numpy scalars too
+        for role, x in (("dst", dst), ("src", src)):
+            if not x.type.dtype.is_float and not math.isfinite(other):
+                raise CompilationError(f"tj.copy: other={other} does not fit the "
+                                       f"{x.type.dtype!r} {role}")
+        return other
+
+    def arange(self, start, end):
+        """``tj.arange(start, end)``: a new 1-D int32 fragment ``start .. end - 1`` (an
+        ``iota`` pointwise op; the bounds fix the shape, so they are compile-time)."""
+        for role, bound in (("start", start), ("end", end)):
+            if not is_int_number(bound) or isinstance(bound, bool):
+                hint = (": the length is the tile's shape, so add a run-time offset to the "
+                        "result instead, e.g. base + tj.arange(0, BLOCK)"
+                        if is_scalar(bound) else "")
+                raise CompilationError(f"tj.arange(start, end) takes compile-time int bounds, "
+                                       f"but {role} is {describe(bound)}{hint}")
+        start, end = int(start), int(end)
+        if end <= start:
+            raise CompilationError(f"tj.arange({start}, {end}) is empty: end must be greater "
+                                   "than start")
+        if start < -2**31 or end - 1 >= 2**31:
+            raise CompilationError(f"tj.arange({start}, {end}) does not fit int32")
+        dst = self.b.alloc(MemScope.FRAGMENT, i32, (end - start,))
+        self.b.tile("pointwise", dst, self.sem.to_ir(start, i32), op="iota",
+                    **self._attrs(None, None))
+        return dst
 
     def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False):
         name = "gemm_async" if is_async else "gemm"

@@ -7,9 +7,11 @@ instruction family and shape chosen by the dispatch pass).
 """
 from __future__ import annotations
 
-from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, STR, Attr, Choice, Enum, Optional, Tuple
+import math
+
+from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, SCALAR, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
-from .types import BarrierType, ScalarType, TeamKind
+from .types import BarrierType, ScalarType, TeamKind, i1
 
 TILE = OpGroup.TILE
 
@@ -42,6 +44,8 @@ POINTWISE_ARITY = {
     "bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1, "shl": 2, "shr": 2,
     # counter-based random numbers from (seed, offset): Philox 4x32-10 (docs/language.md)
     "rand": 2, "randn": 2, "randint": 2,
+    # index tiles (tj.arange): dst[i] = start + i, a 1-D tile; the source is the scalar start
+    "iota": 1,
 }
 POINTWISE_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 POINTWISE_RANDOM = ("rand", "randn", "randint")
@@ -116,9 +120,31 @@ def _check_pointwise(op):
     if len(srcs) != POINTWISE_ARITY[name]:
         return f"pointwise {name} takes {POINTWISE_ARITY[name]} source(s), got {len(srcs)}"
     dst = _shape(op.operands[0])
+    if name == "iota" and (len(dst) != 1 or not isinstance(srcs[0].type, ScalarType)
+                           or not srcs[0].type.is_int):
+        return f"iota writes a 1-D tile from an integer scalar start, got dst {list(dst)}"
     for src in srcs:
         if not isinstance(src.type, ScalarType) and not _broadcasts_to(_shape(src), dst):
             return f"source shape {list(_shape(src))} does not broadcast to {list(dst)}"
+    return None
+
+
+def _check_copy(op):
+    dst, mask = op.operands[0].type, op.operands[2:]
+    if len(mask) > 1:
+        return f"copy takes at most one mask after dst and src, got {len(mask)}"
+    if mask:
+        mask_type = mask[0].type
+        is_scalar = isinstance(mask_type, ScalarType)
+        mask_dtype = mask_type if is_scalar else mask_type.dtype
+        if mask_dtype != i1:
+            return f"a copy's mask must be bool (i1), got {mask_dtype}"
+        if not is_scalar and not _broadcasts_to(_shape(mask[0]), dst.shape):
+            return f"mask shape {list(_shape(mask[0]))} does not broadcast to {list(dst.shape)}"
+    other = op.attrs["other"]
+    for tile in op.operands[:2]:
+        if other is not None and not tile.type.dtype.is_float and not math.isfinite(other):
+            return f"other={other} does not fit the {tile.type.dtype} of dst and src"
     return None
 
 
@@ -130,7 +156,11 @@ def _tile(name, operands, attrs=None, check=None):
 GEMM_ATTRS = {"transpose_a": Attr(BOOL, False), "transpose_b": Attr(BOOL, False),
               "accum": Attr(BOOL, True)}
 
-_tile("tile.copy", "dst:memory src:memory")
+# mask: elements of dst where it is False are written with ``other`` when dst is on chip (a
+# load) and left alone when dst is a tensor (a store); ``other`` (default: config "fill",
+# else 0) is also what source elements past the end of their tensor read as.
+_tile("tile.copy", "dst:memory src:memory *mask:tile_or_scalar",
+      {"other": Attr(Optional(SCALAR), None)}, _check_copy)
 _tile("tile.copy_async", "dst:memory src:memory *barrier", check=_check_copy_async)
 _tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
 _tile("tile.gemm_async", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)

@@ -16,8 +16,8 @@ the :class:`Emitter` a body that receives logical indices; the emitter
 * masks tiles that may run past the end of a global buffer (:meth:`pieces`; one that starts
   before the buffer is wholly out of bounds): the valid
   extent of each dim is ``clamp(dim - start, 0, size)``; a full-tile box runs with no
-  predicate at all, and remainder boxes load ``fill`` (``config["fill"]``, default 0) for
-  out-of-bounds sources; stores to out-of-bounds places are skipped.
+  predicate at all, and remainder boxes load a copy's ``other`` (else ``config["fill"]``,
+  default 0) for out-of-bounds sources; stores to out-of-bounds places are skipped.
 
 Loads and stores take logical indices of buffers or regions; the target maps them to
 addresses through layouts and strides.
@@ -344,8 +344,15 @@ class Emitter:
 
     # ----------------------------------------------------------------- element access
     def fill_value(self, operand: Operand) -> Value:
-        fill = self.call.config.get("fill", 0)
-        dtype = operand.dtype
+        """What an element of ``operand`` past the end of its tensor reads as: False for a
+        copy's mask (masked off), else :meth:`other`."""
+        return self.const(False, i1) if operand.name == "mask" else self.other(operand.dtype)
+
+    def other(self, dtype) -> Value:
+        """A copy's ``other`` (what masked-off elements read as), else ``config["fill"]``,
+        else 0, as a ``dtype`` constant."""
+        other = self.call.attrs.get("other")
+        fill = self.call.config.get("fill", 0) if other is None else other
         value = bool(fill) if dtype == i1 else float(fill) if dtype.is_float else int(fill)
         return self.const(value, dtype)
 

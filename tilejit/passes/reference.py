@@ -8,6 +8,9 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
 * Integer ``div`` truncates toward zero (C semantics); ``floordiv`` and ``mod`` are
   Python's (numpy's) ``//`` and ``%``. An integer division by zero gives 0.
 * ``rand``/``randn``/``randint`` are Philox 4x32-10 (:func:`philox4x32`, docs/language.md).
+* ``iota`` (``tj.arange``) writes a 1-D tile ``start, start + 1, ...``.
+* A masked ``copy``: where the mask is False, a tile on chip takes ``other`` (a load) and
+  a tensor keeps its value (a store).
 * Bools compute like numpy: ``add``/``maximum`` are or, ``mul``/``div``/``minimum`` and;
   ``sub`` and ``neg`` raise (the frontend refuses them on bool tiles).
 * ``reduce`` folds in the destination's dtype; ``dst`` has ``src``'s shape with ``axis``
@@ -52,8 +55,15 @@ def _fit(value, dst) -> np.ndarray:
     return np.broadcast_to(np.asarray(value), np.shape(dst)).astype(dst.dtype)
 
 
-def copy(dst: np.ndarray, src) -> np.ndarray:
-    return _fit(np.asarray(src).astype(dst.dtype), dst)
+def copy(dst: np.ndarray, src, mask=None, other=0, store=False) -> np.ndarray:
+    """``src`` converted to ``dst``'s dtype. Where ``mask`` (broadcast like a source) is
+    False, elements take ``other`` -- a load into a tile on chip -- or, with ``store`` (the
+    destination is a tensor), keep ``dst``'s value: masked-off elements are not written."""
+    value = _fit(np.asarray(src).astype(dst.dtype), dst)
+    if mask is None:
+        return value
+    masked_off = dst if store else np.asarray(other).astype(dst.dtype)
+    return _fit(np.where(np.asarray(mask, dtype=bool), value, masked_off), dst)
 
 
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -104,6 +114,8 @@ def pointwise(op: str, dst: np.ndarray, *srcs) -> np.ndarray:
     with np.errstate(all="ignore"):
         if op in ("rand", "randn", "randint"):
             return _fit(np.asarray(_random(op, dtype, *srcs)).astype(dtype), dst)
+        if op == "iota":
+            return (int(srcs[0]) + np.arange(dst.shape[0])).astype(dtype)
         if op == "select":
             cond, a, b = (np.asarray(s) for s in srcs)
             return _fit(np.where(cond != 0, np.asarray(a).astype(dtype),

@@ -22,14 +22,16 @@ from .registry import DispatchContext
 __all__ = ["Operand", "PrimitiveCall", "operand_names"]
 
 _COMMON = ("team", "dispatch", "config", "scope", "rule", "inst_shape")
-_POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",),
+_POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",), "iota": ("start",),
                     "rand": ("seed", "offsets"), "randn": ("seed", "offsets"),
                     "randint": ("seed", "offsets")}
 
 
 def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
     """The names rules and messages use for the tile operands of ``primitive``."""
-    if primitive in ("copy", "copy_async", "reduce", "scan"):
+    if primitive == "copy":
+        return ("dst", "src", "mask")  # the mask is optional
+    if primitive in ("copy_async", "reduce", "scan"):
         return ("dst", "src")
     if primitive in ("gemm", "gemm_async"):
         return ("C", "A", "B")

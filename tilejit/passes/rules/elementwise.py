@@ -1,5 +1,5 @@
-"""Element loops for copy and pointwise (cast, fill, select, arithmetic, math, bits, and the
-Philox random numbers of ``philox.py``) on any target.
+"""Element loops for copy (masked or not) and pointwise (cast, fill, select, arithmetic,
+iota, math, bits, and the Philox random numbers of ``philox.py``) on any target.
 
 Two families share one lowering:
 
@@ -9,8 +9,9 @@ Two families share one lowering:
 * ``scalar`` (fallback) -- one element at a time, instruction shape ``(1,)``.
 
 Both compute in the destination's dtype (sources are converted first), broadcast sources
-like numpy, mask tiles that may run past the end of a global tensor (loopgen), and, for
-whole on-chip buffers, fuse all dims into one loop through flat views.
+like numpy, mask tiles that may run past the end of a global tensor (loopgen), apply a
+copy's per-element mask (:func:`write`), and, for whole on-chip buffers, fuse all dims into
+one loop through flat views.
 """
 from __future__ import annotations
 
@@ -152,11 +153,15 @@ def _convert(em: Emitter, value, dtype):
     return value if value.type == dtype else em.b.cast(value, dtype)
 
 
-def compute(em: Emitter, call: PrimitiveCall, values: list):
-    """The destination element from the source elements ``values``."""
+def compute(em: Emitter, call: PrimitiveCall, values: list, idx: list):
+    """The destination element at domain indices ``idx`` from the source elements
+    ``values`` (a copy's mask, last, is applied by :func:`write`)."""
     op, dtype = call.attrs.get("op", "copy"), call.operands[0].dtype
     if op in ("copy", "cast", "fill"):
         return _convert(em, values[0], dtype)
+    if op == "iota":  # a 1-D tile: its domain index is the element's position
+        return em.b.binary("add", _convert(em, values[0], dtype),
+                           _convert(em, em.index(idx[-1]), dtype))
     if op == "select":
         cond, a, b = values
         if cond.type != i1:
@@ -176,6 +181,30 @@ def compute(em: Emitter, call: PrimitiveCall, values: list):
     return em.b.unary(name, *values) if kind == "unary" else em.b.binary(name, *values)
 
 
+def write(em: Emitter, call: PrimitiveCall, value, values: list, idx: list,
+          checked: bool) -> None:
+    """Store ``value`` into the destination at ``idx``. Where a copy's mask (the last of
+    the source elements ``values``) is False, a destination on chip takes ``other`` (a
+    load: the whole tile is written) and a tensor is not written (a store). The source
+    element was read either way: inside its tensor, which loop generation guarantees,
+    reading is harmless, and a select vectorizes where a branch would not."""
+    dst = call.operands[0]
+    if call.primitive != "copy" or len(call.operands) < 3:
+        em.store(dst, value, idx, checked)
+        return
+    mask = values[-1]
+    if dst.role is not MemScope.GLOBAL:
+        value = em.b.select(mask, _convert(em, value, dst.dtype), em.other(dst.dtype))
+        em.store(dst, value, idx, checked)
+        return
+    _, then, orelse = em.b.if_(mask)
+    with em.b.insert_into(then):
+        em.store(dst, value, idx, checked)
+        em.b.yield_()
+    with em.b.insert_into(orelse):
+        em.b.yield_()
+
+
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, srcs = call.operands[0], call.operands[1:]
     domain = list(dst.shape)
@@ -186,7 +215,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def element(idx, checked, outside):
         values = [em.fill_value(s) if s.name in outside else em.load(s, idx, checked)
                   for s in srcs]
-        em.store(dst, compute(em, call, values), idx, checked)
+        write(em, call, compute(em, call, values, idx), values, idx, checked)
 
     em.each([(box, lambda base, box=box, checked=checked, outside=outside: em.unrolled(
         base, box.step, lambda idx: element(idx, checked, outside)))

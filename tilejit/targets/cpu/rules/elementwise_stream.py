@@ -31,7 +31,8 @@ Legality contract (else ``Decline``; ``vector``/``scalar`` take over): the ``vec
 family's contract (static unit-stride innermost dims, a vector width dividing the
 extent), the ``team_once`` distribution, and at least two tile operands in global memory
 (otherwise the alias scopes of private memory already let ``vector`` vectorize) -- or,
-with ``config={"cache": "stream"}``, a destination in global memory.
+with ``config={"cache": "stream"}``, a destination in global memory --, and no per-element
+mask (a masked copy's stores are conditional, not whole chunks).
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ STREAM_BYTES = 32
 
 def check(call: PrimitiveCall) -> Plan | Decline:
     reasons = team_once_reasons(call)
+    if call.primitive == "copy" and len(call.operands) > 2:
+        # Its chunks store whole; a mask needs a branch per element (vector applies it).
+        reasons.append("a masked copy stores element by element: the vector family does")
     cache = call.config.get("cache")
     if cache not in CACHE_POLICIES:
         reasons.append(f"config cache={cache!r} is not one of {CACHE_POLICIES[1:]}")
@@ -83,7 +87,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         def element(idx):
             values = [em.fill_value(s) if s.name in outside else em.load(s, idx, checked)
                       for s in srcs]
-            em.store(dst, elementwise.compute(em, call, values), idx, checked)
+            em.store(dst, elementwise.compute(em, call, values, idx), idx, checked)
         return element
 
     width = inst[-1]
@@ -104,7 +108,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         def compute(w):  # ... then every store
             values = [s.value if s.is_scalar else em.b.load(scratch[s.name], [em.index(w)])
                       for s in srcs]
-            value = elementwise.compute(em, call, values)
+            value = elementwise.compute(em, call, values, at(w))
             if not streaming:
                 em.store(dst, value, at(w))
                 return

@@ -3,11 +3,14 @@ distributions (team_once and per_thread), against tilejit.passes.reference."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.ir_exec import numpy_dtype, run_kernel
-from support.tile_kernels import GENERIC, SIMT, global_matrix, lowered, make_kernel
+from support.tile_kernels import (FILE, GENERIC, SIMT, TILE_LINE, global_matrix, lowered,
+                                  make_kernel)
 
+from tilejit.errors import CompilationError
 from tilejit.ir.types import MemScope, TeamKind, f32, i1, i32
 from tilejit.layout import TileLayout
 from tilejit.passes import reference as ref
@@ -40,7 +43,7 @@ def masked_round_trip(rows, cols, dtype, other, padded, team):
 def test_masked_load_and_store_match_numpy(rows, cols, r0, c0, dtype, other, padded, team,
                                             context, seed, data):
     shape = (data.draw(st.integers(1, r0 + rows + 2)), data.draw(st.integers(1, c0 + cols + 2)))
-    k, log = lowered(masked_round_trip(rows, cols, dtype, other, padded, team), context)
+    k, _ = lowered(masked_round_trip(rows, cols, dtype, other, padded, team), context)
     rng = np.random.default_rng(seed)
     x = rng.integers(-50, 50, shape).astype(numpy_dtype(dtype))
     keep = rng.integers(0, 2, shape).astype(bool)
@@ -67,10 +70,33 @@ def test_iota_writes_start_plus_the_index(size, start, at, context):
         frag = b.alloc(FRAGMENT, i32, (size,))
         b.tile("pointwise", frag, b.const(start, i32), op="iota")
         b.tile("copy", b.region(out, [base], (size,)), frag)
-    k, log = lowered(make_kernel([("out", global_matrix(i32, rank=1)), ("base", i32)], body,
+    k, _ = lowered(make_kernel([("out", global_matrix(i32, rank=1)), ("base", i32)], body,
                                  num_warps=2), context)
     out = np.zeros(at + size - 1, np.int32)    # the tile's last element is past the end
     run_kernel(k, {"out": out, "base": at})
     expected = np.zeros_like(out)
     ref.write_region(expected, (at,), ref.pointwise("iota", np.zeros(size, np.int32), start))
     np.testing.assert_array_equal(out, expected)
+
+
+BAD_OPS = [
+    (lambda b, x: b.tile("copy", b.alloc(FRAGMENT, f32, (8,)), x, b.alloc(FRAGMENT, i32, (8,))),
+     r"a copy's mask must be bool \(i1\), got i32"),
+    (lambda b, x: b.tile("copy", b.alloc(FRAGMENT, f32, (8,)), x, b.alloc(FRAGMENT, i1, (5,))),
+     r"mask shape \[5\] does not broadcast to \[8\]"),
+    (lambda b, x: b.tile("copy", b.alloc(FRAGMENT, f32, (8,)), x, b.const(True, i1),
+                         b.const(True, i1)), "at most one mask"),
+    (lambda b, x: b.tile("copy", b.alloc(FRAGMENT, i32, (8,)), x, other=float("-inf")),
+     "other=-inf does not fit the i32 of dst and src"),
+    (lambda b, x: b.tile("pointwise", b.alloc(FRAGMENT, i32, (2, 4)), b.const(0, i32),
+                         op="iota"), r"iota writes a 1-D tile from an integer scalar start"),
+]
+
+
+@pytest.mark.parametrize("build, message", BAD_OPS, ids=[m for _, m in BAD_OPS])
+def test_the_verifier_checks_masks_other_and_iota(build, message):
+    def body(b, x, n):
+        build(b, b.region(x, [n], (8,)))
+    with pytest.raises(CompilationError, match=message) as err:
+        make_kernel([("x", global_matrix(f32, rank=1)), ("n", i32)], body)
+    assert (err.value.line, err.value.file) == (TILE_LINE, FILE)   # at the op's line

@@ -11,7 +11,8 @@ def session_cache_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def isolated_tilejit_env(session_cache_dir, monkeypatch):
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(session_cache_dir))
-    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE"):
+    for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE",
+                 "TILEJIT_BOUNDS_CHECK"):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -137,6 +137,12 @@ def writes_past_the_last_cta(out):
     out[tj.cta_id(0) + 1] = 1.0             # the last CTA writes out[grid]
 
 
+def copies_past_a_shared_window(x, out, stage):
+    s = tj.alloc_shared((2, 16), tj.float32)
+    tj.copy(s[stage, 0:16], x[0:16])        # stage 2 of 2 would write another buffer
+    tj.copy(out[0:16], s[0, 0:16])
+
+
 RELEASE_CASES = {   # kernel, launch, message, line
     "global read": (reads_past_global, lambda k: k[(1,)](torch.zeros(37), torch.zeros(128), 37),
                     "global buffer 'x': index [37] outside shape [37]", "x[i % (n + 1)]"),
@@ -151,6 +157,10 @@ RELEASE_CASES = {   # kernel, launch, message, line
                    lambda k: k[(1,)](torch.zeros(32, dtype=torch.int32), K=5, num_warps=1),
                    "local buffer 'vals': index [5, 0] outside shape [5, 3]",
                    "vals[t % (K + 1), 0]"),
+    "shared tile window": (copies_past_a_shared_window,
+                           lambda k: k[(1,)](torch.zeros(16), torch.zeros(16), 2),
+                           "shared buffer 's': index [2, 15] outside shape [2, 16]",
+                           "tj.copy(s[stage, 0:16], x[0:16])"),
     "last CTA of a parallel launch": (
         writes_past_the_last_cta, lambda k: k[(1000,)](torch.zeros(1000), num_warps=1),
         "index [1000] outside shape [1000] in CTA 999", "out[tj.cta_id(0) + 1]"),

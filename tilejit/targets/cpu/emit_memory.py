@@ -296,14 +296,19 @@ _NATIVE_ATOMICS = {  # (op, kind) -> atomicrmw operation
     ("max", "int"): "max", ("max", "uint"): "umax", ("max", "float"): "fmax",
     ("min", "int"): "min", ("min", "uint"): "umin", ("min", "float"): "fmin",
 }
+# The IR's memory orders as LLVM orderings. Every sync scope (cta, gpu, sys) is LLVM's
+# default, system-wide one: the widest, so each is implemented.
+_LLVM_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": "release",
+                "acq_rel": "acq_rel"}
+# A failed compare-and-swap only reads: its ordering may not release.
+_CAS_FAILURE_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": "monotonic",
+                       "acq_rel": "acquire"}
 
 
 def emit_atomic(em, op):
     ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
     t, name, b = ref.dtype, op.attrs["op"], em.b
     value = em[op.operands[1]]
-    if t.is_bool:
-        raise CompilationError(f"atomic {name} on bool is not supported")
     if name == "add":  # every thread the unit stands for adds its value
         value = _scaled(em, value, t, threads_per_unit(em))
     if ref.scope is not MemScope.GLOBAL:
@@ -312,10 +317,37 @@ def emit_atomic(em, op):
         old = types.load(b, ptr, t, tag=tag)
         types.store(b, _combine(em, name, old, value, t), ptr, t, tag=tag)
         return [old]
+    order = op.attrs["order"]
     if t in types.NARROW_FLOATS:
-        return [_cas_loop(em, ptr, name, value, t)]
+        return [_cas_loop(em, ptr, lambda old: _combine(em, name, old, value, t), t, order)]
     native = "xchg" if name == "xchg" else _NATIVE_ATOMICS[(name, t.kind)]
-    return [b.atomic_rmw(native, ptr, value, "monotonic")]
+    return [b.atomic_rmw(native, ptr, value, _LLVM_ORDERS[order])]
+
+
+def emit_atomic_cas(em, op):
+    """Compare-and-swap: ``value`` replaces the element where it equals ``compare`` (bit for
+    bit, as CUDA's atomicCAS compares); the old element either way. Not scaled by the threads
+    a unit stands for: once the first has swapped, the others' compares fail (unless
+    ``compare == value``, when a swap changes nothing)."""
+    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[3:])
+    t, b = ref.dtype, em.b
+    compare, value = em[op.operands[1]], em[op.operands[2]]
+    if ref.scope is not MemScope.GLOBAL:  # one OS thread runs the CTA (see emit_atomic)
+        tag = _alias_tag(em, ref)
+        old = types.load(b, ptr, t, tag=tag)
+        same = b.icmp_unsigned("==", types.int_bits(b, old), types.int_bits(b, compare))
+        types.store(b, b.select(same, value, old), ptr, t, tag=tag)
+        return [old]
+    order, bits = op.attrs["order"], ir.IntType(t.itemsize * 8)
+
+    def as_bits(v):  # cmpxchg takes integers: floats swap their bits
+        return v if v.type == bits else b.bitcast(v, bits)
+
+    pair = b.cmpxchg(ptr, as_bits(compare), as_bits(value), _LLVM_ORDERS[order],
+                     _CAS_FAILURE_ORDERS[order])
+    old = b.extract_value(pair, 0)
+    register = types.register_type(t)
+    return [old if register == bits else b.bitcast(old, register)]
 
 
 def _scaled(em, value, t: ScalarType, threads):
@@ -342,7 +374,7 @@ def _combine(em, name: str, old, value, t: ScalarType):
     return emit_native.INT_BINARY[name](em, old, value, t.kind == "int")
 
 
-def _cas_loop(em, ptr, name: str, value, t: ScalarType):
+def _cas_loop(em, ptr, combine, t: ScalarType, order: str):
     """An atomic read-modify-write of a narrow float through compare-and-swap of its bits."""
     b = em.b
     bits_type = types.storage_type(t) if t != f16 else ir.IntType(16)
@@ -362,8 +394,8 @@ def _cas_loop(em, ptr, name: str, value, t: ScalarType):
     b.position_at_end(loop)
     seen = b.phi(bits_type)
     seen.add_incoming(start, before)
-    new = to_bits(_combine(em, name, from_bits(seen), value, t))
-    pair = b.cmpxchg(ptr, seen, new, "monotonic", "monotonic")
+    new = to_bits(combine(from_bits(seen)))
+    pair = b.cmpxchg(ptr, seen, new, _LLVM_ORDERS[order], _CAS_FAILURE_ORDERS[order])
     seen.add_incoming(b.extract_value(pair, 0), b.block)
     b.cbranch(b.extract_value(pair, 1), done, loop)
     b.position_at_end(done)
@@ -437,7 +469,27 @@ def emit_view(em, op):
 def emit_region(em, op):
     parent = em[op.operands[0]]
     starts = [types.to_i64(em.b, em[v], v.type) for v in op.operands[1:]]
-    return [RegionRef(parent, starts, op.attrs["sizes"], op.attrs["keep"])]
+    region = RegionRef(parent, starts, op.attrs["sizes"], op.attrs["keep"])
+    if (em.options.debug or em.options.bounds_check) and isinstance(parent, BufferRef) \
+            and parent.scope is not MemScope.GLOBAL \
+            and any(v not in em.consts for v in op.operands[1:]):
+        _check_region(em, op, region)
+    return [region]
+
+
+def _check_region(em, op, region: RegionRef) -> None:
+    """An on-chip window with a run-time start lies inside its buffer (a tile primitive on
+    it is not masked, as one on a tensor is: its accesses would land in other buffers)."""
+    b, ok, probes = em.b, ir.Constant(I1, 1), []
+    for start, size, dim in zip(region.starts, region.sizes, region.parent.shape):
+        last = b.add(start, ir.Constant(I64, size - 1))
+        ok = b.and_(ok, b.icmp_unsigned("<", last, ir.Constant(I64, dim)))
+        ok = b.and_(ok, b.icmp_signed(">=", start, ir.Constant(I64, 0)))
+        probes.append(b.select(b.icmp_signed("<", start, ir.Constant(I64, 0)), start, last))
+    site = em.mc.add_site("bounds", op, buffer=region.parent.name,
+                          scope=str(region.parent.scope), rank=len(probes))
+    em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, probes,
+                   [em.i64(d) for d in region.parent.shape])
 
 
 def emit_buffer_dim(em, op):
@@ -460,6 +512,6 @@ def emit_buffer_stride(em, op):
 
 HANDLERS = {
     "alloc": emit_alloc, "view": emit_view, "region": emit_region, "load": emit_load,
-    "store": emit_store, "atomic": emit_atomic, "buffer_dim": emit_buffer_dim,
-    "buffer_stride": emit_buffer_stride,
+    "store": emit_store, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
+    "buffer_dim": emit_buffer_dim, "buffer_stride": emit_buffer_stride,
 }

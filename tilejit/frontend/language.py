@@ -32,6 +32,8 @@ __all__ = [
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
     "mbarrier_wait", "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
     "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
+    "zeros", "full", "trans", "permute", "broadcast_to", "expand_dims", "reshape", "gather",
+    "scatter",
     "add", "sub", "mul", "div", "maximum", "minimum", "exp", "exp2", "log", "sqrt", "rsqrt",
     "neg", "abs", "fma", "cast", "fill", "select", "ptx", "nki",
     "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "log2", "pow", "where",
@@ -374,6 +376,64 @@ def arange(start, end, *, _sem):
     """A new 1-D int32 fragment holding ``start .. end - 1`` (compile-time bounds, any
     length), like Triton's ``tl.arange``."""
     return _sem.tile.arange(start, end)
+
+
+# ------------------------------------------------ building, converting and indexing tiles
+@builtin("zeros")
+def zeros(shape, dtype, *, _sem):
+    """A new fragment of ``shape`` (compile-time sizes, any) holding 0, like ``tl.zeros``."""
+    return _sem.tile.full(shape, 0, dtype, "zeros")
+
+
+@builtin("full")
+def full(shape, value, dtype, *, _sem):
+    """A new fragment of ``shape`` holding ``value`` (a scalar), like ``tl.full``."""
+    return _sem.tile.full(shape, value, dtype, "full")
+
+
+@builtin("trans")
+def trans(x, *dims, _sem):
+    """``x`` transposed (2-D), or its dims in the order ``dims``, as a new fragment."""
+    return _sem.tile.permute(x, dims, "trans")
+
+
+@builtin("permute")
+def permute(x, *dims, _sem):
+    """``x`` with its dims in the order ``dims`` (``numpy.transpose``), as a new fragment."""
+    return _sem.tile.permute(x, dims, "permute")
+
+
+@builtin("broadcast_to")
+def broadcast_to(x, shape, *, _sem):
+    """A new fragment of ``shape`` holding ``x`` broadcast like numpy."""
+    return _sem.tile.broadcast_to(x, shape)
+
+
+@builtin("expand_dims")
+def expand_dims(x, axis, *, _sem):
+    """``x`` with a size-1 dim inserted at ``axis`` (an int or a tuple): ``x[:, None]``."""
+    return _sem.tile.expand_dims(x, axis)
+
+
+@builtin("reshape")
+def reshape(x, shape, *, _sem):
+    """``x``'s elements, in row-major order, with the shape ``shape``."""
+    return _sem.tile.reshape(x, shape)
+
+
+@builtin("gather")
+def gather(*args, axis=None, other=None, dispatch=None, config=None, _sem):
+    """``tj.gather(src, index, axis)`` returns a new fragment, ``tj.gather(dst, src, index,
+    axis)`` writes dst: ``torch.gather`` along ``axis``; ``other`` (default 0) where an
+    index is outside ``src``."""
+    return _sem.tile.gather(args, axis, other, dispatch, config)
+
+
+@builtin("scatter")
+def scatter(dst, index, src, axis, *, dispatch=None, config=None, _sem):
+    """``dst[... index[j] ...] = src[j]`` along ``axis`` (``torch.Tensor.scatter_``), in
+    row-major order (the last of duplicate indices wins); out-of-range indices are skipped."""
+    return _sem.tile.scatter(dst, index, src, axis, dispatch, config)
 
 
 @builtin("copy_async")

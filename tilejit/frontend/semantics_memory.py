@@ -121,6 +121,10 @@ class MemorySemantics:
             return tuple(self.dim(value, "strides", i) for i in range(t.rank))
         if name == "view" and isinstance(t, BufferType):
             return BoundBuiltin(_view, value)
+        if name == "to" and isinstance(t, (ScalarType, BufferType, RegionType)):
+            return BoundBuiltin(_to, value)
+        if name == "T" and is_tile(value):
+            return self.sem.tile.permute(value, (), "T")
         raise CompilationError(f"{describe(value)} has no attribute '{name}'")
 
     def dim(self, value: Value, what: str, index):
@@ -151,6 +155,8 @@ class MemorySemantics:
         items = index if isinstance(index, tuple) else (index,)
         if any(item is None for item in items):
             return self.expand_dims(value, items)
+        if any(is_tile(item) for item in items):
+            return self.indexed(value, items)
         if len(items) > t.rank:
             raise CompilationError(f"too many indices ({len(items)}) for a rank-{t.rank} "
                                    f"{'region' if isinstance(t, RegionType) else 'buffer'}")
@@ -175,6 +181,30 @@ class MemorySemantics:
         rest = iter(t.shape)
         shape = [1 if item is None else next(rest) for item in items] + list(rest)
         return self.b.view(value, shape, t.layout)
+
+    def indexed(self, value: Value, items):
+        """``table[idx, :]`` with a 1-D integer tile ``idx``: rows (or columns) that only
+        ``tj.copy`` reads or writes, as a gather or scatter (docs/language.md). The other
+        dims are taken whole (``:``): the copy's other side sizes them, and
+        accesses past the tensor's run-time extent are masked."""
+        from .semantics_tile import IndexedTile
+        axes = [axis for axis, item in enumerate(items) if is_tile(item)]
+        index = items[axes[0]]
+        if len(axes) > 1 or index.type.rank != 1 or not index.type.dtype.is_int \
+                or index.type.dtype.is_bool:
+            raise CompilationError(f"a tile index must be one 1-D integer tile, got "
+                                   f"{describe(index)}; for other shapes use tj.gather or "
+                                   "tj.scatter")
+        t = value.type
+        if not isinstance(t, BufferType) or len(items) != t.rank:
+            raise CompilationError(f"x[idx, :] takes a whole buffer and one item per dim, got "
+                                   f"{len(items)} for {describe(value)}")
+        for axis, item in enumerate(items):
+            if axis != axes[0] and item != slice(None):
+                raise CompilationError(f"x[idx, :] takes the other dims whole (':'), got "
+                                       f"{describe(item)} for dim {axis}; use tj.gather on a "
+                                       "region instead")
+        return IndexedTile(value, index, axes[0])
 
     def element_indices(self, value: Value, items) -> list[Value]:
         shape = value.type.shape
@@ -297,6 +327,12 @@ class MemorySemantics:
 @builtin("view")
 def _view(buf, shape, layout=None, *, _sem):
     return _sem.memory.view(buf, shape, layout)
+
+
+@builtin("to")
+def _to(x, dtype, *, _sem):
+    """``x.to(dtype)``: a scalar or a tile (as a new fragment) converted to ``dtype``."""
+    return _sem.tile.convert(x, dtype)
 
 
 def _is_integer(x) -> bool:

@@ -170,3 +170,57 @@ _tile("tile.scan", "dst:memory src:memory",
       {"op": Attr(Choice(*SCAN_OPS)), "axis": Attr(INT)}, _check_scan)
 _tile("tile.pointwise", "dst:memory *srcs:tile_or_scalar",
       {"op": Attr(Choice(*POINTWISE_ARITY))}, _check_pointwise)
+
+
+# Copies that move elements to other positions (docs/language.md "Building, converting and
+# indexing tiles"). permute: dst[i] = src[j] with j[dims[k]] = i[k] (tj.trans, x.T).
+# gather: dst[i] = src[i with i[axis] replaced by index[i]] (torch.gather; index broadcasts
+# to dst). scatter: dst[j with j[axis] replaced by index[j]] = src[j] for every j of the
+# broadcast shape of index and src (torch's scatter_), in row-major order. An index outside
+# the indexed operand's extent (or a position past its end) is masked: gather reads
+# ``other`` (default 0), scatter writes nothing.
+def _check_permute(op):
+    dst, src, dims = _shape(op.operands[0]), _shape(op.operands[1]), op.attrs["dims"]
+    if sorted(dims) != list(range(len(src))):
+        return f"dims {list(dims)} is not a permutation of the {len(src)} dims of src"
+    if not _broadcasts_to(tuple(src[d] for d in dims), dst) or len(dst) != len(src):
+        return f"permuting src {list(src)} by {list(dims)} cannot write dst {list(dst)}"
+    return None
+
+
+def _check_index_operand(index, indexed, axis, what):
+    dtype = index.type.dtype
+    if not dtype.is_int or dtype.is_bool:
+        return f"the index of a {what} must be an integer tile, got {dtype}"
+    if len(_shape(index)) != len(_shape(indexed)):
+        return (f"the index of a {what} has rank {len(_shape(index))} but the tile it indexes "
+                f"has rank {len(_shape(indexed))}")
+    if not 0 <= axis < len(_shape(indexed)):
+        return f"axis {axis} out of range for a rank-{len(_shape(indexed))} tile"
+    return None
+
+
+def _check_gather(op):
+    dst, src, index = op.operands
+    why = _check_index_operand(index, src, op.attrs["axis"], "gather")
+    if why is None and not _broadcasts_to(_shape(index), _shape(dst)):
+        why = f"index shape {list(_shape(index))} does not broadcast to dst {list(_shape(dst))}"
+    if why is None and len(_shape(dst)) != len(_shape(src)):
+        why = f"a gather writes a dst of its src's rank {len(_shape(src))}, not {len(_shape(dst))}"
+    return why
+
+
+def _check_scatter(op):
+    dst, index, src = op.operands
+    why = _check_index_operand(index, dst, op.attrs["axis"], "scatter")
+    if why is None and not isinstance(src.type, ScalarType) and not all(
+            a == b or 1 in (a, b) for a, b in zip(_shape(src)[::-1], _shape(index)[::-1])):
+        why = f"src shape {list(_shape(src))} and index shape {list(_shape(index))} do not broadcast"
+    return why
+
+
+_tile("tile.permute", "dst:memory src:memory", {"dims": Attr(Tuple(INT))}, _check_permute)
+_tile("tile.gather", "dst:memory src:memory index:memory",
+      {"axis": Attr(INT), "other": Attr(Optional(SCALAR), None)}, _check_gather)
+_tile("tile.scatter", "dst:memory index:memory src:tile_or_scalar", {"axis": Attr(INT)},
+      _check_scatter)

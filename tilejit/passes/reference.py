@@ -20,6 +20,10 @@ destination tile (``dst`` gives its shape and dtype; gemm's ``C`` also its old v
   ``0..i``), computed in the destination's dtype; ``dst`` has ``src``'s shape.
 * ``gemm`` multiplies and accumulates in C's dtype: ``C + op(A) @ op(B)`` (``accum``) or
   ``op(A) @ op(B)``.
+* ``permute`` is ``np.transpose(src, dims)``; ``gather`` is ``torch.gather`` along ``axis``
+  (the index broadcast to dst) and ``scatter`` torch's ``scatter_`` (index and src broadcast
+  together), in row-major order, so the last of duplicate indices wins. An index outside
+  the indexed tile (negative too) is masked: a gather reads ``other``, a scatter skips it.
 * :func:`read_region` / :func:`write_region` give a region of a tensor that may run past
   its end: reads fill the missing part, writes skip it.
 """
@@ -29,7 +33,8 @@ import math
 
 import numpy as np
 
-__all__ = ["copy", "gemm", "pointwise", "read_region", "reduce", "scan", "write_region"]
+__all__ = ["copy", "gather", "gemm", "permute", "pointwise", "read_region", "reduce", "scan",
+           "scatter", "write_region"]
 
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply,
            "maximum": np.maximum, "minimum": np.minimum, "pow": np.power,
@@ -160,6 +165,38 @@ def gemm(C: np.ndarray, A, B, transpose_a: bool = False, transpose_b: bool = Fal
     b = np.asarray(B).astype(C.dtype)
     product = (a.T if transpose_a else a) @ (b.T if transpose_b else b)
     return (C + product if accum else product).astype(C.dtype)
+
+
+def permute(dst: np.ndarray, src, dims) -> np.ndarray:
+    return _fit(np.transpose(np.asarray(src), dims), dst)
+
+
+def gather(dst: np.ndarray, src, index, axis: int, other=0) -> np.ndarray:
+    """``dst[i] = src[i with i[axis] = index[i]]``; ``other`` where that is outside ``src``."""
+    src, index = np.asarray(src), np.broadcast_to(np.asarray(index), np.shape(dst))
+    inside = (index >= 0) & (index < src.shape[axis])
+    for d in range(src.ndim):   # dst dims past src's extent read other too
+        if d != axis:
+            shape = [1] * src.ndim
+            shape[d] = dst.shape[d]
+            inside = inside & (np.arange(dst.shape[d]).reshape(shape) < src.shape[d])
+    positions = list(np.indices(np.shape(dst), sparse=True))
+    positions[axis] = np.where(inside, index, 0)
+    positions = [np.minimum(p, n - 1) for p, n in zip(positions, src.shape)]
+    return _fit(np.where(inside, src[tuple(positions)].astype(dst.dtype), other), dst)
+
+
+def scatter(dst: np.ndarray, index, src, axis: int) -> np.ndarray:
+    """``dst[j with j[axis] = index[j]] = src[j]`` for every ``j`` of the broadcast shape of
+    ``index`` and ``src``, in row-major order; positions outside ``dst`` are skipped."""
+    out = np.array(dst, copy=True)
+    index, src = np.broadcast_arrays(np.asarray(index), np.asarray(src))
+    for j in np.ndindex(index.shape):
+        position = list(j)
+        position[axis] = int(index[j])
+        if all(0 <= p < n for p, n in zip(position, out.shape)):
+            out[tuple(position)] = src[j]
+    return out
 
 
 def _valid_slices(shape, starts, sizes):

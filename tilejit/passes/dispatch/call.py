@@ -31,8 +31,12 @@ def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
     """The names rules and messages use for the tile operands of ``primitive``."""
     if primitive == "copy":
         return ("dst", "src", "mask")  # the mask is optional
-    if primitive in ("copy_async", "reduce", "scan"):
+    if primitive in ("copy_async", "reduce", "scan", "permute"):
         return ("dst", "src")
+    if primitive == "gather":
+        return ("dst", "src", "index")
+    if primitive == "scatter":
+        return ("dst", "index", "src")
     if primitive in ("gemm", "gemm_async"):
         return ("C", "A", "B")
     op = attrs["op"]

@@ -46,7 +46,8 @@ __all__ = [
     "unregister_target",
 ]
 
-PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "scan", "pointwise")
+PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "scan", "pointwise",
+              "permute", "gather", "scatter")
 GENERIC = "*"  # a rule serving every target
 
 # How a team's share of a primitive is spread over its threads (docs/lowering.md):

@@ -9,10 +9,12 @@ Importing this package registers them (the registry does so on first use):
 | reduce | ``tree`` | yes | ``reduce`` |
 | gemm | ``fma`` | yes | ``gemm_fma`` |
 | scan | ``serial`` | yes | ``scan`` |
+| permute, gather | ``scalar`` | yes | ``indexed`` |
+| scatter | ``serial`` | yes | ``indexed`` |
 
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import elementwise, gemm_fma, reduce, scan
+from . import elementwise, gemm_fma, indexed, reduce, scan
 
-__all__ = ["elementwise", "gemm_fma", "reduce", "scan"]
+__all__ = ["elementwise", "gemm_fma", "indexed", "reduce", "scan"]

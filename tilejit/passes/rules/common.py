@@ -13,14 +13,17 @@ __all__ = ["ELEMENT_ROLES", "element_access_reasons", "identity", "out_of_bounds
 ELEMENT_ROLES = (MemScope.GLOBAL, MemScope.SHARED, MemScope.LOCAL, MemScope.FRAGMENT)
 
 
-def element_access_reasons(call: PrimitiveCall, allow_oob: bool = True) -> list[str]:
-    """Why element-by-element loads and stores cannot implement ``call`` (empty: they can)."""
+def element_access_reasons(call: PrimitiveCall, allow_oob: bool = True,
+                           checked: tuple[str, ...] = ()) -> list[str]:
+    """Why element-by-element loads and stores cannot implement ``call`` (empty: they can).
+    ``checked`` names operands whose every access is bounds-checked against their run-time
+    extents (a gather's source), so they may be whole tensors of run-time shape."""
     reasons = []
     for o in call.tiles:
         if o.role not in ELEMENT_ROLES:
             reasons.append(f"{o.name} is in {o.role} memory, which element loops cannot "
                            "reach (they load and store global, shared, local and fragment)")
-        if not o.is_static:
+        if not o.is_static and o.name not in checked:
             dims = ", ".join("?" if n is None else str(n) for n in o.shape)
             reasons.append(f"{o.name} has the run-time shape [{dims}]: pass a region with "
                            "static sizes")

@@ -49,9 +49,12 @@ def build_and_convert(x, row, out, n, BM: tj.constexpr, BN: tj.constexpr, K: tj.
     r = tj.fragment((BN,), row.dtype)
     tj.copy(r, row[0:BN])
     acc = tj.zeros((BM, BN), tj.float32) + tj.full((BM, BN), n, tj.float32)
-    acc = acc + tj.broadcast_to(r, (BM, BN)) * tj.expand_dims(tj.arange(0, BM), 1).to(tj.float32)
-    acc = acc + tj.reshape(tj.reshape(t, (BM * BN,)), (BM, BN)) + tj.broadcast_to(n.to(tj.float32), (BM, BN))
-    tj.copy(out[0:BN, 0:BM, 0:K], tj.broadcast_to(tj.expand_dims(acc.T.to(out.dtype), 2), (BN, BM, K)))
+    rows = tj.expand_dims(tj.arange(0, BM), 1).to(tj.float32)
+    acc = acc + tj.broadcast_to(r, (BM, BN)) * rows
+    acc = acc + tj.reshape(tj.reshape(t, (BM * BN,)), (BM, BN))
+    acc = acc + tj.broadcast_to(n.to(tj.float32), (BM, BN))
+    column = tj.expand_dims(acc.T.to(out.dtype), 2)
+    tj.copy(out[0:BN, 0:BM, 0:K], tj.broadcast_to(column, (BN, BM, K)))
 
 
 @SETTINGS

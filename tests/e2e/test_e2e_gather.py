@@ -185,16 +185,27 @@ def scatter_rows(src, ids, out, n, BLOCK: tj.constexpr, D: tj.constexpr):
     tj.copy(out[idx, :], rows)
 
 
+@tj.kernel
+def scatter_rows_from_tensor(src, ids, out, n, BLOCK: tj.constexpr, D: tj.constexpr):
+    """The same with tj.scatter reading src's region straight from the tensor: its rows
+    past src's end read 0, and their ids (-1) write nothing."""
+    base = tj.cta_id(0) * BLOCK
+    idx = tj.fragment((BLOCK,), ids.dtype)
+    tj.copy(idx, ids[base:base + BLOCK], mask=base + tj.arange(0, BLOCK) < n, other=-1)
+    tj.scatter(out, idx[:, None], src[base:base + BLOCK, 0:D], 0)
+
+
 @SETTINGS
 @given(rows=st.integers(1, 40), d=st.integers(1, 19), n=st.integers(1, 40),
-       block=st.integers(1, 11), seed=st.integers(0, 2**16))
-def test_row_scatter_into_a_tensor_matches_index_copy(rows, d, n, block, seed):
+       block=st.integers(1, 11), direct=st.booleans(), seed=st.integers(0, 2**16))
+def test_row_scatter_into_a_tensor_matches_index_copy(rows, d, n, block, direct, seed):
     gen = torch.Generator().manual_seed(seed)
     n = min(n, rows)
     ids = torch.randperm(rows + 3, generator=gen)[:n].to(torch.int32)  # some past the end
     src = make((n, d), "float32", gen)
     out, whole = guarded((rows, d), "float32")
-    scatter_rows[(tj.cdiv(n, block),)](src, ids, out, n, BLOCK=block, D=d)
+    kernel = scatter_rows_from_tensor if direct else scatter_rows
+    kernel[(tj.cdiv(n, block),)](src, ids, out, n, BLOCK=block, D=d)
     expected = torch.full((rows, d), 7.0)
     keep = ids < rows
     expected[ids[keep].long()] = src[keep]

@@ -215,7 +215,8 @@ def _check_scatter(op):
     why = _check_index_operand(index, dst, op.attrs["axis"], "scatter")
     if why is None and not isinstance(src.type, ScalarType) and not all(
             a == b or 1 in (a, b) for a, b in zip(_shape(src)[::-1], _shape(index)[::-1])):
-        why = f"src shape {list(_shape(src))} and index shape {list(_shape(index))} do not broadcast"
+        why = (f"src shape {list(_shape(src))} and index shape {list(_shape(index))} do not "
+               "broadcast")
     return why
 
 

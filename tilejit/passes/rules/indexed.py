@@ -144,7 +144,7 @@ def lower_scatter(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def element(idx):
         position = list(idx)
         position[axis] = em.load(index, idx)
-        value = em.load(src, idx)
+        value = em.load(src, idx, src.may_oob)   # past its tensor's end: the fill, as copies read
         if value.type != dst.dtype:
             value = em.b.cast(value, dst.dtype)
 

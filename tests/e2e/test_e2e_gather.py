@@ -4,6 +4,7 @@ tj.copy(out[idx, :], src)) against torch and numpy's reference semantics
 indices are masked: a gather reads `other` (0 by default), a scatter writes nothing; the
 last of duplicate scatter indices wins."""
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from e2e_helpers import assert_guard_intact, guarded, make, torch_dtype
@@ -211,3 +212,28 @@ def test_row_scatter_into_a_tensor_matches_index_copy(rows, d, n, block, direct,
     expected[ids[keep].long()] = src[keep]
     assert torch.equal(out, expected)
     assert_guard_intact(whole, (rows, d), "float32")
+
+
+# ----------------------------------------------------------------- dispatch records
+def test_dispatch_log_names_the_indexed_families():
+    spec = tj.TensorSpec
+    compiled = embedding.compile(spec((50, 8), tj.float32), spec((9,), tj.int32),
+                                 spec((9, 8), tj.float32), 9, BLOCK=4, D=8)
+    families = {r.primitive: r.rule for r in compiled.dispatch_log}
+    assert families["gather"] == "scalar"
+    compiled = scatter_rows_from_tensor.compile(spec((9, 8), tj.float32), spec((9,), tj.int32),
+                                                spec((50, 8), tj.float32), 9, BLOCK=4, D=8)
+    assert {r.primitive: r.rule for r in compiled.dispatch_log}["scatter"] == "serial"
+
+
+@tj.kernel
+def gather_with_tensor_index(x, index, out):
+    tj.gather(out[0:4, 0:4], x[0:4, 0:4], index[0:4, 0:4], 0)
+
+
+def test_an_index_running_past_its_tensor_is_a_dispatch_error():
+    """Masking an index read past its tensor's end would have to pick a position: the
+    rule asks for the index in a fragment, loaded with mask= and other=."""
+    x = torch.zeros(4, 4)
+    with pytest.raises(tj.DispatchError, match="index may run past the end of its tensor"):
+        gather_with_tensor_index[(1,)](x, torch.zeros(4, 4, dtype=torch.int32), x.clone())

@@ -14,6 +14,7 @@ from tilejit.ir.core import Operation, Value
 from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType
 
 from .language import BoundBuiltin, builtin
+from .semantics_tile import IndexedTile
 from .values import BarrierRef, describe, is_int_number, is_number, is_scalar, is_tile, is_value
 
 if TYPE_CHECKING:
@@ -187,7 +188,6 @@ class MemorySemantics:
         ``tj.copy`` reads or writes, as a gather or scatter (docs/language.md). The other
         dims are taken whole (``:``): the copy's other side sizes them, and
         accesses past the tensor's run-time extent are masked."""
-        from .semantics_tile import IndexedTile
         axes = [axis for axis, item in enumerate(items) if is_tile(item)]
         index = items[axes[0]]
         if len(axes) > 1 or index.type.rank != 1 or not index.type.dtype.is_int \

@@ -28,6 +28,7 @@ from .dependencies import (check_outside_value, is_cache_constant, is_constexpr_
                            namespace_name, unwrap_constexpr)
 from .semantics import Semantics, fold
 from .source import FunctionSource, function_source
+from .triton_names import undefined_name_hint, unknown_attribute
 from .values import BarrierRef, Undefined, contains_value, describe, is_value
 
 __all__ = ["CodeGenerator"]
@@ -136,7 +137,7 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
             hint = "; use tj.device_print" if name == "print" else ""
             raise CompilationError(f"the Python builtin '{name}' is not supported inside a "
                                    f"kernel{hint}")
-        raise CompilationError(f"name '{name}' is not defined")
+        raise CompilationError(f"name '{name}' is not defined{undefined_name_hint(name)}")
 
     def bind(self, name: str, value):
         value = unwrap_constexpr(value)
@@ -288,8 +289,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
             raise CompilationError(f"{describe(base)} has no attribute '{name}'")
         try:
             value = getattr(base, name)
-        except AttributeError as err:
-            raise CompilationError(str(err)) from None
+        except AttributeError as err:  # tj.load, tl.dot: name the tilejit spelling
+            raise CompilationError(unknown_attribute(base, name) or str(err)) from None
         value = unwrap_constexpr(value)
         namespace = namespace_name(base)
         if namespace is not None:
@@ -370,9 +371,12 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
     def visit_Call(self, node):
         callee = self.visit(node.func)
         args = []
-        for arg in node.args:
+        for position, arg in enumerate(node.args):
             if isinstance(arg, ast.Starred):
                 args.extend(self.unpack_all(self.visit(arg.value)))
+            elif position == 0 and isinstance(arg, ast.Subscript) \
+                    and getattr(callee, "__tj_place__", False):
+                args.append(self.place(arg))  # tj.atomic_add(buf[i], v) updates buf[i]
             else:
                 args.append(self.visit(arg))
         kwargs = {}
@@ -383,6 +387,15 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
             else:
                 kwargs[keyword.arg] = value
         return self.call(callee, args, kwargs)
+
+    def place(self, node: ast.Subscript):
+        """``buf[i, j]`` as the element an atomic updates (not the value it holds)."""
+        with self.at(node):
+            container = self.visit(node.value)
+            index = self.visit_index(node.slice)
+            if is_value(container):
+                return self.sem.memory.place(container, index)
+            return self.subscript(container, index)
 
     def call(self, callee, args: list, kwargs: dict):
         if isinstance(callee, language.DeviceFunction):

@@ -39,6 +39,7 @@ __all__ = [
     "tanh", "sigmoid", "erf", "sin", "cos", "floor", "ceil", "log2", "pow", "where",
     "rand", "randn", "randint",
     "sum", "max", "min", "argmax", "argmin", "cumsum", "cumprod", "associative_scan",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas", "shuffle",
     "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "bool",
 ]
@@ -543,6 +544,40 @@ def associative_scan(x, axis, combine, *, dispatch=None, config=None, _sem):
         return _sem.tile.custom_scan(x, axis, combine, dispatch, config)
     op = _SCAN_COMBINES.get(getattr(combine, "__tj_builtin__", None), combine)
     return _sem.tile.scan("associative_scan", op, x, axis, None, dispatch, config)
+
+
+# ------------------------------------------------------- atomics and warp shuffles
+def _atomic_builtin(op: str):
+    """``tj.atomic_<op>(buf[i, j], val)`` updates one element and returns its old value;
+    ``tj.atomic_<op>(out[r:r + BM, c:c + BN], tile)`` updates each element of a tile (docs/
+    language.md). ``sem=`` is the memory order, ``scope=`` who must see it, as in Triton."""
+    def fn(place, val, *, sem="acq_rel", scope="gpu", _sem):
+        return _sem.memory.atomic(op, place, val, sem=sem, scope=scope)
+    fn.__name__ = f"atomic_{op}"
+    atomic = builtin(fn.__name__)(fn)
+    atomic.__tj_place__ = True  # the walker passes `buf[i]` as the element, not its value
+    return atomic
+
+
+atomic_add, atomic_max = _atomic_builtin("add"), _atomic_builtin("max")
+atomic_min, atomic_xchg = _atomic_builtin("min"), _atomic_builtin("xchg")
+
+
+@builtin("atomic_cas")
+def atomic_cas(place, cmp, val, *, sem="acq_rel", scope="gpu", _sem):
+    """Stores ``val`` into the element ``buf[i, j]`` if it equals ``cmp``; the old value."""
+    return _sem.memory.atomic("cas", place, val, cmp, sem=sem, scope=scope)
+
+
+atomic_cas.__tj_place__ = True
+
+
+@builtin("shuffle")
+def shuffle(value, lane, mode="idx", *, _sem):
+    """The ``value`` of another lane of the warp: lane ``lane`` (``"idx"``), ``lane_id ^
+    lane`` (``"xor"``), ``lane_id + lane`` (``"down"``) or ``lane_id - lane`` (``"up"``);
+    a source outside the warp reads the lane's own value, as CUDA's ``__shfl_*_sync``."""
+    return _sem.shuffle(value, lane, mode)
 
 
 # ------------------------------------------------------------------- raw intrinsics

@@ -16,12 +16,15 @@ import operator
 from tilejit.errors import CompilationError
 from tilejit.ir.builder import Builder
 from tilejit.ir.core import Value
-from tilejit.ir.ops_native import PER_DIM_INDEX_KINDS, PRINTF_INT_KINDS, printf_conversions
-from tilejit.ir.types import ScalarType, TeamKind, f32, f64, i1, i32, i64, promote
+from tilejit.ir.ops_native import (PER_DIM_INDEX_KINDS, PRINTF_INT_KINDS, SHUFFLE_MODES,
+                                    printf_conversions)
+from tilejit.ir.types import (BufferType, MemScope, ScalarType, TeamKind, f32, f64, i1, i32, i64,
+                              promote)
 
 from .semantics_memory import MemorySemantics
 from .semantics_tile import TileSemantics
 from .signature import LaunchOptions
+from .triton_names import not_a_pointer
 from .values import (describe, fits, is_int_number, is_number, is_scalar, is_tile, is_value,
                      number_type_promote, python_number_type)
 
@@ -165,6 +168,10 @@ class Semantics:
         if not is_value(a) and not is_value(b):
             _check_fold_size(op, a, b)
             return fold(fn, a, b, what=f"{describe(a)} {symbol} {describe(b)}")
+        if op in ("add", "sub") and (_is_tensor(a) or _is_tensor(b)):
+            tensor, other = (a, b) if _is_tensor(a) else (b, a)
+            if _is_integer(other):
+                raise CompilationError(not_a_pointer(tensor.name_hint))
         if is_tile(a) or is_tile(b):
             return self.tile.operator(op, symbol, (a, b))
         if op == "pow":
@@ -286,6 +293,17 @@ class Semantics:
             return self.b.cast(index, self.grid_index_type)
         return index
 
+    def shuffle(self, value, lane, mode):
+        if mode not in SHUFFLE_MODES:
+            raise CompilationError(f"tj.shuffle mode= is one of {', '.join(SHUFFLE_MODES)}, got "
+                                   f"{describe(mode)}")
+        if not (is_scalar(value) or is_number(value)):
+            raise CompilationError(f"tj.shuffle exchanges one scalar per lane, got "
+                                   f"{describe(value)}")
+        if not (is_int_number(lane) or (is_scalar(lane) and lane.type.is_int)):
+            raise CompilationError(f"tj.shuffle's lane is an integer, got {describe(lane)}")
+        return self.b.warp_shuffle(mode, self.to_ir(value), self.to_ir(lane, i32))
+
     def static_assert(self, cond, msg):
         if is_value(cond) or not isinstance(msg, str):
             raise CompilationError("tj.static_assert(cond, msg) needs a compile-time condition "
@@ -374,6 +392,19 @@ class Semantics:
         if any(is_int_number(v) and not fits(int(v), dtype) for v in bounds):
             dtype = promote(dtype, i64)
         return tuple(self.to_ir(v, dtype) for v in bounds)
+
+
+def _is_tensor(x) -> bool:
+    """A whole tensor argument (Triton would have a pointer there)."""
+    return is_value(x) and isinstance(x.type, BufferType) and x.type.scope is MemScope.GLOBAL
+
+
+def _is_integer(x) -> bool:
+    """An integer offset: a Python int, an integer scalar or an integer tile."""
+    if is_int_number(x):
+        return not isinstance(x, bool)
+    dtype = x.type if is_scalar(x) else x.type.dtype if is_tile(x) else None
+    return dtype is not None and dtype.is_int and not dtype.is_bool
 
 
 def _check_fold_size(op: str, a, b):

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation, Value
+from tilejit.ir.ops_native import MEMORY_ORDERS, SYNC_SCOPES
 from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType
 
 from .language import BoundBuiltin, builtin
 from .semantics_tile import IndexedTile
-from .values import BarrierRef, describe, is_int_number, is_number, is_scalar, is_tile, is_value
+from .values import (BarrierRef, ElementRef, describe, is_int_number, is_number, is_scalar,
+                     is_tile, is_value)
 
 if TYPE_CHECKING:
     from .semantics import Semantics
@@ -295,6 +297,49 @@ class MemorySemantics:
             raise CompilationError(f"buf[i, ...] = v stores a scalar, got {describe(value)}")
         indices = self.element_indices(target, items)
         return self.b.store(target, self.sem.to_ir(value, target.type.dtype), indices)
+
+    # -------------------------------------------------------------------- atomics
+    def place(self, value: Value, index):
+        """``buf[i, j]`` as an atomic's first argument: the element (an :class:`ElementRef`)
+        when every dim is indexed by an integer, else the tile the subscript gives."""
+        items = index if isinstance(index, tuple) else (index,)
+        if is_tile(value) and len(items) == value.type.rank \
+                and not any(item is None or isinstance(item, slice) for item in items):
+            return ElementRef(value, tuple(self.element_indices(value, items)))
+        return self.subscript(value, index)
+
+    def atomic(self, op: str, place, val, cmp=None, *, sem, scope):
+        """``tj.atomic_<op>``: an ``atomic`` (``atomic_cas`` for ``op == "cas"``) on the
+        element ``place``, returning its old value, or a ``tile.atomic`` on the tile
+        ``place``, returning nothing."""
+        name = f"tj.atomic_{op}"
+        if sem not in MEMORY_ORDERS or scope not in SYNC_SCOPES:
+            raise CompilationError(f"{name}: sem= is one of {', '.join(MEMORY_ORDERS)} and "
+                                   f"scope= one of {', '.join(SYNC_SCOPES)}, got {sem!r}, "
+                                   f"{scope!r}")
+        attrs = {"order": sem, "sync_scope": scope}
+        if is_tile(place):
+            if op == "cas":
+                raise CompilationError(f"{name} updates one element: tj.atomic_cas(buf[i], "
+                                       "cmp, val)")
+            return self.sem.tile.atomic(op, place, val, **attrs)
+        if not isinstance(place, ElementRef):
+            raise CompilationError(
+                f"{name} updates an element or a tile written in the call, e.g. {name}(buf[i], "
+                f"v) or {name}(out[r:r + BM, c:c + BN], tile); got {describe(place)} (a value "
+                "read from a buffer is not the place it was read from)")
+        buf, dtype = place.buffer, place.buffer.type.dtype
+        operands = []
+        for role, x in (("cmp", cmp), ("val", val)):
+            if x is None:
+                continue
+            if not (is_scalar(x) or is_number(x)):
+                raise CompilationError(f"{name} on one element takes a scalar {role}, got "
+                                       f"{describe(x)}")
+            operands.append(self.sem.to_ir(x, dtype))
+        if op == "cas":
+            return self.b.atomic_cas(buf, *operands, place.indices, **attrs)
+        return self.b.atomic(op, buf, operands[0], place.indices, **attrs)
 
     # ------------------------------------------------------------------- barriers
     def barrier_ref(self, bars: Value, index) -> BarrierRef:

@@ -193,6 +193,25 @@ class TileSemantics:
                     **self._attrs(None, None))
         return dst
 
+    def atomic(self, op: str, dst, val, *, order: str, sync_scope: str):
+        """``tj.atomic_<op>(out[r:r + BM, c:c + BN], tile)``: each element of ``dst`` (global
+        or shared) atomically combined with the broadcast ``val`` (a tile or a scalar)."""
+        name = f"tj.atomic_{op}"
+        if dst.type.scope not in (MemScope.GLOBAL, MemScope.SHARED):
+            raise CompilationError(f"{name} on a tile updates global or shared memory; a "
+                                   f"{dst.type.scope} tile belongs to its threads (use "
+                                   "tj.add etc.)")
+        if is_tile(val):
+            if not broadcasts_to(val.type.shape, dst.type.shape):
+                raise CompilationError(f"{name}: val {_shape_text(val.type.shape)} does not "
+                                       f"broadcast to the tile {_shape_text(dst.type.shape)}")
+        elif is_scalar(val) or is_number(val):
+            val = self.sem.to_ir(val, dst.type.dtype)
+        else:
+            raise CompilationError(f"{name}: val must be a tile or a scalar, got {describe(val)}")
+        return self.b.tile("atomic", dst, val, op=op, order=order, sync_scope=sync_scope,
+                           **self._attrs(None, None))
+
     def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False):
         name = "gemm_async" if is_async else "gemm"
         tiles = {role: self._tile(x, role, name) for role, x in (("C", C), ("A", A), ("B", B))}

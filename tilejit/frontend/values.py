@@ -15,7 +15,7 @@ from tilejit.ir.core import Value
 from tilejit.ir.types import BufferType, RegionType, ScalarType, f32, i1, i32, i64, promote
 
 __all__ = ["is_value", "is_scalar", "is_tile", "is_number", "is_int_number", "contains_value",
-           "python_number_type", "fits", "describe", "BarrierRef", "Undefined",
+           "python_number_type", "fits", "describe", "BarrierRef", "ElementRef", "Undefined",
            "number_type_promote"]
 
 
@@ -98,6 +98,14 @@ class BarrierRef:
 
     barrier: Value
     index: object  # an int IR value or a Python int
+
+
+@dataclass(frozen=True)
+class ElementRef:
+    """``buf[i, j]`` written as the first argument of an atomic: the element it updates."""
+
+    buffer: Value
+    indices: tuple  # int IR values, one per dim
 
 
 @dataclass(frozen=True)

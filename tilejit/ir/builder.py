@@ -13,7 +13,8 @@ API (every method validates against the op catalogue and raises a located
     b.thread_index(kind, dim=0)   b.buffer_dim(buf, dim)     b.buffer_stride(buf, dim)
     b.alloc(scope, dtype, shape, layout=None)                b.view(buf, shape, layout=None)
     b.region(buf, starts, sizes, keep=None)                  b.load(buf, indices)
-    b.atomic(op, buf, value, indices)   b.warp_shuffle(mode, value, lane)   b.elect_sync()
+    b.atomic(op, buf, value, indices)   b.atomic_cas(buf, compare, value, indices)
+    b.warp_shuffle(mode, value, lane)   b.elect_sync()
     b.alloc_barrier(count)        b.intrinsic(target, name, args, result_type=None)
 
     # ops without results return the Operation
@@ -137,8 +138,15 @@ class Builder:
     def store(self, buf: Value, value: Value, indices: Sequence[Value]) -> Operation:
         return self.create("store", (buf, value, *indices))
 
-    def atomic(self, op: str, buf: Value, value: Value, indices: Sequence[Value]) -> Value:
-        return self._value("atomic", (buf, value, *indices), op=op)
+    def atomic(self, op: str, buf: Value, value: Value, indices: Sequence[Value],
+               order: str = "acq_rel", sync_scope: str = "gpu") -> Value:
+        return self._value("atomic", (buf, value, *indices), op=op, order=order,
+                           sync_scope=sync_scope)
+
+    def atomic_cas(self, buf: Value, compare: Value, value: Value, indices: Sequence[Value],
+                   order: str = "acq_rel", sync_scope: str = "gpu") -> Value:
+        return self._value("atomic_cas", (buf, compare, value, *indices), order=order,
+                           sync_scope=sync_scope)
 
     # -- sync and intrinsics ----------------------------------------------------------
     def warp_shuffle(self, mode: str, value: Value, lane: Value) -> Value:

@@ -22,6 +22,11 @@ THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_
                       "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
 PER_DIM_INDEX_KINDS = ("cta_id", "num_ctas", "cta_id_in_cluster")
 ATOMIC_OPS = ("add", "max", "min", "xchg")
+# Memory order and synchronization scope of atomic and atomic_cas, as Triton's sem= and
+# scope= (acq_rel and gpu are Triton's defaults). A target without a scope implements it
+# with a wider one.
+MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel")
+SYNC_SCOPES = ("cta", "gpu", "sys")
 SHUFFLE_MODES = ("xor", "down", "up", "idx")
 
 
@@ -118,6 +123,21 @@ def _index_check(first_index: int):
     return check
 
 
+def _check_atomic(op):
+    """atomic and atomic_cas: operands of the element's type, one index per dim."""
+    first_index = 3 if op.name == "atomic_cas" else 2
+    dtype = op.operands[0].type.dtype
+    if dtype.is_bool:
+        return f"{op.name} on bool elements is not supported"
+    for value in op.operands[1:first_index]:
+        if value.type != dtype:
+            return f"{op.name} operand is {value.type}, buffer holds {dtype}"
+    count, rank = len(op.operands) - first_index, op.operands[0].type.rank
+    if count != rank:
+        return f"{op.name} of a rank-{rank} buffer needs {rank} indices, got {count}"
+    return None
+
+
 def _check_barrier_count(op):
     return None if op.attrs["count"] > 0 else "alloc_barrier needs a positive count"
 
@@ -200,8 +220,14 @@ register("load", MEMORY, "buf:memory *indices:int", results=_element_type,
          check=_index_check(1))
 register("store", MEMORY, "buf:memory value:scalar *indices:int", results=fixed(),
          check=_index_check(2))
+ATOMIC_ATTRS = {"order": Attr(Choice(*MEMORY_ORDERS), "acq_rel"),
+                "sync_scope": Attr(Choice(*SYNC_SCOPES), "gpu")}
 register("atomic", MEMORY, "buf:memory value:scalar *indices:int",
-         {"op": Attr(Choice(*ATOMIC_OPS))}, _element_type, check=_index_check(2))
+         {"op": Attr(Choice(*ATOMIC_OPS)), **ATOMIC_ATTRS}, _element_type,
+         check=_check_atomic)
+register("atomic_cas", MEMORY, "buf:memory compare:scalar value:scalar *indices:int",
+         ATOMIC_ATTRS, _element_type, check=_check_atomic,
+         doc="compare-and-swap: stores value where the element equals compare; the old value")
 
 register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
          same_as(0))

@@ -11,7 +11,8 @@ import math
 
 from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, SCALAR, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
-from .types import BarrierType, ScalarType, TeamKind, i1
+from .ops_native import ATOMIC_ATTRS, ATOMIC_OPS
+from .types import BarrierType, MemScope, ScalarType, TeamKind, i1
 
 TILE = OpGroup.TILE
 
@@ -170,6 +171,23 @@ _tile("tile.scan", "dst:memory src:memory",
       {"op": Attr(Choice(*SCAN_OPS)), "axis": Attr(INT)}, _check_scan)
 _tile("tile.pointwise", "dst:memory *srcs:tile_or_scalar",
       {"op": Attr(Choice(*POINTWISE_ARITY))}, _check_pointwise)
+
+
+def _check_atomic(op):
+    dst, src = op.operands
+    if dst.type.scope not in (MemScope.GLOBAL, MemScope.SHARED):
+        return f"a tile atomic updates global or shared memory, not {dst.type.scope}"
+    if dst.type.dtype.is_bool:
+        return "atomics on bool elements are not supported"
+    if not isinstance(src.type, ScalarType) and not _broadcasts_to(_shape(src), _shape(dst)):
+        return f"source shape {list(_shape(src))} does not broadcast to {list(_shape(dst))}"
+    return None
+
+
+# Each element of dst atomically combined with the broadcast src (tj.atomic_add on a tile):
+# one native atomic per element, in no particular order.
+_tile("tile.atomic", "dst:memory src:tile_or_scalar",
+      {"op": Attr(Choice(*ATOMIC_OPS)), **ATOMIC_ATTRS}, _check_atomic)
 
 
 # Copies that move elements to other positions (docs/language.md "Building, converting and

@@ -7,7 +7,7 @@ from ..ir.core import KernelIR, Value, walk
 
 __all__ = ["written_parameters"]
 
-_WRITES = frozenset({"store", "atomic"})
+_WRITES = frozenset({"store", "atomic", "atomic_cas"})
 _DERIVED = frozenset({"region", "view"})   # ops whose result aliases their first operand
 
 

@@ -26,7 +26,8 @@ THREAD_INDEX_UNIFORMITY = {
     "warp_id": TeamKind.WARP, "warp_id_in_wg": TeamKind.WARP,
     "lane_id": TeamKind.THREAD, "thread_id": TeamKind.THREAD,
 }
-_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "atomic", "intrinsic"})
+_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "atomic", "atomic_cas",
+                             "intrinsic"})
 _PRIVATE_SCOPES = (MemScope.LOCAL, MemScope.FRAGMENT)
 
 

@@ -31,7 +31,7 @@ def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
     """The names rules and messages use for the tile operands of ``primitive``."""
     if primitive == "copy":
         return ("dst", "src", "mask")  # the mask is optional
-    if primitive in ("copy_async", "reduce", "scan", "permute"):
+    if primitive in ("copy_async", "reduce", "scan", "permute", "atomic"):
         return ("dst", "src")
     if primitive == "gather":
         return ("dst", "src", "index")

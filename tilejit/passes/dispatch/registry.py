@@ -46,7 +46,7 @@ __all__ = [
     "unregister_target",
 ]
 
-PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "scan", "pointwise",
+PRIMITIVES = ("copy", "copy_async", "gemm", "gemm_async", "reduce", "scan", "pointwise", "atomic",
               "permute", "gather", "scatter")
 GENERIC = "*"  # a rule serving every target
 

@@ -11,10 +11,11 @@ Importing this package registers them (the registry does so on first use):
 | scan | ``serial`` | yes | ``scan`` |
 | permute, gather | ``scalar`` | yes | ``indexed`` |
 | scatter | ``serial`` | yes | ``indexed`` |
+| atomic | ``scalar`` | yes | ``atomic`` |
 
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import elementwise, gemm_fma, indexed, reduce, scan
+from . import atomic, elementwise, gemm_fma, indexed, reduce, scan
 
-__all__ = ["elementwise", "gemm_fma", "indexed", "reduce", "scan"]
+__all__ = ["atomic", "elementwise", "gemm_fma", "indexed", "reduce", "scan"]

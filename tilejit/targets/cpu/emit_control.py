@@ -192,7 +192,8 @@ def emit_while(em, op):
     cond, *values = em.emit_block(op.regions[0], args)
     b.cbranch(cond, after, exit_)
     b.position_at_end(after)
-    if any(inner.name in ("load", "atomic") for region in op.regions for inner in walk(region)):
+    reads_memory = ("load", "atomic", "atomic_cas")
+    if any(inner.name in reads_memory for region in op.regions for inner in walk(region)):
         em.frame.spin_point()   # it may wait for another unit's store
     next_args = em.emit_block(op.regions[1], values)
     _add_incoming(args, next_args, b.block)

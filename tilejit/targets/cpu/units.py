@@ -7,6 +7,10 @@ or ``thread_id`` -> thread, ``warp_id``/``warp_id_in_wg``/``elect_sync`` -> warp
 team; side effects that count threads are scaled by that number
 (:func:`threads_per_unit`).
 
+An atomic whose old value is used makes G = thread: the threads a coarser unit stood for
+would each have seen another old value. An unused one is exact at any G (adds are scaled;
+max, min, xchg and compare-and-swap give the same memory however often they repeat).
+
 ``elect_sync`` keeps a warp-unit only when it is used as the condition of ``if`` ops
 with an ``elect`` filter and no results: the unit then runs the then-branch for the
 elected lane and the else-branch for the others. Any other use makes G = thread.
@@ -48,6 +52,8 @@ def natural_granularity(kernel: KernelIR) -> TeamKind:
         elif op.name == "elect_sync":
             branch_only = all(_is_elect_branch(user, op.result) for user in users[op.result])
             granularity = min(granularity, WARP if branch_only else THREAD)
+        elif op.name in ("atomic", "atomic_cas") and users[op.result]:
+            granularity = THREAD  # each thread sees another old value
     return granularity
 
 

@@ -364,7 +364,7 @@ def test_return_under_run_time_control_flow_is_rejected():
 
     def kernel(a, out):
         out[0] = early(a)
-    err = raises(kernel, "return inside run-time control flow", None,
+    err = raises(kernel, "returning a value inside run-time control flow", None,
                  {"a": S(i32), "out": T(i32, 1)})
     assert err.line == early.fn.__code__.co_firstlineno + 3
     assert isinstance(err, CompilationError)

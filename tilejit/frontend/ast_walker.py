@@ -23,7 +23,7 @@ from tilejit.ir.types import ScalarType, f32, i32
 from tilejit.knobs import knobs
 
 from . import language
-from .control_flow import ControlFlowMixin
+from .control_flow import RETURN, ControlFlowMixin
 from .dependencies import (check_outside_value, is_cache_constant, is_constexpr_annotation,
                            namespace_name, unwrap_constexpr)
 from .semantics import Semantics, fold
@@ -78,7 +78,7 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         self.sem = sem
         sem.call_function = self.call
         self.b = sem.b
-        self.syms: dict[str, object] = {}
+        self.syms: dict[str, object] = {RETURN: False}
         self.device_functions: dict[language.DeviceFunction, None] = {}  # ordered set
         self.globals_read: dict[str, object] = {}
         self.loop_depth = 0            # loops enclosing this point, in the current function
@@ -216,15 +216,18 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
         return self.sem.memory.store(container, index, value)
 
     def visit_Return(self, node):
-        if self.region_depth != self.function_region_depth:
-            raise CompilationError("return inside run-time control flow (an if, loop or with "
-                                   "block on run-time values) is not supported; assign a "
-                                   "variable and return it at the end")
         value = None if node.value is None else self.visit(node.value)
         if self.inline_depth == 0 and value is not None:
             raise CompilationError("a kernel cannot return a value; write results to an output "
                                    "tensor")
-        self.returned, self.return_value = True, value
+        if self.region_depth == self.function_region_depth:
+            self.returned, self.return_value = True, value  # the rest is never compiled
+        elif value is not None:
+            raise CompilationError("returning a value inside run-time control flow (an if, "
+                                   "loop or with block on run-time values) is not supported; "
+                                   "assign a variable and return it at the end")
+        else:  # the rest of the function runs under `if not $return` (control_flow)
+            self.syms[RETURN] = True
 
     def visit_Assert(self, node):
         cond = self.visit(node.test)
@@ -448,7 +451,8 @@ class CodeGenerator(ControlFlowMixin, ast.NodeVisitor):
                                        "tj.constexpr, but got a run-time value")
         saved = (self.source, self.closure, self.syms, self.loop_depth,
                  self.function_region_depth, self.returned, self.return_value)
-        self.source, self.closure, self.syms, self.loop_depth = source, source.closure, {}, 0
+        self.source, self.closure, self.loop_depth = source, source.closure, 0
+        self.syms = {RETURN: False}
         self.function_region_depth = self.region_depth
         self.returned, self.return_value = False, None
         self.inline_depth += 1

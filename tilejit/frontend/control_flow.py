@@ -25,6 +25,11 @@ copy of the symbol table, and the names it changed flow out through ``yield``:
   ``not break and cond``. A run-time ``for`` holding a ``break`` becomes such a ``while``
   over a hidden counter (``$iter<depth>``), so breaking ends the loop; an unrolled loop
   guards each remaining iteration with ``if not break`` (folded when known).
+* ``return`` under run-time control flow (``if pid * BLOCK >= n: return``) sets the hidden
+  flag ``$return`` (False when a function starts): the statements after one that may
+  return run under ``if not return``, and inside a loop it also breaks every loop around
+  it. A tile primitive left under such an ``if`` must be reached by its whole team, as
+  under any ``if`` (a ScopeError when the return differs between its threads).
 """
 from __future__ import annotations
 
@@ -41,9 +46,10 @@ from .semantics import fold, literal_type
 from .values import (BarrierRef, Undefined, contains_value, describe, is_int_number, is_number,
                      is_scalar, is_value, number_type_promote, python_number_type)
 
-__all__ = ["ControlFlowMixin", "assigned_names"]
+__all__ = ["RETURN", "ControlFlowMixin", "assigned_names"]
 
-BREAK, CONTINUE, COND = "$break", "$continue", "$cond"  # not identifiers: users cannot clash
+# not identifiers: users cannot clash
+BREAK, CONTINUE, COND, RETURN = "$break", "$continue", "$cond", "$return"
 MISSING = object()
 MAX_UNROLL = 4096  # iterations a compile-time loop may unroll into
 MAX_RETYPES = 8    # walks of a loop body while its carried types widen
@@ -71,6 +77,16 @@ def _jumps(nodes, kinds) -> bool:
 
 def _may_jump(stmt: ast.stmt) -> bool:
     return _jumps([stmt], (ast.Break, ast.Continue))
+
+
+def _returns(nodes) -> bool:
+    """Whether ``nodes`` hold a ``return`` (of the function they are in, at any depth)."""
+    return any(isinstance(node, ast.Return) for node in _walk(nodes))
+
+
+def _stops(body) -> bool:
+    """Whether a loop ``body`` may end its loop early: a ``break``, or a ``return``."""
+    return _jumps(body, ast.Break) or _returns(body)
 
 
 def assigned_names(stmts) -> list[str]:
@@ -134,12 +150,21 @@ class ControlFlowMixin:
             if self.returned:
                 return
             rest = stmts[index + 1:]
-            if rest and self.loop_depth and _may_jump(stmt):
-                with self.at(rest[0]):
-                    running = self.sem.logical_not(
-                        self.sem.logical("or", self.syms[BREAK], self.syms[CONTINUE]))
-                    self._guard(running, lambda rest=rest: self.visit_stmts(rest))
-                return
+            returns = _returns([stmt])
+            if returns and self.loop_depth:  # a return ends the loops around it too
+                self.syms[BREAK] = self.sem.logical("or", self.syms[BREAK], self.syms[RETURN])
+            if rest and self.loop_depth and (returns or _may_jump(stmt)):
+                stopped = self.sem.logical("or", self.syms[BREAK], self.syms[CONTINUE])
+            elif rest and returns:
+                stopped = self.syms[RETURN]
+            else:
+                continue
+            # The guard takes the location of the statement that may return (`if pid >= n:`),
+            # so that a ScopeError about it names the user's `if`.
+            with self.at(stmt if returns else rest[0]):
+                self._guard(self.sem.logical_not(stopped),
+                            lambda rest=rest: self.visit_stmts(rest))
+            return
 
     def visit_Break(self, node):
         if not self.loop_depth:
@@ -361,7 +386,7 @@ class ControlFlowMixin:
         return values
 
     def _unrolled_for(self, node, values):
-        has_break = _jumps(node.body, ast.Break)
+        has_break = _stops(node.body)
         saved = self._enter_loop()
         try:
             for value in values:
@@ -384,7 +409,7 @@ class ControlFlowMixin:
             raise CompilationError("a run-time for loop needs a single loop variable")
         with self.at(node.iter):
             lb, ub, step = self.sem.loop_bounds(rng.start, rng.stop, rng.step)
-        if _jumps(node.body, ast.Break):
+        if _stops(node.body):
             return self._for_with_break(node, rng, lb, ub, step)
         saved = self._enter_loop()
         try:
@@ -407,8 +432,8 @@ class ControlFlowMixin:
         """A run-time ``for`` holding a ``break`` is a ``while`` loop over a hidden counter,
         so that breaking ends the iterations instead of skipping the rest of them."""
         if rng.unroll is not None or rng.pipeline is not None:
-            raise CompilationError("a loop with `break` cannot be unrolled or pipelined; drop "
-                                   "the unroll=/pipeline= argument of tj.range")
+            raise CompilationError("a loop with `break` or `return` cannot be unrolled or "
+                                   "pipelined; drop the unroll=/pipeline= argument of tj.range")
         target = node.target.id
         saved = self._enter_loop()
         counter = f"$iter{self.loop_depth}"   # one per nesting level
@@ -447,7 +472,7 @@ class ControlFlowMixin:
     def visit_While(self, node):
         if node.orelse:
             raise CompilationError("while ... else is not supported")
-        has_break = _jumps(node.body, ast.Break)
+        has_break = _stops(node.body)
         saved = self._enter_loop()
         try:
             before = self.syms
@@ -521,6 +546,8 @@ class ControlFlowMixin:
                 fixed[name] = value
         if has_break:
             names.append(BREAK)
+        if _returns(body):
+            names.append(RETURN)
         return names, fixed
 
     def _tile_carry(self, init):

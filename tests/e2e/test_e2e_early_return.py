@@ -166,3 +166,48 @@ def test_returning_a_value_under_a_run_time_if_is_an_error():
         tj.kernel(returns_a_value)[(1,)](torch.ones(4, dtype=torch.int32),
                                          torch.zeros(4, dtype=torch.int32))
     assert info.value.line == _line(half_or_zero, "return v // 2")
+
+
+def defined_where_it_did_not_return(x, out, n):
+    if n < 2:
+        out[0] = -1
+        return
+    else:
+        k = n * 2
+        v = x[1]
+    out[0] = k + v
+    for i in range(n):
+        if x[i] < 0:
+            return
+        else:
+            last = x[i]
+        out[1] = last
+
+
+@pytest.mark.parametrize("values", INPUTS, ids=str)
+@pytest.mark.parametrize("n", [0, 1, 2, 6])
+def test_a_name_defined_only_where_the_code_did_not_return_is_defined_after(values, n):
+    x = torch.tensor(values, dtype=torch.int32)
+    out = torch.zeros(8, dtype=torch.int32)
+    tj.kernel(defined_where_it_did_not_return)[(1,)](x, out, n, num_warps=1)
+    expected = torch.zeros(8, dtype=torch.int32)
+    defined_where_it_did_not_return(x, expected, n)
+    assert out.tolist() == expected.tolist()
+
+
+@tj.kernel
+def tile_defined_where_it_did_not_return(x, out, n):
+    if n < 4:
+        return
+    else:
+        t = tj.fragment((4,), tj.float32)
+        tj.copy(t, x[0:4])
+    tj.copy(out[0:4], t * 2)
+
+
+def test_a_tile_defined_only_where_the_code_did_not_return():
+    x, out = torch.arange(4.0), torch.zeros(4)
+    tile_defined_where_it_did_not_return[(1,)](x, out, 3)
+    assert out.tolist() == [0.0] * 4
+    tile_defined_where_it_did_not_return[(1,)](x, out, 4)
+    assert out.tolist() == [0.0, 2.0, 4.0, 6.0]

@@ -271,10 +271,17 @@ class ControlFlowMixin:
                     fn()
             branches.append((block, self.syms))
         self.syms = dict(before)
-        names, types, tiles = [], [], {}
+        returned = [syms.get(RETURN) is True for _, syms in branches]
+        names, types, tiles, live_only = [], [], {}, set()
         for name in self._changed(before, *(syms for _, syms in branches)):
             values = [syms.get(name, MISSING) for _, syms in branches]
             kind, merged = self._merge(name, *values, f"{construct} at line {line}")
+            if isinstance(merged, Undefined) and returned.count(True) == 1 \
+                    and not name.startswith("$"):
+                # Nothing reads a name on the path that returned: the other one defines it.
+                live = values[returned.index(False)]
+                kind, merged = self._merge_live(live, before.get(name, MISSING), merged)
+                live_only.add(name)
             if kind == "phi":
                 names.append(name)
                 types.append(merged)
@@ -283,11 +290,14 @@ class ControlFlowMixin:
                                            merged.layout)
             else:
                 self.syms[name] = merged
-        for block, syms in branches:
+        for (block, syms), ended in zip(branches, returned):
             with self.b.insert_into(block):
                 for name, carry in tiles.items():
-                    self.sem.tile.copy(carry, syms[name], None, None, None)
-                self.b.yield_([self._materialize(syms[n], t) for n, t in zip(names, types)])
+                    if not (ended and name in live_only):
+                        self.sem.tile.copy(carry, syms[name], None, None, None)
+                self.b.yield_([self.sem.to_ir(0, t) if ended and n in live_only
+                               else self._materialize(syms[n], t)
+                               for n, t in zip(names, types)])
         self.syms.update(tiles)
         op = self.b.create("if", (cond,), {"filter": spec}, types, [b for b, _ in branches])
         for name, result in zip(names, op.results):
@@ -326,6 +336,20 @@ class ControlFlowMixin:
             return "value", Undefined(f"'{name}' is {describe(a)} in one branch of the {where} "
                                       f"and {describe(b)} in the other")
         return "phi", joined
+
+    @staticmethod
+    def _merge_live(live, before, undefined):
+        """:meth:`_merge`'s answer for a name only the branch that did not return defines
+        (``live``); ``undefined`` when that branch cannot define it either."""
+        if live is MISSING or isinstance(live, Undefined) or _is_region(live):
+            return "value", undefined
+        if live is before or not contains_value(live):
+            return "value", live
+        if _by_value(live):
+            return "tile", live.type
+        if is_scalar(live):
+            return "phi", live.type
+        return "value", undefined
 
     def _join_type(self, a, b):
         """The type both values can take as one SSA value, or None."""

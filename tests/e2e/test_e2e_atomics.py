@@ -326,3 +326,22 @@ def test_atomic_errors_point_at_the_call(fn, message, at):
 def test_the_element_an_atomic_updates_is_not_loaded():
     k = element_ops.compile(tj.TensorSpec((5,), tj.int32), tj.TensorSpec((5,), tj.int32), 9)
     assert "= load(" not in k.asm["ir"] and "= atomic(" in k.asm["ir"]
+
+
+@tj.kernel
+def warp_uniform_shuffle(x, out):
+    """Native code that depends only on the warp: one CPU unit per warp, whose lanes all
+    hold the same value, so every shuffle reads it back."""
+    w = tj.warp_id()
+    v = x[w]
+    out[w] = tj.shuffle(v, 5, mode="xor") + tj.shuffle(v, 31) + tj.shuffle(v, 1, mode="down")
+
+
+def test_shuffles_in_warp_units():
+    x = torch.tensor([3.0, -2.0])
+    out = torch.zeros(2)
+    warp_uniform_shuffle[(1,)](x, out, num_warps=NUM_WARPS)
+    assert out.tolist() == [9.0, -6.0]
+    compiled = warp_uniform_shuffle.compile(tj.TensorSpec((2,), tj.float32),
+                                            tj.TensorSpec((2,), tj.float32), num_warps=2)
+    assert compiled.asm["ir"].count("warp_shuffle(") == 3

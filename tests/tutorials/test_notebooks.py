@@ -24,3 +24,14 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     outputs = [o for cell in notebook.cells if cell.cell_type == "code"
                for o in cell.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_clean(path):
+    """CI executes the notebooks, so the committed files hold no outputs; each one opens
+    with a markdown cell that says what it teaches."""
+    notebook = nbformat.read(path, as_version=4)
+    assert notebook.cells and notebook.cells[0].cell_type == "markdown"
+    dirty = [n for n, cell in enumerate(notebook.cells) if cell.cell_type == "code"
+             and (cell.get("outputs") or cell.get("execution_count") is not None)]
+    assert not dirty, f"clear the outputs of cells {dirty} before committing"

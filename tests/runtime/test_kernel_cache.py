@@ -227,7 +227,7 @@ b = rng.standard_normal((80, 72), dtype=np.float32)
 c = np.zeros((96, 72), np.float32)
 run_matmul(a, b, c, bm=32, bn=32, bk=32)
 info = matmul.cache_info()
-compiler_parts = sorted(m for m in ("tilejit.targets.cpu.codegen", "tilejit.targets.cpu.target")
+compiler_parts = sorted(m for m in ("tilejit.targets.cpu.codegen", "tilejit.targets.cpu.rules")
                         if m in sys.modules)
 print(json.dumps({"compiles": info.compiles, "disk_hits": info.disk_hits,
                   "error": float(np.abs(c - a @ b).max()), "compiler_parts": compiler_parts}))

@@ -1,6 +1,7 @@
 """The pass pipeline, in order, in one visible list.
 
-``run_pipeline(kernel)`` runs every pass of :data:`PIPELINE`, verifies the IR after each
+``run_pipeline(kernel)`` runs every pass of :data:`PIPELINE` (and then the target's own
+passes, which its backend lists: ``target_passes``), verifies the IR after each
 (so a broken pass is blamed by name), times each pass and keeps the printed IR after it.
 ``TILEJIT_DUMP`` (or ``dump=``) naming a pass -- or ``passes`` for all of them -- prints
 that IR to stderr.
@@ -14,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
@@ -51,11 +52,11 @@ class Stages(dict):
         return "\n".join(rows)
 
 
-def get_pass(name: str) -> Pass:
-    for pass_name, fn in PIPELINE:
+def get_pass(name: str, target_passes: Sequence[tuple[str, Pass]] = ()) -> Pass:
+    for pass_name, fn in (*PIPELINE, *target_passes):
         if pass_name == name:
             return fn
-    known = ", ".join(n for n, _ in PIPELINE)
+    known = ", ".join(n for n, _ in (*PIPELINE, *target_passes))
     raise KeyError(f"no pass named {name!r}; the pipeline has: {known}")
 
 
@@ -68,8 +69,10 @@ def _verify(kernel: KernelIR, after: str) -> None:
 
 
 def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | None = None,
-                 passes: Iterable[str] | None = None) -> tuple[KernelIR, Stages]:
-    """Run ``passes`` (default: all of :data:`PIPELINE`, in order) on ``kernel``.
+                 passes: Iterable[str] | None = None,
+                 target_passes: Sequence[tuple[str, Pass]] = ()) -> tuple[KernelIR, Stages]:
+    """Run ``passes`` (default: all of :data:`PIPELINE`, then ``target_passes``, in order)
+    on ``kernel``. ``target_passes`` are the (name, pass) pairs the target's backend adds.
 
     ``dump``: stage names whose IR to print to stderr (default: the ``TILEJIT_DUMP`` knob).
     Returns the final kernel and the :class:`Stages` record.
@@ -78,7 +81,8 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         from ..knobs import knobs
         dump = knobs.dump
     dump = frozenset(dump)
-    selected = PIPELINE if passes is None else [(name, get_pass(name)) for name in passes]
+    selected = [*PIPELINE, *target_passes] if passes is None else \
+        [(name, get_pass(name, target_passes)) for name in passes]
     stages = Stages()
     if verify:
         _verify(kernel, "before the first pass")

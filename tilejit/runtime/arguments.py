@@ -32,8 +32,8 @@ from ..frontend.dependencies import is_layout
 from ..frontend.language import constexpr
 from ..frontend.signature import ArgSpec
 from ..ir import types
+from ..targets.backend import get_backend, target_for_devices
 
-TARGETS = ("cpu", "cuda", "nki")
 _GRID_CACHE_LIMIT = 1024
 MAX_GRID_DIM = 2**31 - 1   # CTA ids are 32-bit in kernels (CUDA's limit for x, too)
 # A tensor of this many elements or more makes the kernel compute CTA ids, and the index
@@ -292,10 +292,11 @@ def choose_target(bound: dict, explicit: str | None, default: str | None, kernel
     """``target=`` beats ``TILEJIT_TARGET`` (``default``) beats the tensors' device."""
     target = explicit or default
     if target is None:
-        devices = {device_of(v) for v in bound.values()} - {None}
-        target = "cuda" if "cuda" in devices else "cpu"
-    if target not in TARGETS:
-        raise LaunchError(f"{kernel}: unknown target {target!r}; expected one of {TARGETS}")
+        return target_for_devices({device_of(v) for v in bound.values()} - {None})
+    try:
+        get_backend(target)
+    except LaunchError as err:
+        raise LaunchError(f"{kernel}: {err.message}") from None
     return target
 
 
@@ -305,7 +306,7 @@ def check_devices(bound: dict, target: str, kernel: str) -> None:
     if len(set(placed.values())) > 1:
         listing = ", ".join(f"{n!r} on {d}" for n, d in placed.items())
         raise LaunchError(f"{kernel}: tensors are on different devices ({listing})")
-    wanted = {"cpu": "cpu", "cuda": "cuda"}.get(target)
+    wanted = get_backend(target).device
     for name, value in bound.items():
         device = device_of(value)
         if wanted is not None and device is not None and device != wanted:

@@ -12,99 +12,32 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CompilationError, SourceLocation
+from ..errors import SourceLocation
 from ..frontend import compile_to_ir
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..knobs import knobs
 from ..passes.dispatch import DispatchRecord, dispatch_log, format_log
 from ..passes.effects import written_parameters
 from ..passes.pipeline import run_pipeline
+from ..targets.backend import backends, get_backend
 from .arguments import check_written
 from .disk_cache import CacheEntry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-TEXT_STAGES = ("ir", "lowered", "llir", "asm", "cuda", "ptx", "nki")
-
-
-@dataclass(frozen=True)
-class _Backend:
-    """How the runtime drives one target: compile lowered IR, load what compile made, launch.
-
-    ``arch_id(arch)`` names what the binary is specific to (part of the cache key).
-    ``launchers(module)`` returns ``launch(grid, records)`` (the default stream: on CUDA,
-    torch's current one) and ``launch_on_stream(grid, records, stream)``, taking one launch
-    record per runtime argument as ``arguments.facts`` makes them (``(address, *shape,
-    *strides)`` for a tensor, the value for a scalar) and trusting them; a launch calls them
-    directly, so they should be the module's own methods where the target allows.
-    ``derived`` makes, from the module, stages worth making only when asked for.
-    """
-
-    register: Callable[[], None]   # imports the target package: its dispatch rules register
-    arch_id: Callable[[str | None], str]
-    compile: Callable[[Any, bool], tuple[dict[str, bytes], dict]]
-    load: Callable[[dict[str, bytes], dict], Any]
-    launchers: Callable[[Any], tuple[Callable, Callable]]
-    derived: dict[str, Callable[[Any], str]]
-
-
-def _cpu_register() -> None:
-    from ..targets import cpu
-    cpu.register_dispatch()
-
-
-def _cpu_arch_id(arch: str | None) -> str:
-    from ..targets import cpu
-    return cpu.host_cpu_id()   # object code runs only on the CPU (and features) it was built for
-
-
-def _cpu_compile(lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
-    from ..targets import cpu
-    artifact = cpu.compile(lowered, debug=debug)
-    files = {"llir": artifact.llir.encode(), "obj": artifact.obj}
-    if "asm" in knobs.dump:   # host assembly costs a quarter of a compile: made on request
-        files["asm"] = artifact.asm.encode()
-    return files, {"entry": artifact.entry, "backend": artifact.meta}
-
-
-def _cpu_load(files: dict[str, bytes], meta: dict):
-    from ..targets import cpu
-    return cpu.load(cpu.CpuArtifact(llir=files["llir"].decode(), obj=files["obj"],
-                                    entry=meta["entry"], meta=meta["backend"]))
-
-
-def _cpu_launchers(module) -> tuple[Callable, Callable]:
-    launch = module.launch_records
-    return launch, lambda grid, records, stream: launch(grid, records)   # CPU runs synchronously
-
-
-_BACKENDS = {"cpu": _Backend(_cpu_register, _cpu_arch_id, _cpu_compile, _cpu_load,
-                             _cpu_launchers, {"asm": lambda module: module.artifact.asm})}
-
-
-def _backend(target: str) -> _Backend:
-    backend = _BACKENDS.get(target)
-    if backend is None:
-        raise CompilationError(
-            f"code generation for target {target!r} is not implemented yet; the 'cpu' target "
-            "runs every kernel (pass target='cpu' or use CPU tensors)")
-    return backend
+IR_STAGES = ("ir", "lowered")   # every target stores these texts; its backend adds its own
 
 
 def target_arch(target: str, arch: str | None) -> str:
     """What a binary for ``target`` is specific to, for the cache key."""
-    return _backend(target).arch_id(arch)
+    return get_backend(target).arch_id(arch)
 
 
 def machine_identity() -> str:
-    """The CPU, and the current GPU when torch has started CUDA (never started here)."""
-    from ..targets import cpu
-    parts = [f"cpu:{cpu.host_cpu_id()}"]
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        major, minor = torch.cuda.get_device_capability()
-        parts.append(f"cuda:{torch.cuda.get_device_name()}:sm_{major}{minor}")
-    return ",".join(parts)
+    """Each target's hardware on this machine (``cpu:<host>``, and the current GPU when
+    torch has started CUDA), for autotuning records."""
+    ids = ((backend.name, backend.machine_id()) for backend in backends())
+    return ",".join(f"{name}:{machine}" for name, machine in ids if machine is not None)
 
 
 def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: LaunchOptions,
@@ -114,18 +47,18 @@ def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: Lau
     Stages named in ``TILEJIT_DUMP`` are printed as soon as they exist, so a failing stage
     still shows the ones before it.
     """
-    backend = _backend(options.target)
+    backend = get_backend(options.target)
     backend.register()
     dump = knobs.dump
     kernel_ir = compile_to_ir(fn, specs, constexprs, options)
     _print_stage(dump, "ir", kernel_ir.name, kernel_ir)
-    lowered, stages = run_pipeline(kernel_ir)
+    lowered, stages = run_pipeline(kernel_ir, target_passes=backend.passes)
     records = dispatch_log(stages.kernels["dispatch"])
     if "dispatch" in dump:
         _print_stage(dump, "dispatch", kernel_ir.name, format_log(records))
     _print_stage(dump, "lowered", kernel_ir.name, lowered)
     files, backend_meta = backend.compile(lowered, debug)
-    for stage in TEXT_STAGES[2:]:
+    for stage in backend.text_stages:
         if stage in files:
             _print_stage(dump, stage, kernel_ir.name, files[stage].decode())
     files = {"ir": str(kernel_ir).encode(), "lowered": str(lowered).encode(), **files}
@@ -163,7 +96,7 @@ class CompiledKernel:
     """One compiled specialization: ``.asm`` (stage → text or bytes), ``.dispatch_log``.
 
     ``launch(grid, records)`` / ``launch_on_stream(grid, records, stream)`` run it with the
-    launch records of the runtime arguments (``runtime_params``; see ``_Backend``) and a
+    launch records of the runtime arguments (``runtime_params``; see ``Backend``) and a
     checked 3-int grid; ``compiled[grid](*runtime_args)`` checks the arguments first.
     """
 
@@ -181,10 +114,12 @@ class CompiledKernel:
     @classmethod
     def from_cache_entry(cls, entry: CacheEntry) -> CompiledKernel:
         meta = entry.metadata
-        backend = _backend(meta["target"])
+        backend = get_backend(meta["target"])
         module = backend.load(entry.artifacts, meta)
-        asm = _Stages({name: data.decode() if name in TEXT_STAGES else data
-                       for name, data in entry.artifacts.items()}, backend.derived, module)
+        text = (*IR_STAGES, *backend.text_stages)
+        asm = _Stages({name: data.decode() if name in text else data
+                       for name, data in entry.artifacts.items()}, backend.derived_stages,
+                      module)
         return cls(meta["name"], meta["target"], meta["arch"], asm,
                    [_record_from_json(r) for r in meta["dispatch_log"]],
                    tuple(meta["runtime_params"]), meta, module, *backend.launchers(module))
@@ -193,7 +128,7 @@ class CompiledKernel:
         """Print the stages named (as ``TILEJIT_DUMP`` does when compiling)."""
         _print_stage(stages, "ir", self.name, self.asm["ir"])
         _print_stage(stages, "dispatch", self.name, format_log(self.dispatch_log))
-        for stage in ("lowered", *TEXT_STAGES[2:]):
+        for stage in ("lowered", *get_backend(self.target).text_stages):
             if stage in stages and self.asm.has(stage):
                 _print_stage(stages, stage, self.name, self.asm[stage])
 

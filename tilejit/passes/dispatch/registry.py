@@ -151,14 +151,17 @@ def lookup(family: str, primitive: str, target: str) -> Rule | None:
 @dataclass(frozen=True)
 class DispatchContext:
     """What dispatch knows about the target: its name and arch, how a team's work is
-    distributed (``team_once`` or ``per_thread``), the widest vector in bytes and how many
-    accumulators a register-blocked rule may keep live."""
+    distributed (``team_once`` or ``per_thread``), the widest vector in bytes, how many
+    accumulators a register-blocked rule may keep live, and whether the target can run
+    per-element loops at all (the generic rules need them). A target's backend makes it
+    from its capabilities (``tilejit.targets.backend``)."""
 
     target: str
     arch: str | None = None
     distribution: str = TEAM_ONCE
     vector_bytes: int = 16
     registers: int = 32
+    element_loops: bool = True
 
     def __post_init__(self):
         if self.distribution not in (TEAM_ONCE, PER_THREAD):
@@ -191,6 +194,7 @@ def context_for(kernel) -> DispatchContext:
     if name not in _TARGETS:
         known = ", ".join(sorted(_TARGETS))
         raise CompilationError(f"target {name!r} is not registered with dispatch (known: "
-                               f"{known}); importing tilejit.targets.{name} registers it",
+                               f"{known}); its backend registers it for compiling "
+                               f"(tilejit.targets.backend.get_backend({name!r}).register())",
                                kernel.loc)
     return replace(_TARGETS[name], arch=kernel.attrs.get("arch"))

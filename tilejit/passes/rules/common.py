@@ -18,6 +18,9 @@ def element_access_reasons(call: PrimitiveCall, allow_oob: bool = True,
     """Why element-by-element loads and stores cannot implement ``call`` (empty: they can).
     ``checked`` names operands whose every access is bounds-checked against their run-time
     extents (a gather's source), so they may be whole tensors of run-time shape."""
+    if not call.context.element_loops:   # nothing below helps: the target has no such loops
+        return [f"target {call.target!r} cannot run per-element loops (its capabilities "
+                "say element_loops=False): only its own instruction families apply"]
     reasons = []
     for o in call.tiles:
         if o.role not in ELEMENT_ROLES:

@@ -1,0 +1,79 @@
+"""The CPU target's backend object: the host CPU's capabilities, compile, load and launch.
+
+Importing it costs what loading a cached binary needs anyway (``jit``: llvmlite's binding
+layer, and the launcher); the LLVM IR emitters and the dispatch rules are imported only by
+``compile`` and ``register``, so a process that finds its kernels on disk skips them.
+"""
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+
+from tilejit.knobs import knobs
+from tilejit.passes.dispatch import TEAM_ONCE
+
+from ..backend import Backend, Capabilities, register_backend
+from . import jit
+
+__all__ = ["BACKEND", "CpuBackend"]
+
+
+class CpuBackend(Backend):
+    """Tile primitives run ``team_once``: one unit executes a whole team's tile with
+    vectorized loops (docs/lowering.md). The vector width and register count come from the
+    host's features, so rules size their instruction shapes for the machine the JIT
+    compiles for."""
+
+    name = "cpu"
+    device = "cpu"
+    text_stages = ("llir", "asm")
+    # Host assembly costs a quarter of a compile: stored only when dumped, else made on request.
+    derived_stages = {"asm": lambda module: module.artifact.asm}
+
+    @functools.cached_property
+    def capabilities(self) -> Capabilities:
+        from .emitter import CTA_MEMORY_LIMIT
+        features = llvm.get_host_cpu_features()
+        if features.get("avx512f"):
+            vector_bytes, registers = 64, 32   # zmm0-31
+        elif features.get("avx"):
+            vector_bytes, registers = 32, 16   # ymm0-15
+        else:
+            vector_bytes, registers = 16, 16   # xmm0-15 (SSE2 is part of x86-64)
+        return Capabilities(distribution=TEAM_ONCE, vector_bytes=vector_bytes,
+                            registers_per_thread=registers,
+                            shared_memory_per_cta=CTA_MEMORY_LIMIT, max_threads_per_cta=None,
+                            element_loops=True)
+
+    def import_rules(self) -> None:
+        from .rules import async_copy  # noqa: F401  (copy_async / gemm_async families)
+        from .rules import elementwise_stream  # noqa: F401  (copy/pointwise between globals)
+        from .rules import gemm_blocked  # noqa: F401  (gemm: register-blocked micro-kernel)
+        from .rules import math_vector  # noqa: F401  (exp/exp2/log: polynomials LLVM vectorizes)
+        from .rules import reduce_lanes  # noqa: F401  (reduce: rows in vector accumulators)
+
+    def machine_id(self) -> str:
+        return jit.host_cpu_id()
+
+    def arch_id(self, arch: str | None) -> str:
+        return jit.host_cpu_id()   # object code runs only on the CPU (and features) it is for
+
+    def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
+        artifact = jit.compile(lowered, debug=debug)
+        files = {"llir": artifact.llir.encode(), "obj": artifact.obj}
+        if "asm" in knobs.dump:
+            files["asm"] = artifact.asm.encode()
+        return files, {"entry": artifact.entry, "backend": artifact.meta}
+
+    def load(self, files: dict[str, bytes], meta: dict):
+        return jit.load(jit.CpuArtifact(llir=files["llir"].decode(), obj=files["obj"],
+                                        entry=meta["entry"], meta=meta["backend"]))
+
+    def launchers(self, module):
+        launch = module.launch_records
+        # The CPU runs a launch before returning: there is no stream to queue it on.
+        return launch, lambda grid, records, stream: launch(grid, records)
+
+
+BACKEND = register_backend(CpuBackend())

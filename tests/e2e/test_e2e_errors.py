@@ -97,7 +97,14 @@ def region_rebound_in_a_loop(x, out, n):
     tj.copy(out[0:16], r)
 
 
+def tile_at_a_per_warp_position(x, out):
+    o = tj.warp_id() * 16
+    tj.copy(out[o:o + 16], x[o:o + 16])     # team cta: which warp's o would it use?
+
+
 @pytest.mark.parametrize("fn,error,text,words", [
+    (tile_at_a_per_warp_position, tj.ScopeError, "tj.copy(out[o:o + 16], x[o:o + 16])",
+     "differs between the threads of one cta"),
     (huge_shared_buffer, tj.CompilationError, "tj.alloc_shared((1 << 34,)", "64 GiB"),
     (huge_local_buffer, tj.CompilationError, "tj.alloc_local((1 << 33,)", "32 GiB"),
     (region_rebound_in_a_loop, tj.CompilationError, "for i in tj.range(1, n)",
@@ -195,3 +202,14 @@ def test_an_internal_error_in_a_pass_names_the_kernel_line(monkeypatch, fresh_ca
             as info:
         tj.kernel(copy_through_shared)[(1,)](torch.zeros(16), torch.zeros(16))
     _check_located(info.value, copy_through_shared, "tj.copy(s, x[0:16])")
+
+
+def test_a_per_warp_tile_runs_at_team_warp():
+    @tj.kernel
+    def per_warp(x, out):
+        o = tj.warp_id() * 16
+        tj.warp.copy(out[o:o + 16], x[o:o + 16])
+
+    x, out = torch.arange(64.0), torch.zeros(64)
+    per_warp[(1,)](x, out)
+    assert torch.equal(out, x)

@@ -38,7 +38,8 @@ from ..errors import ScopeError, TilejitError, reraise_located
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.scope import ActiveSet, ExecScope, decompose, describe_filter
-from ..ir.types import TeamKind
+from ..ir.types import BufferType, RegionType, TeamKind
+from .dispatch.call import operand_names
 from .uniformity import uniform_within
 
 __all__ = ["run", "ScopeState", "entry_state"]
@@ -86,7 +87,10 @@ class _Annotator:
     def op(self, op: Operation, state: ScopeState) -> Operation:
         try:
             region_states = self.region_states(op, state)
-            attrs = {"scope": tile_scope(op, state)} if op.opdef.group is OpGroup.TILE else {}
+            attrs = {}
+            if op.opdef.group is OpGroup.TILE:
+                attrs["scope"] = tile_scope(op, state)
+                self.check_same_tiles(op, attrs["scope"].kind)
         except TilejitError as err:
             reraise_located(err, op.loc)
         regions = [self.block(region, region_state)
@@ -95,6 +99,23 @@ class _Annotator:
                          attrs=attrs, regions=regions)
         self.values.update(zip(op.results, new.results))
         return new
+
+    def check_same_tiles(self, op: Operation, kind: TeamKind) -> None:
+        """Every thread of the team must name the same tiles: one whose window starts at a
+        per-warp or per-thread position would be read or written once, with one thread's
+        start (``x[tj.warp_id() * 16:...]`` at team cta)."""
+        primitive = op.name.removeprefix("tile.")
+        for name, value in zip(operand_names(primitive, op.attrs), op.operands):
+            if not isinstance(value.type, (BufferType, RegionType)):
+                continue
+            uniform = self.uniform.get(value, TeamKind.CLUSTER)
+            if uniform < kind:
+                raise ScopeError(
+                    f"tj.{primitive} runs at team {kind}, but its {name} tile starts at a "
+                    f"position that differs between the threads of one {kind} (it is the "
+                    f"same only within each {uniform}). Run the primitive at that team "
+                    f"(`tj.{uniform}.{primitive}(...)` or `with tj.{uniform}():`), or "
+                    f"compute the position from values the whole {kind} shares")
 
     def region_states(self, op: Operation, state: ScopeState) -> list[ScopeState]:
         """The scope inside each region of ``op``."""

@@ -10,6 +10,7 @@ from .errors import (CompilationError, DispatchError, LaunchError, LayoutError, 
                      TilejitError)
 from .frontend.language import *  # noqa: F401,F403  (the tj.* kernel language)
 from .frontend.language import __all__ as _language_names
+from .knobs import knobs  # tj.knobs is the settings object (tj.knobs.debug = True), as in Triton
 from .runtime import cache, testing
 from .runtime.autotune import Config, autotune, heuristics
 from .runtime.compiler import CompiledKernel
@@ -17,7 +18,7 @@ from .runtime.jit import Kernel, TensorSpec, kernel
 
 __all__ = [
     *_language_names, "layout", "kernel", "Kernel", "TensorSpec", "CompiledKernel",
-    "autotune", "heuristics", "Config", "cache", "testing",
+    "autotune", "heuristics", "Config", "cache", "testing", "knobs",
     "TilejitError", "CompilationError", "DispatchError", "ScopeError", "LayoutError",
     "LaunchError",
 ]

@@ -61,6 +61,9 @@ def test_fastest_config_runs_and_failures_are_skipped():
     assert bench.calls == 3   # the fourth config failed to compile: never timed
     assert kernel.best_config == tj.Config({"BLOCK": 8})
     assert out.eq(3.0).all()
+    table = kernel.configs_timings          # the tuning's table, as data
+    assert [table[c] for c in CONFIGS[:3]] == [3.0, 1.0, 2.0]
+    assert table[CONFIGS[3]] == "failed: CompilationError: static assertion failed"
     kernel[grid](out, 5.0, 40)   # same key: no tuning
     assert bench.calls == 3 and out.eq(6.0).all()
 
@@ -73,6 +76,7 @@ def test_results_persist_for_a_new_autotuner():
     out = torch.zeros(40)
     second[grid](out, 2.0, 40)
     assert bench.calls == 0 and second.best_config == tj.Config({"BLOCK": 8})
+    assert second.configs_timings[CONFIGS[1]] == 1.0     # loaded from disk
     assert out.eq(3.0).all()
 
 

@@ -156,6 +156,9 @@ class Autotuner(_KernelWrapper):
         self.warmup, self.rep = warmup, rep
         self.cache_results = cache_results
         self.best_config: Config | None = None
+        # The last tuning's table, as Triton's Autotuner keeps it: config -> milliseconds,
+        # or the text of its failure (timings loaded from disk included).
+        self.configs_timings: dict[Config, float | str] = {}
         self._winners: dict[tuple, Config] = {}
         register_kernel(self)
 
@@ -232,6 +235,7 @@ class Autotuner(_KernelWrapper):
         todo = [c for c in configs if c.signature not in stored]
         fresh = self._time_configs(todo, grid, args, kwargs, named) if todo else {}
         results = {**stored, **fresh}
+        self.configs_timings = {c: results[c.signature] for c in configs}
         timed = [c for c in configs if isinstance(results[c.signature], float)]
         winner = min(timed, key=lambda c: results[c.signature]) if timed else None
         # When every config fails the cause is more likely the call than the configs (bad

@@ -46,7 +46,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import tilejit as tj  # noqa: E402
-from tilejit.examples import matmul, run_matmul, run_softmax, vector_add  # noqa: E402
+from tilejit.examples import (  # noqa: E402
+    matmul,
+    run_layer_norm,
+    run_matmul,
+    run_softmax,
+    vector_add,
+)
 from tilejit.knobs import knobs  # noqa: E402
 
 CORES = os.cpu_count() or 1
@@ -235,6 +241,21 @@ def bench_softmax(table: Table, rows: int, cols: int, rounds: int, goals: bool,
                   amount)
 
 
+def bench_layer_norm(table: Table, rows: int, cols: int, rounds: int, goals: bool) -> None:
+    """Layer norm with weight and bias, eps 1e-5, against F.layer_norm (issue 12)."""
+    torch.set_num_threads(CORES)
+    x, weight, bias = torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
+    out = torch.empty_like(x)
+    run_layer_norm(x, weight, bias, out)
+    torch_layer_norm = lambda: torch.nn.functional.layer_norm(  # noqa: E731
+        x, (cols,), weight, bias, 1e-5)
+    torch.testing.assert_close(out, torch_layer_norm(), rtol=1e-4, atol=1e-4)
+    t_tj, t_torch = best_of_rounds(rounds, lambda: run_layer_norm(x, weight, bias, out),
+                                   torch_layer_norm)
+    table.add("layer norm vs F.layer_norm", f"{rows}x{cols} f32", t_tj, t_torch, "GB/s",
+              8 * rows * cols, 1.0 if goals else None)
+
+
 def bench_gemm(table: Table, m: int, n: int, k: int, rounds: int, limits, goals: bool,
                one_core: bool = False) -> None:
     rng = np.random.default_rng(0)
@@ -346,6 +367,9 @@ def main(argv=None) -> int:
         bench_native_add(table, 1 << 22, rounds)
         bench_softmax(table, 1024, 1024, rounds, goals)
         bench_softmax(table, 1024, 1000, rounds, goals)
+        bench_softmax(table, 1024, 781, rounds, goals)
+        bench_layer_norm(table, 1024, 1000, rounds, goals)
+        bench_layer_norm(table, 288, 8192, rounds, goals)
         bench_gemm(table, 512, 512, 512, rounds, limits, goals)
         bench_gemm(table, 500, 500, 500, rounds, limits, goals)
     else:
@@ -353,6 +377,9 @@ def main(argv=None) -> int:
         bench_native_add(table, 1 << 26, rounds)
         bench_softmax(table, 4096, 4096, rounds, goals, streaming=True)
         bench_softmax(table, 4096, 1000, rounds, goals)
+        bench_softmax(table, 4096, 781, rounds, goals)
+        bench_layer_norm(table, 4096, 1000, rounds, goals)
+        bench_layer_norm(table, 1151, 8192, rounds, goals)
         bench_gemm(table, 1024, 1024, 1024, rounds, limits, goals, one_core=True)
         bench_gemm(table, 1000, 1000, 1000, rounds, limits, goals)
     bench_cold_compile(table)

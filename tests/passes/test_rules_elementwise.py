@@ -155,6 +155,19 @@ def test_1000_wide_rows(context, row):
     check_equal(out, expected)
 
 
+@pytest.mark.parametrize("width", [781, 3])
+def test_rows_no_width_divides_run_a_vector_body_and_a_shorter_chunk(width):
+    """781 = 195 chunks of 4 and one of 1; 3 = one chunk of 2 and one of 1."""
+    k, log = lowered(row_copy_kernel(width), GENERIC)
+    assert [(r.rule, r.shape) for r in log] == [("vector", (min(4, width - 1),))] * 3
+    rng = np.random.default_rng(width)
+    x, out = random_array(rng, (4, width + 5), f32), random_array(rng, (4, width + 5), f32)
+    expected = out.copy()
+    expected[2, :width] = np.exp(x[2, :width])
+    run_kernel(k, {"x": x, "out": out, "row": 2})
+    check_equal(out, expected)
+
+
 @pytest.mark.parametrize("context", [GENERIC, SIMT], ids=["team_once", "per_thread"])
 @pytest.mark.parametrize("x_shape, y_shape", [((7, 30), (9, 25)), ((12, 40), (5, 40)),
                                               ((2, 3), (12, 40))])

@@ -1,4 +1,5 @@
-"""Vector add, row softmax and a tiled GEMM, written the way the SPEC's examples are."""
+"""Vector add, row softmax, layer norm and a tiled GEMM, written the way the SPEC's examples
+are."""
 from __future__ import annotations
 
 import tilejit as tj
@@ -36,6 +37,26 @@ def row_softmax(x, out, BM: tj.constexpr, BN: tj.constexpr, CACHE: tj.constexpr 
 
 
 @tj.kernel
+def layer_norm(x, weight, bias, out, eps, N: tj.constexpr, BM: tj.constexpr,
+               BLOCK: tj.constexpr):
+    """``torch.nn.functional.layer_norm`` over rows of ``N`` elements with weight and bias,
+    BM rows per CTA in a tile of BLOCK >= N columns (Triton's tutorial kernel). Past ``N``
+    the centred rows are set to 0, so that the variance counts only the row; with
+    BLOCK == N that pass is left out. Weight and bias are read straight from their tensors
+    by the last pass, which computes in f32 and rounds once into ``out``."""
+    row0 = tj.program_id(0) * BM
+    t = tj.fragment((BM, BLOCK), tj.float32)
+    tj.copy(t, x[row0:row0 + BM, 0:BLOCK])                  # 0 past the tensor's end
+    mean = tj.sum(t, axis=1, keep_dims=True) / N
+    centred = t - mean
+    if BLOCK > N:
+        centred = tj.where(tj.arange(0, BLOCK)[None, :] < N, centred, 0.0)
+    rstd = tj.rsqrt(tj.sum(centred * centred, axis=1, keep_dims=True) / N + eps)
+    tj.copy(out[row0:row0 + BM, 0:BLOCK],
+            tj.fma(centred * rstd, weight[0:BLOCK], bias[0:BLOCK]))
+
+
+@tj.kernel
 def matmul(A, B, C, BM: tj.constexpr = 64, BN: tj.constexpr = 64, BK: tj.constexpr = 64):
     """C = A @ B with shared-memory staging of each K step."""
     m0 = tj.cta_id(0) * BM
@@ -62,6 +83,17 @@ def run_softmax(x, out, rows_per_cta: int = 1, cache: str | None = None):
     vector_rows, cols = x.shape
     row_softmax[(tj.cdiv(vector_rows, rows_per_cta),)](x, out, BM=rows_per_cta, BN=cols,
                                                        CACHE=cache)
+    return out
+
+
+def run_layer_norm(x, weight, bias, out, eps: float = 1e-5, block: int | None = None):
+    """Layer norm over the last dim of the 2-D ``x``; ``block``: the tile width (default:
+    the row length). Rows per CTA: as many as fill a 16 KiB tile, at least one."""
+    rows, cols = x.shape
+    block = block or cols
+    rows_per_cta = max(1, 4096 // block)
+    layer_norm[(tj.cdiv(rows, rows_per_cta),)](x, weight, bias, out, eps, N=cols,
+                                               BM=rows_per_cta, BLOCK=block)
     return out
 
 

@@ -313,8 +313,9 @@ class Emitter:
         """The boxes of an elementwise domain: ``(box, checked, outside)``.
 
         The full box (every operand in bounds) runs in steps of ``inst`` with no
-        predicate; when its last extent is known only at run time, a tail box finishes the
-        last dim one element at a time. When a source may run out of bounds, remainder
+        predicate; when its last extent is not a multiple of the instruction's, a tail box
+        finishes the last dim: as one shorter chunk when the extent is static, else one
+        element at a time. When a source may run out of bounds, remainder
         boxes (inside the destination's valid box, outside the full box) access it with
         checks (``checked``), except the sources known to be out of bounds there
         (``outside``: the only run-time bound of that dim), which read the fill value.
@@ -325,14 +326,17 @@ class Emitter:
         store, _ = self.domain_limit([dst], domain)
         full, bounded_by = self.domain_limit([dst, *srcs], domain)
         width, rank = inst[-1], len(domain)
-        aligned = full[-1] if isinstance(full[-1], int) else self.once(
+        static = isinstance(full[-1], int)
+        aligned = full[-1] - full[-1] % width if static else self.once(
             ("aligned", full[-1], width),
             lambda: self.index(self.sub(full[-1], self.mod(full[-1], width))))
         pieces = [(Box((0,) * rank, tuple(full[:-1]) + (aligned,), tuple(inst)), False,
                    frozenset())]
-        if width > 1 and not isinstance(full[-1], int):
+        if width > 1 and not (static and aligned == full[-1]):
+            tail = full[-1] - aligned if static else 1  # one shorter chunk, if static
             lo = (0,) * (rank - 1) + (aligned,)
-            pieces.append((Box(lo, tuple(full), (1,) * rank), False, frozenset()))
+            pieces.append((Box(lo, tuple(full), (1,) * (rank - 1) + (tail,)), False,
+                           frozenset()))
         if any(s.may_oob for s in srcs):
             for d in reversed(range(rank)):  # innermost first: shares the outer loops
                 lo = tuple(full[d] if j == d else 0 for j in range(rank))

@@ -4,8 +4,9 @@ iota, math, bits, and the Philox random numbers of ``philox.py``) on any target.
 Two families share one lowering:
 
 * ``vector`` -- the innermost dim runs in chunks of ``W`` consecutive elements, each chunk
-  a fully unrolled instruction; legal where every operand in memory is contiguous along
-  that dim for ``W`` elements. Instruction shape ``(W,)``, the largest legal ``W`` first.
+  a fully unrolled instruction, and its last ``extent % W`` elements as one shorter chunk;
+  legal where every operand in memory is contiguous along that dim for ``W`` elements.
+  Instruction shape ``(W,)``, the largest legal ``W`` first.
 * ``scalar`` (fallback) -- one element at a time, instruction shape ``(1,)``.
 
 Both compute in the destination's dtype (sources are converted first), broadcast sources
@@ -122,11 +123,16 @@ def _vector_widths(call: PrimitiveCall, fused: bool) -> tuple[list[int], list[st
             reasons.append(why)
         if run is not None:
             runs.append(run)
+    # A run that ends inside the innermost dim (a layout's or swizzle's chunk) must hold
+    # whole chunks; the innermost extent need not: its last ``inner % W`` elements are one
+    # shorter chunk (Emitter.pieces).
+    breaks = sorted({run for run in runs if run < inner})
     widths = [w for w in (1 << k for k in range(widest.bit_length() - 1, 0, -1))
-              if inner % w == 0 and all(run % w == 0 for run in runs)]
+              if w <= inner and all(run % w == 0 for run in breaks)]
     if not widths and not reasons:
-        reasons.append(f"no vector width (2..{widest} elements) divides the innermost extent "
-                       f"{inner} and every contiguous run {sorted(set(runs))}")
+        reasons.append(f"the innermost extent {inner} is shorter than two elements" if inner < 2
+                       else f"no vector width (2..{widest} elements) divides every contiguous "
+                       f"run ending inside the innermost dim {breaks}")
     return widths, reasons
 
 

@@ -28,7 +28,7 @@ larger than the caches that are not read again soon (like Triton's ``.cs`` cache
 modifier). Masked edges store normally.
 
 Legality contract (else ``Decline``; ``vector``/``scalar`` take over): the ``vector``
-family's contract (static unit-stride innermost dims, a vector width dividing the
+family's contract (static unit-stride innermost dims, a tail chunk for the rest of the
 extent), the ``team_once`` distribution, and at least two tile operands in global memory
 (otherwise the alias scopes of private memory already let ``vector`` vectorize) -- or,
 with ``config={"cache": "stream"}``, a destination in global memory --, and no per-element

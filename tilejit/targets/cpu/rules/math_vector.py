@@ -23,11 +23,9 @@ polynomial, with the exponent built or read through the ``bitcast`` CPU intrinsi
   0.76; the tests allow 2).
 
 The element loops are the generic ``vector`` family's (``passes/rules/elementwise``):
-the same legality (chunks of ``W`` contiguous elements), masking and fusion; this module
-replaces the per-element computation, and where every tile is a fragment or local that
-cannot run out of bounds it takes the widest vector whatever the extent (the last
-``extent % W`` elements of each row are one shorter chunk), since the polynomial is
-compute-bound and wide vectors halve its latency per element.
+the same legality (chunks of ``W`` contiguous elements, the last ``extent % W`` elements
+of each row one shorter chunk), masking and fusion; this module replaces the per-element
+computation.
 
 Legality contract (else ``Decline``; ``vector``/``scalar`` take over with libm calls):
 the ``vector`` family's contract, the op is ``exp``, ``exp2`` or ``log``, the destination
@@ -38,12 +36,12 @@ from __future__ import annotations
 
 import math
 
-from tilejit.ir.types import MemScope, f32, i32
+from tilejit.ir.types import f32, i32
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
-from tilejit.passes.loopgen import Box, Emitter
+from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import elementwise
 
-from .common import lanes, team_once_reasons
+from .common import team_once_reasons
 
 __all__ = ["POLY_POINTWISE", "FUNCTIONS"]
 
@@ -149,13 +147,6 @@ class _Math:
 FUNCTIONS = ("exp", "exp2", "log")
 
 
-def _in_registers(call: PrimitiveCall) -> bool:
-    """Every tile is a fragment or local (any run of its elements is contiguous) and none
-    can run past a tensor's end: any vector width works, with a tail for the rest."""
-    return all(o.role in (MemScope.FRAGMENT, MemScope.LOCAL) and not o.may_oob
-               for o in call.tiles)
-
-
 def check(call: PrimitiveCall) -> Plan | Decline:
     reasons = team_once_reasons(call)
     op = call.attrs.get("op")
@@ -166,13 +157,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
         reasons.append(f"dst is {dst.dtype}: the polynomials are evaluated in f32")
     if reasons:
         return Decline(*reasons)
-    plan = elementwise.check_vector(call)
-    if isinstance(plan, Decline) or not _in_registers(call):
-        return plan
-    # The widest vector first, whatever divides the extent: a tail finishes the rows.
-    widest = lanes(call)
-    widths = [(w,) for w in (1 << k for k in range(widest.bit_length() - 1, 0, -1))]
-    return Plan(tuple(widths), plan.details)
+    return elementwise.check_vector(call)
 
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
@@ -188,18 +173,11 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             value = em.b.cast(value, f32)
         em.store(dst, function(value), idx, checked)
 
-    def chunk(box, checked=False, outside=frozenset()):
+    def chunk(box, checked, outside):
         return box, lambda base: em.unrolled(base, box.step,
                                              lambda idx: element(idx, checked, outside))
 
-    extent, rank = domain[-1], len(domain)
-    if extent % width:  # registers only (see check): full chunks, then one shorter chunk
-        main = extent - extent % width
-        ones = (1,) * (rank - 1)
-        em.each([chunk(Box((0,) * rank, (*domain[:-1], main), (*ones, width))),
-                 chunk(Box((0,) * (rank - 1) + (main,), tuple(domain), (*ones, extent - main)))])
-        return
-    inst = (1,) * (rank - 1) + (width,)
+    inst = (1,) * (len(domain) - 1) + (width,)
     em.each([chunk(box, checked, outside)
              for box, checked, outside in em.pieces(dst, srcs, domain, inst)])
 

@@ -204,3 +204,22 @@ def test_masked_copies_decline_the_stream_family_with_a_reason():
     assert (record.primitive, record.rule) == ("copy", "vector")
     assert ("stream", "a masked copy stores element by element: the vector family does") \
         in [(rule, reason) for rule, reason in record.rejected]
+
+
+@tj.kernel
+def row_max_with_fill(x, out, n, OTHER: tj.constexpr, BLOCK: tj.constexpr):
+    row = tj.cta_id(0)
+    t = tj.fragment((1, BLOCK), tj.float32)
+    tj.copy(t, x[row:row + 1, 0:BLOCK], other=OTHER)
+    m = tj.max(t, axis=1)
+    out[row] = m[0]
+
+
+def test_a_non_finite_constexpr_fill(fresh_cache):
+    x = -torch.rand(3, 5) - 1           # every element negative: a 0 fill would win the max
+    out = torch.zeros(3)
+    row_max_with_fill[(3,)](x, out, 5, OTHER=float("-inf"), BLOCK=8)
+    torch.testing.assert_close(out, x.max(dim=1).values)
+    row_max_with_fill.clear_memory_cache()   # the disk entry (its key holds -inf) loads back
+    row_max_with_fill[(3,)](x, out, 5, OTHER=float("-inf"), BLOCK=8)
+    torch.testing.assert_close(out, x.max(dim=1).values)

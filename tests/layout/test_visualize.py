@@ -55,6 +55,8 @@ def test_compose_layout_labels_use_swizzled_m(tmp_path):
     _mpl()
     visualize(lay, (8, 64), tmp_path / "smem.png")
     assert (tmp_path / "smem.png").stat().st_size > 0
+    lay.visualize((8, 64), tmp_path / "method.png")      # the method, as on TileLayout
+    assert (tmp_path / "method.png").read_bytes() == (tmp_path / "smem.png").read_bytes()
 
 
 def test_one_d_three_d_and_hardware_axes():

@@ -122,6 +122,11 @@ class ComposeLayout:
         block = 1 << (self.per_element + self.swizzle_len)
         return -(-span // block) * block
 
+    def visualize(self, shape, path=None):
+        """Draw the swizzled layout over a logical ``shape`` (as TileLayout.visualize)."""
+        from .visualize import visualize
+        return visualize(self, shape, path)
+
     # ----------------------------------------------------------------- normal form
     def canonicalize(self) -> "ComposeLayout":
         return ComposeLayout(self.per_element, self.swizzle_len, self.atom_len,

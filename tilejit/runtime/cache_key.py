@@ -13,7 +13,6 @@ import functools
 import hashlib
 import inspect
 import json
-import math
 import pathlib
 import textwrap
 from collections.abc import Iterable, Mapping
@@ -45,10 +44,7 @@ class CacheKeyError(TilejitError, TypeError):
 def _check_json_safe(value: Any, where: str) -> None:
     if value is None or isinstance(value, (bool, int, str)):
         return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise CacheKeyError(f"{where}: non-finite float {value!r} cannot be part of a "
-                                "cache key")
+    if isinstance(value, float):   # inf, -inf and nan too (other=-inf is a common constexpr)
         return
     if isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
@@ -69,10 +65,11 @@ def canonical_json(value: Any, where: str = "value") -> str:
     """The canonical JSON text of a JSON-safe value: sorted keys, no spaces, ASCII only.
 
     ``True`` and ``1`` (and ``1`` and ``1.0``) encode differently, so they key differently.
+    Non-finite floats take JSON's common extension (``Infinity``, ``-Infinity``, ``NaN``).
     """
     _check_json_safe(value, where)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+                      allow_nan=True)
 
 
 def _freeze(value: Any) -> Any:

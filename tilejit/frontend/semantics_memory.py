@@ -15,7 +15,7 @@ from tilejit.ir.ops_native import MEMORY_ORDERS, SYNC_SCOPES
 from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType
 
 from .language import BoundBuiltin, builtin
-from .semantics_tile import IndexedTile
+from .tile_shapes import IndexedTile
 from .values import (BarrierRef, ElementRef, describe, is_int_number, is_number, is_scalar,
                      is_tile, is_value)
 

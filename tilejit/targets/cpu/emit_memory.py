@@ -87,10 +87,10 @@ class Addressing:
     """Logical index -> element offset: per-dimension iters, a constant, a swizzle."""
 
     dims: tuple[Iters, ...] | None      # None: split the row-major flat index by ``flat``
+    storage: Storage                    # the allocation's storage (a view shares its buffer's)
     flat: Iters | None = None
     offset: int = 0
     swizzle: tuple[int, int, int] | None = None  # (per_element, swizzle_len, atom_len)
-    storage: Storage = Storage((("m", 0, 0, 1),))
 
     @property
     def span(self) -> int:
@@ -102,7 +102,7 @@ class Addressing:
         strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
         count = math.prod(shape)
         return cls(tuple(((n, s),) for n, s in zip(shape, strides)),
-                   storage=Storage.of({"m": (0, count - 1)}))
+                   Storage.of({"m": (0, count - 1)}))
 
     @classmethod
     def from_layout(cls, layout, shape, storage: Storage | None = None) -> Addressing:
@@ -118,7 +118,7 @@ class Addressing:
             swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
             if set(reach) != {"m"} or reach["m"][0] < 0:
                 raise CompilationError(f"the swizzled layout {layout} reaches "
-                                       f"{_describe(reach)}: a swizzle permutes "
+                                       f"{_describe_reach(reach)}: a swizzle permutes "
                                        "non-negative memory offsets (axis m) only")
             block = 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
             reach["m"] = (0, -(-(reach["m"][1] + 1) // block) * block - 1)
@@ -135,7 +135,7 @@ class Addressing:
             dims, flat = None, stored(tile.shard)
         offset = sum(weight * (tile.offset.get(name, 0) - low)
                      for name, low, _, weight in storage.axes)
-        return cls(dims, flat, offset, swizzle, storage)
+        return cls(dims, storage, flat, offset, swizzle)
 
     def element_offset(self, b: ir.IRBuilder, indices, shape):
         if self.dims is None:
@@ -149,7 +149,7 @@ class Addressing:
         return m if self.swizzle is None else _swizzle(b, m, *self.swizzle)
 
 
-def _describe(reach) -> str:
+def _describe_reach(reach) -> str:
     return ", ".join(f"{name} [{low}, {high}]" for name, (low, high) in reach.items())
 
 

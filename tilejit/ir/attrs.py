@@ -389,6 +389,7 @@ KERNEL_ATTRS: dict[str, Attr] = {
     "arch": Attr(Optional(STR), None),
     "constexprs": Attr(CONFIG, {}),
     "specialization": Attr(CONFIG, {}),  # param name -> tuple of flags ("aligned16", ...)
+    "shared_bytes": Attr(Optional(INT), None),  # planned shared memory per CTA (bytes)
 }
 
 

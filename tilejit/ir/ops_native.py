@@ -6,6 +6,7 @@ import re
 
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
+from .storage import shared_alignment
 from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i1, i32, i64
 
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
@@ -94,7 +95,17 @@ def _check_dim(op):
 
 
 def _check_alloc(op):
-    return "alloc cannot make a global buffer" if op.attrs["scope"] is MemScope.GLOBAL else None
+    scope, offset = op.attrs["scope"], op.attrs["offset"]
+    if scope is MemScope.GLOBAL:
+        return "alloc cannot make a global buffer"
+    if offset is None:
+        return None
+    if scope is not MemScope.SHARED:
+        return f"only shared buffers have a planned offset, not {scope} ones"
+    align = shared_alignment(op.attrs["dtype"], op.attrs["layout"])
+    if offset < 0 or offset % align:
+        return f"shared offset {offset} is not a non-negative multiple of {align} bytes"
+    return None
 
 
 def _check_view(op):
@@ -206,9 +217,12 @@ register("buffer_dim", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64), che
 register("buffer_stride", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64),
          check=_check_dim)
 register("alloc", MEMORY, attrs={"scope": Attr(Enum(MemScope)), "dtype": Attr(SCALAR_TYPE),
-                                 "shape": Attr(Tuple(INT)), "layout": Attr(Optional(LAYOUT), None)},
+                                 "shape": Attr(Tuple(INT)), "layout": Attr(Optional(LAYOUT), None),
+                                 "offset": Attr(Optional(INT), None)},
          results=lambda types, a: (BufferType(a["dtype"], a["shape"], a["scope"], a["layout"]),),
-         check=_check_alloc)
+         check=_check_alloc,
+         doc="offset: the shared buffer's byte offset in the CTA's shared memory "
+             "(set by the plan-shared-memory pass)")
 register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
                                         "layout": Attr(Optional(LAYOUT), None)},
          lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),

@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import dispatch, scope_analysis
+from . import shared_plan
 from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
@@ -31,6 +32,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("scope-analysis", scope_analysis.run),
     ("dispatch", dispatch.run),
     ("lower-tiles", lower_tiles.run),
+    ("plan-shared-memory", shared_plan.run),
 ]
 
 DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass

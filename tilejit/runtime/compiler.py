@@ -69,6 +69,8 @@ def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: Lau
         "runtime_params": list(specs),
         "written_params": written_parameters(lowered),
         "dispatch_log": [_record_json(r) for r in records],
+        # bytes of shared memory per CTA, as planned (all static: shared shapes are)
+        "shared_bytes": lowered.attrs["shared_bytes"] or 0,
         **backend_meta,
     }
     return files, metadata

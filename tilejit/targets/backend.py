@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import CompilationError, LaunchError
 from ..ir.core import KernelIR
 from ..passes.dispatch import PER_THREAD, TEAM_ONCE, DispatchContext, register_target
+from ..passes.shared_plan import register_capacity
 
 __all__ = ["DEFAULT_TARGET", "SHIPPED_TARGETS", "Backend", "Capabilities", "Placeholder",
            "backends", "get_backend", "register_backend", "target_for_devices",
@@ -99,6 +100,7 @@ class Backend(abc.ABC):
         the context. Only compiling needs them: loading a cached binary skips this."""
         if self._context is None:
             context = register_target(self.dispatch_context())
+            register_capacity(self.name, self.capabilities.shared_memory_per_cta)
             self.import_rules()
             self._context = context
         return self._context

@@ -34,6 +34,9 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
     module = ir.Module(name=kernel.name)
     units = UnitModel.for_kernel(kernel, options.granularity)
     mc = ModuleContext(module, kernel, options, units)
+    # The shared-memory plan (passes/shared_plan.py) placed the shared buffers in one
+    # block of this many bytes: it starts the data arena, so their offsets are its own.
+    mc.data.reserve(kernel.attrs["shared_bytes"] or 0, ARENA_ALIGN, "the kernel's shared memory")
     params = abi.param_slots(kernel)
     slot_types, slot_attrs = _slot_types(kernel, params, options)
     frame = (CoroFrame if units.coroutine else PlainFrame)(mc, slot_types, slot_attrs)

@@ -410,7 +410,9 @@ def emit_alloc(em, op):
     addressing = (Addressing.row_major(shape) if layout is None
                   else Addressing.from_layout(layout, shape))
     nbytes = addressing.span * dtype.itemsize  # padding and thread axes take room too
-    if scope is MemScope.SHARED:
+    if scope is MemScope.SHARED and op.attrs["offset"] is not None:
+        ptr = em.byte_ptr(frame.data, _planned_offset(em, op, nbytes))
+    elif scope is MemScope.SHARED:   # IR the shared-memory plan has not seen
         ptr = em.byte_ptr(frame.data, em.mc.data.reserve(nbytes, 64, _describe_alloc(op)))
     elif scope is MemScope.FRAGMENT and units.kind < em.state.team:
         # Several units make one team instance: they share one copy of the fragment.
@@ -427,6 +429,17 @@ def emit_alloc(em, op):
     else:
         raise CompilationError(f"{scope} memory does not exist on the CPU target")
     return [BufferRef(ptr, dtype, scope, _name(op), list(shape), addressing=addressing)]
+
+
+def _planned_offset(em, op, nbytes: int) -> int:
+    """Where the plan put a shared buffer: in the block of ``shared_bytes`` that
+    ``codegen`` reserves at the start of the CTA's data arena."""
+    offset, planned = op.attrs["offset"], em.mc.kernel.attrs["shared_bytes"] or 0
+    if offset + nbytes > planned:
+        raise CompilationError(f"internal compiler error: {_describe_alloc(op)} needs {nbytes} "
+                               f"bytes at offset {offset}, past the {planned} bytes the "
+                               "shared-memory plan reserved")
+    return offset
 
 
 def _describe_alloc(op, copies: int = 1) -> str:

@@ -1,0 +1,69 @@
+"""The footprint of an on-chip buffer: how many elements its storage holds, and how a
+shared-memory buffer is aligned.
+
+Every target stores an on-chip buffer over all the axes its layout reaches (``m``, and
+lanes, warps or partitions for a tile laid out over threads), row-major without a layout:
+per axis the range of coordinates the shard and offset reach, ``m`` counted from
+the buffer's start. A swizzled layout rounds ``m`` up to whole swizzle periods, because the
+swizzle permutes addresses within aligned periods. The CPU emitter's ``Storage``
+(``targets/cpu/emit_memory.py``) sizes storage the same way; ``tests/passes/
+test_shared_plan.py`` checks that the two agree.
+
+Alignment of a shared buffer: 128 bytes, or a swizzled layout's whole period when that is
+larger (1024 bytes for a 128-byte swizzle), so that a hardware swizzle, which XORs address
+bits, permutes within the buffer.
+"""
+from __future__ import annotations
+
+import math
+
+from tilejit.layout import ComposeLayout
+
+__all__ = ["SHARED_ALIGNMENT", "shared_alignment", "storage_bytes", "storage_elements",
+           "swizzle_period"]
+
+SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of this
+
+
+def _reach(tile) -> dict[str, tuple[int, int]]:
+    """Per axis the lowest and highest coordinate ``tile`` places an element at."""
+    reach: dict[str, tuple[int, int]] = {}
+    for it in tile.shard:  # replicas are copies of the base location: not stored
+        low, high = reach.get(it.axis.name, (0, 0))
+        step = (it.extent - 1) * it.stride
+        reach[it.axis.name] = (low + min(step, 0), high + max(step, 0))
+    for name, value in tile.offset.items():
+        low, high = reach.get(name, (0, 0))
+        reach[name] = (low + value, high + value)
+    low, high = reach.get("m", (0, 0))
+    reach["m"] = (min(low, 0), high)  # m coordinates are offsets from the buffer's start
+    return reach
+
+
+def swizzle_period(layout) -> int:
+    """Elements over which a swizzled layout's permutation repeats (1: no swizzle)."""
+    if not isinstance(layout, ComposeLayout) or layout.swizzle_len == 0:
+        return 1
+    return 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
+
+
+def storage_elements(shape, layout) -> int:
+    """Elements the storage of a buffer of ``shape`` laid out by ``layout`` holds."""
+    if layout is None:
+        return math.prod(shape)
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    reach = _reach(tile)
+    if isinstance(layout, ComposeLayout):
+        block = 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
+        low, high = reach["m"]
+        reach["m"] = (low, -(-(high + 1) // block) * block - 1)
+    return math.prod(high - low + 1 for low, high in reach.values())
+
+
+def storage_bytes(dtype, shape, layout) -> int:
+    return storage_elements(shape, layout) * dtype.itemsize
+
+
+def shared_alignment(dtype, layout) -> int:
+    """Bytes a shared buffer's offset must be a multiple of."""
+    return max(SHARED_ALIGNMENT, swizzle_period(layout) * dtype.itemsize)

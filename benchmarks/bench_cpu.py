@@ -241,19 +241,28 @@ def bench_softmax(table: Table, rows: int, cols: int, rounds: int, goals: bool,
                   amount)
 
 
-def bench_layer_norm(table: Table, rows: int, cols: int, rounds: int, goals: bool) -> None:
+def bench_layer_norm(table: Table, rows: int, cols: int, rounds: int, goals: bool,
+                     streaming: bool = False) -> None:
     """Layer norm with weight and bias, eps 1e-5, against F.layer_norm (issue 12)."""
     torch.set_num_threads(CORES)
     x, weight, bias = torch.randn(rows, cols), torch.randn(cols), torch.randn(cols)
     out = torch.empty_like(x)
-    run_layer_norm(x, weight, bias, out)
     torch_layer_norm = lambda: torch.nn.functional.layer_norm(  # noqa: E731
         x, (cols,), weight, bias, 1e-5)
-    torch.testing.assert_close(out, torch_layer_norm(), rtol=1e-4, atol=1e-4)
-    t_tj, t_torch = best_of_rounds(rounds, lambda: run_layer_norm(x, weight, bias, out),
-                                   torch_layer_norm)
-    table.add("layer norm vs F.layer_norm", f"{rows}x{cols} f32", t_tj, t_torch, "GB/s",
-              8 * rows * cols, 1.0 if goals else None)
+    runs = [lambda: run_layer_norm(x, weight, bias, out), torch_layer_norm]
+    if streaming:
+        runs.append(lambda: run_layer_norm(x, weight, bias, out, cache="stream"))
+    for run in runs[::2]:
+        out.zero_()
+        run()
+        torch.testing.assert_close(out, torch_layer_norm(), rtol=1e-4, atol=1e-4)
+    t_tj, t_torch, *t_stream = best_of_rounds(rounds, *runs)
+    shape, amount = f"{rows}x{cols} f32", 8 * rows * cols
+    table.add("layer norm vs F.layer_norm", shape, t_tj, t_torch, "GB/s", amount,
+              1.0 if goals else None)
+    if streaming:
+        table.add("layer norm cache=stream vs F.layer_norm", shape, t_stream[0], t_torch,
+                  "GB/s", amount)
 
 
 def bench_gemm(table: Table, m: int, n: int, k: int, rounds: int, limits, goals: bool,
@@ -377,8 +386,8 @@ def main(argv=None) -> int:
         bench_native_add(table, 1 << 26, rounds)
         bench_softmax(table, 4096, 4096, rounds, goals, streaming=True)
         bench_softmax(table, 4096, 1000, rounds, goals)
-        bench_softmax(table, 4096, 781, rounds, goals)
-        bench_layer_norm(table, 4096, 1000, rounds, goals)
+        bench_softmax(table, 4096, 781, rounds, goals, streaming=True)
+        bench_layer_norm(table, 4096, 1000, rounds, goals, streaming=True)
         bench_layer_norm(table, 1151, 8192, rounds, goals)
         bench_gemm(table, 1024, 1024, 1024, rounds, limits, goals, one_core=True)
         bench_gemm(table, 1000, 1000, 1000, rounds, limits, goals)

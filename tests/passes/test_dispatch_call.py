@@ -71,7 +71,8 @@ def test_pointwise_operands_are_named_after_their_role():
     call = call_of(body, num_warps=4)
     assert [o.name for o in call.operands] == ["dst", "cond", "a", "b"]
     assert call["b"].is_scalar and call["b"].describe() == "b: scalar f32"
-    assert (call.attrs, call.config, call.team) == ({"op": "select"}, {"fill": 2}, TeamKind.WARP)
+    assert (call.attrs, call.config, call.team) == ({"op": "select", "steps": None}, {"fill": 2},
+                                                    TeamKind.WARP)
     assert call.scope.team_size == 32
 
 

@@ -21,29 +21,28 @@ def vector_add(x, y, out, BLOCK: tj.constexpr = 1024, CACHE: tj.constexpr = None
 def row_softmax(x, out, BM: tj.constexpr, BN: tj.constexpr, CACHE: tj.constexpr = None):
     """Softmax over each row of ``x`` (BN = the row length; BM rows per CTA).
 
-    The row tile is updated in place, so one tile stays in L1 while it is shifted,
-    exponentiated and scaled; the division is one reciprocal per row. ``CACHE="stream"``
+    Written as Triton's tutorial writes it; the fuse-pointwise pass makes ``exp(t - max)``
+    one pass into ``num`` and the scaled store another, so the tile is read four times in
+    L1 after it is loaded; the division is one reciprocal per row. ``CACHE="stream"``
     writes ``out`` past the caches (see ``vector_add``)."""
     row0 = tj.cta_id(0) * BM
     tile = tj.fragment((BM, BN), tj.float32)
     tj.copy(tile, x[row0:row0 + BM, 0:BN])
-    row_max = tj.fragment((BM, 1), tj.float32)
-    tj.reduce(row_max, tile, "max", axis=1)
-    tj.sub(tile, tile, row_max)               # (BM, BN) - (BM, 1) broadcasts
-    tj.exp(tile, tile)
-    denom = tj.fragment((BM, 1), tj.float32)
-    tj.reduce(denom, tile, "sum", axis=1)
-    tj.mul(out[row0:row0 + BM, 0:BN], tile, 1.0 / denom, config={"cache": CACHE})
+    num = tj.exp(tile - tj.max(tile, axis=1, keep_dims=True))
+    scale = 1.0 / tj.sum(num, axis=1, keep_dims=True)
+    tj.copy(out[row0:row0 + BM, 0:BN], num * scale, config={"cache": CACHE})
 
 
 @tj.kernel
 def layer_norm(x, weight, bias, out, eps, N: tj.constexpr, BM: tj.constexpr,
-               BLOCK: tj.constexpr):
+               BLOCK: tj.constexpr, CACHE: tj.constexpr = None):
     """``torch.nn.functional.layer_norm`` over rows of ``N`` elements with weight and bias,
     BM rows per CTA in a tile of BLOCK >= N columns (Triton's tutorial kernel). Past ``N``
     the centred rows are set to 0, so that the variance counts only the row; with
-    BLOCK == N that pass is left out. Weight and bias are read straight from their tensors
-    by the last pass, which computes in f32 and rounds once into ``out``."""
+    BLOCK == N that step is left out. The fuse-pointwise pass turns the expressions into
+    three passes over the tile: the sum, the sum of squares of the centred rows (``centred``
+    is recomputed, never stored) and the output, computed in f32 from the tile, weight and
+    bias and rounded once into ``out``. ``CACHE="stream"``: see ``vector_add``."""
     row0 = tj.program_id(0) * BM
     t = tj.fragment((BM, BLOCK), tj.float32)
     tj.copy(t, x[row0:row0 + BM, 0:BLOCK])                  # 0 past the tensor's end
@@ -53,7 +52,7 @@ def layer_norm(x, weight, bias, out, eps, N: tj.constexpr, BM: tj.constexpr,
         centred = tj.where(tj.arange(0, BLOCK)[None, :] < N, centred, 0.0)
     rstd = tj.rsqrt(tj.sum(centred * centred, axis=1, keep_dims=True) / N + eps)
     tj.copy(out[row0:row0 + BM, 0:BLOCK],
-            tj.fma(centred * rstd, weight[0:BLOCK], bias[0:BLOCK]))
+            tj.fma(centred * rstd, weight[0:BLOCK], bias[0:BLOCK]), config={"cache": CACHE})
 
 
 @tj.kernel
@@ -86,14 +85,17 @@ def run_softmax(x, out, rows_per_cta: int = 1, cache: str | None = None):
     return out
 
 
-def run_layer_norm(x, weight, bias, out, eps: float = 1e-5, block: int | None = None):
+def run_layer_norm(x, weight, bias, out, eps: float = 1e-5, block: int | None = None,
+                   cache: str | None = None):
     """Layer norm over the last dim of the 2-D ``x``; ``block``: the tile width (default:
-    the row length). Rows per CTA: as many as fill a 16 KiB tile, at least one."""
+    the row length). Rows per CTA: as many as fill a 4 KiB tile, at least one (the tile
+    stays in L1 through its three passes; 16 KiB tiles measured slower at 4096 x 1000,
+    BENCHMARKS.md)."""
     rows, cols = x.shape
     block = block or cols
-    rows_per_cta = max(1, 4096 // block)
+    rows_per_cta = max(1, 1024 // block)
     layer_norm[(tj.cdiv(rows, rows_per_cta),)](x, weight, bias, out, eps, N=cols,
-                                               BM=rows_per_cta, BLOCK=block)
+                                               BM=rows_per_cta, BLOCK=block, CACHE=cache)
     return out
 
 

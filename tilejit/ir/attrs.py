@@ -24,7 +24,7 @@ from .types import SCALAR_TYPES, ScalarType
 __all__ = [
     "AttrError", "Ident", "AttrKind", "Attr", "REQUIRED", "FilterSpec", "FILTER_AXES",
     "INT", "FLOAT", "NUMBER", "SCALAR", "BOOL", "STR", "SCALAR_TYPE", "LAYOUT", "CONFIG",
-    "FILTER", "EXEC_SCOPE", "Optional", "Tuple", "Enum", "Choice",
+    "FILTER", "EXEC_SCOPE", "Optional", "Tuple", "Enum", "Choice", "Steps",
     "encode_literal", "decode_layout", "check_attrs", "KERNEL_ATTRS",
 ]
 
@@ -211,6 +211,38 @@ class Choice(AttrKind):
 
     def encode(self, value) -> str:
         return value
+
+
+class Steps(AttrKind):
+    """A straight-line program over numbered values, printed ``[[sub, f32, 0, 1], ...]``.
+
+    Each step is ``(op, dtype, *args)``: ``op`` one of ``choices``, computed in ``dtype``
+    from the values its ``args`` number. Values ``0 .. n-1`` are the op's ``n`` sources;
+    step ``k`` defines value ``n + k``. What the program means (which sources, what its
+    last value is) is the owning op's business: its ``check`` verifies the numbering."""
+
+    def __init__(self, *choices: str):
+        self.choices = choices
+        self.name = "steps [op, dtype, args...]"
+
+    def check(self, value):
+        if not isinstance(value, (tuple, list)) or not value:
+            self._fail(value)
+        return tuple(self._step(step) for step in value)
+
+    def _step(self, step):
+        if not isinstance(step, (tuple, list)) or len(step) < 2:
+            self._fail(step)
+        op, dtype, *args = step
+        if not isinstance(op, str) or op not in self.choices:
+            raise AttrError(f"step op must be one of {' '.join(self.choices)}, got {op!r}")
+        dtype = SCALAR_TYPE.check(dtype)
+        if not all(_is_int(a) and a >= 0 for a in args):
+            raise AttrError(f"step args are value numbers (ints >= 0), got {args!r}")
+        return (str(op), dtype, *args)
+
+    def encode(self, value) -> str:
+        return "[" + ", ".join("[" + ", ".join(map(str, step)) + "]" for step in value) + "]"
 
 
 def _layout_classes():

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 
-from .attrs import BOOL, CONFIG, EXEC_SCOPE, INT, SCALAR, STR, Attr, Choice, Enum, Optional, Tuple
+from .attrs import (BOOL, CONFIG, EXEC_SCOPE, INT, SCALAR, STR, Attr, Choice, Enum, Optional,
+                    Steps, Tuple)
 from .opdef import OpGroup, register
 from .ops_native import ATOMIC_ATTRS, ATOMIC_OPS
 from .types import BarrierType, MemScope, ScalarType, TeamKind, i1
@@ -48,6 +49,9 @@ POINTWISE_ARITY = {
     # index tiles (tj.arange): dst[i] = start + i, a 1-D tile; the source is the scalar start
     "iota": 1,
 }
+# A pointwise op made by the fuse-pointwise pass (passes/fusion.py): its ``steps`` attribute
+# is a chain of the ops above over its sources, computed per element in registers.
+FUSED = "expr"
 POINTWISE_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 POINTWISE_RANDOM = ("rand", "randn", "randint")
 # Ops defined on one kind of destination dtype only (the others are refused at the user's
@@ -97,7 +101,13 @@ def _check_reduce(op):
     index_type = op.operands[0].type.dtype
     if op.attrs["op"] in INDEX_REDUCE_OPS and (not index_type.is_int or index_type.is_bool):
         return f"{op.attrs['op']} writes indices: its dst must be an integer tile, not {index_type}"
-    return None
+    srcs, steps = op.operands[2:], op.attrs["steps"]
+    if srcs and steps is None:
+        return "a reduce reads more than src only through steps"
+    for extra in srcs:
+        if not isinstance(extra.type, ScalarType) and not _broadcasts_to(_shape(extra), src):
+            return f"source shape {list(_shape(extra))} does not broadcast to {list(src)}"
+    return check_steps(steps, 1 + len(srcs), op.operands[1].type.dtype)
 
 
 def _check_scan(op):
@@ -116,9 +126,33 @@ def _broadcasts_to(shape, target) -> bool:
     return all(s in (1, t) or None in (s, t) for s, t in zip(reversed(shape), reversed(target)))
 
 
+def check_steps(steps, sources: int, result_dtype) -> str | None:
+    """Why ``steps`` over ``sources`` values is not a valid chain ending in
+    ``result_dtype`` (None when it is)."""
+    if steps is None:
+        return None
+    for k, (name, _, *args) in enumerate(steps):
+        if name == "iota":
+            return "a fused chain cannot hold iota (its value is its position)"
+        if len(args) != POINTWISE_ARITY[name]:
+            return f"step {k} ({name}) takes {POINTWISE_ARITY[name]} value(s), got {len(args)}"
+        if any(a >= sources + k for a in args):
+            return f"step {k} ({name}) reads a value defined at or after it: {list(args)}"
+    if steps[-1][1] != result_dtype:
+        return f"the last step computes {steps[-1][1]}, not the {result_dtype} it must give"
+    return None
+
+
 def _check_pointwise(op):
     name, srcs = op.attrs["op"], op.operands[1:]
-    if len(srcs) != POINTWISE_ARITY[name]:
+    steps = op.attrs["steps"]
+    if (name == FUSED) != (steps is not None):
+        return f"pointwise {FUSED} (and only it) carries steps"
+    if name == FUSED:
+        why = check_steps(steps, len(srcs), op.operands[0].type.dtype)
+        if why:
+            return why
+    elif len(srcs) != POINTWISE_ARITY[name]:
         return f"pointwise {name} takes {POINTWISE_ARITY[name]} source(s), got {len(srcs)}"
     dst = _shape(op.operands[0])
     if name == "iota" and (len(dst) != 1 or not isinstance(srcs[0].type, ScalarType)
@@ -154,6 +188,7 @@ def _tile(name, operands, attrs=None, check=None):
              results=lambda types, a: (), check=check)
 
 
+STEPS = Steps(*POINTWISE_ARITY)
 GEMM_ATTRS = {"transpose_a": Attr(BOOL, False), "transpose_b": Attr(BOOL, False),
               "accum": Attr(BOOL, True)}
 
@@ -165,12 +200,16 @@ _tile("tile.copy", "dst:memory src:memory *mask:tile_or_scalar",
 _tile("tile.copy_async", "dst:memory src:memory *barrier", check=_check_copy_async)
 _tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
 _tile("tile.gemm_async", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
-_tile("tile.reduce", "dst:memory src:memory",
-      {"op": Attr(Choice(*REDUCE_OPS)), "axis": Attr(INT)}, _check_reduce)
+# steps: the reduced elements are computed from src (value 0) and srcs (broadcast to src)
+# by a fused chain (passes/fusion.py) instead of read from src alone.
+_tile("tile.reduce", "dst:memory src:memory *srcs:tile_or_scalar",
+      {"op": Attr(Choice(*REDUCE_OPS)), "axis": Attr(INT), "steps": Attr(Optional(STEPS), None)},
+      _check_reduce)
 _tile("tile.scan", "dst:memory src:memory",
       {"op": Attr(Choice(*SCAN_OPS)), "axis": Attr(INT)}, _check_scan)
 _tile("tile.pointwise", "dst:memory *srcs:tile_or_scalar",
-      {"op": Attr(Choice(*POINTWISE_ARITY))}, _check_pointwise)
+      {"op": Attr(Choice(*POINTWISE_ARITY, FUSED)), "steps": Attr(Optional(STEPS), None)},
+      _check_pointwise)
 
 
 def _check_atomic(op):

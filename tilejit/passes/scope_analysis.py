@@ -105,7 +105,7 @@ class _Annotator:
         per-warp or per-thread position would be read or written once, with one thread's
         start (``x[tj.warp_id() * 16:...]`` at team cta)."""
         primitive = op.name.removeprefix("tile.")
-        for name, value in zip(operand_names(primitive, op.attrs), op.operands):
+        for name, value in zip(operand_names(primitive, op.attrs, len(op.operands)), op.operands):
             if not isinstance(value.type, (BufferType, RegionType)):
                 continue
             uniform = self.uniform.get(value, TeamKind.CLUSTER)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ...errors import CompilationError, LayoutError, SourceLocation
 from ...ir.core import Operation, Value
-from ...ir.ops_tile import POINTWISE_ARITY
+from ...ir.ops_tile import FUSED, POINTWISE_ARITY
 from ...ir.scope import ExecScope
 from ...ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
 from ...layout import AxisKind, ComposeLayout, TileLayout
@@ -27,11 +27,16 @@ _POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",), "iota": ("
                     "randint": ("seed", "offsets")}
 
 
-def operand_names(primitive: str, attrs: Mapping) -> tuple[str, ...]:
-    """The names rules and messages use for the tile operands of ``primitive``."""
+def operand_names(primitive: str, attrs: Mapping, count: int) -> tuple[str, ...]:
+    """The names rules and messages use for the ``count`` tile operands of ``primitive``
+    (a fused chain's sources are ``s0, s1, ...`` after the ones named here)."""
     if primitive == "copy":
         return ("dst", "src", "mask")  # the mask is optional
-    if primitive in ("copy_async", "reduce", "scan", "permute", "atomic"):
+    if primitive == "reduce":
+        return ("dst", "src", *(f"s{i}" for i in range(1, count - 1)))
+    if primitive == "pointwise" and attrs["op"] == FUSED:
+        return ("dst", *(f"s{i}" for i in range(count - 1)))
+    if primitive in ("copy_async", "scan", "permute", "atomic"):
         return ("dst", "src")
     if primitive == "gather":
         return ("dst", "src", "index")
@@ -171,7 +176,7 @@ class PrimitiveCall:
             raise CompilationError(f"{op.name} has no execution scope: run scope-analysis "
                                    "before dispatch", op.loc)
         own = {k: v for k, v in op.attrs.items() if k not in _COMMON}
-        names = operand_names(primitive, own)
+        names = operand_names(primitive, own, len(op.operands))
         operands = tuple(Operand.of(n, v) for n, v in zip(names, op.operands))
         return cls(primitive, context, scope, operands, own, op.attrs["dispatch"],
                    dict(op.attrs["config"]), op.loc, tuple(op.operands[len(names):]))

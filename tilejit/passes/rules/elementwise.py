@@ -16,10 +16,11 @@ one loop through flat views.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ...errors import LayoutError
-from ...ir.ops_tile import (POINTWISE_COMPARISONS, POINTWISE_FLOAT_ONLY, POINTWISE_INT_ONLY,
+from ...ir.ops_tile import (FUSED, POINTWISE_COMPARISONS, POINTWISE_FLOAT_ONLY, POINTWISE_INT_ONLY,
                             POINTWISE_RANDOM)
 from ...ir.types import MemScope, i1, promote
 from ...layout import ComposeLayout
@@ -58,11 +59,11 @@ def _common(call: PrimitiveCall) -> tuple[list[str], object]:
     """(reasons no element loop can do ``call``, its distribution when there are none)."""
     dst, srcs = call.operands[0], call.operands[1:]
     reasons = element_access_reasons(call)
-    op = call.attrs.get("op", "copy")
-    if op in POINTWISE_FLOAT_ONLY and not dst.dtype.is_float:
-        reasons.append(f"{op} needs a floating-point destination, got {dst.dtype}")
-    if op in POINTWISE_INT_ONLY and not dst.dtype.is_int:
-        reasons.append(f"{op} needs an integer destination, got {dst.dtype}")
+    for op, dtype in computed_ops(call):
+        if op in POINTWISE_FLOAT_ONLY and not dtype.is_float:
+            reasons.append(f"{op} needs a floating-point destination, got {dtype}")
+        if op in POINTWISE_INT_ONLY and not dtype.is_int:
+            reasons.append(f"{op} needs an integer destination, got {dtype}")
     if not dst.shape:
         reasons.append("dst is a single element: use a plain load/store")
     for src in srcs:
@@ -159,10 +160,37 @@ def _convert(em: Emitter, value, dtype):
     return value if value.type == dtype else em.b.cast(value, dtype)
 
 
-def compute(em: Emitter, call: PrimitiveCall, values: list, idx: list):
+def computed_ops(call: PrimitiveCall) -> list[tuple]:
+    """The (op, dtype) pairs ``call`` computes per element: its op in the destination's
+    dtype, or each step of a fused chain in its own."""
+    op = call.attrs.get("op", "copy")
+    if op == FUSED:
+        return [(name, dtype) for name, dtype, *_ in call.attrs["steps"]]
+    return [(op, call.operands[0].dtype)]
+
+
+def compute_steps(em: Emitter, steps, values: list, idx: list, step=None):
+    """The last value of the fused chain ``steps`` over the source elements ``values``;
+    ``step(op, dtype, values, idx)`` computes one op (default: :func:`compute_op`)."""
+    step = step or functools.partial(compute_op, em)
+    for name, dtype, *args in steps:
+        values = [*values, step(name, dtype, [values[a] for a in args], idx)]
+    return values[-1]
+
+
+def compute(em: Emitter, call: PrimitiveCall, values: list, idx: list, step=None):
     """The destination element at domain indices ``idx`` from the source elements
-    ``values`` (a copy's mask, last, is applied by :func:`write`)."""
-    op, dtype = call.attrs.get("op", "copy"), call.operands[0].dtype
+    ``values`` (a copy's mask, last, is applied by :func:`write`); ``step`` as for
+    :func:`compute_steps`."""
+    op = call.attrs.get("op", "copy")
+    if op == FUSED:
+        return compute_steps(em, call.attrs["steps"], values, idx, step)
+    step = step or functools.partial(compute_op, em)
+    return step(op, call.operands[0].dtype, values, idx)
+
+
+def compute_op(em: Emitter, op: str, dtype, values: list, idx: list):
+    """One element of pointwise ``op`` computed in ``dtype`` from ``values``."""
     if op in ("copy", "cast", "fill"):
         return _convert(em, values[0], dtype)
     if op == "iota":  # a 1-D tile: its domain index is the element's position
@@ -211,7 +239,9 @@ def write(em: Emitter, call: PrimitiveCall, value, values: list, idx: list,
         em.b.yield_()
 
 
-def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+def lower(call: PrimitiveCall, plan: Plan, em: Emitter, step=None) -> None:
+    """The element loops of ``call``; ``step`` as for :func:`compute_steps` (a target
+    family's own arithmetic for some ops)."""
     dst, srcs = call.operands[0], call.operands[1:]
     domain = list(dst.shape)
     if plan.details["fused"]:
@@ -221,7 +251,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def element(idx, checked, outside):
         values = [em.fill_value(s) if s.name in outside else em.load(s, idx, checked)
                   for s in srcs]
-        write(em, call, compute(em, call, values, idx), values, idx, checked)
+        write(em, call, compute(em, call, values, idx, step), values, idx, checked)
 
     em.each([(box, lambda base, box=box, checked=checked, outside=outside: em.unrolled(
         base, box.step, lambda idx: element(idx, checked, outside)))

@@ -32,8 +32,9 @@ from ...ir.types import MemScope, TeamKind
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import Decline, Plan, Rule, register
 from ..distribution import Cyclic, Owned, choose, team_thread
-from ..loopgen import Box, Emitter
+from ..loopgen import Box, Emitter, broadcast_index
 from .common import element_access_reasons, identity, out_of_bounds_fill, verdict
+from .elementwise import compute_steps
 
 __all__ = ["TREE_REDUCE"]
 
@@ -69,9 +70,11 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if isinstance(dist, Decline):
         return dist
     why = None
-    if isinstance(dist, Owned) and src.thread_axes:
-        rows = range(src.shape[call.attrs["axis"]])
-        why = dist.check_reads(src, lambda p: [tuple(_source_index(call, p, a)) for a in rows])
+    rows = range(src.shape[call.attrs["axis"]])
+    for o in call.tiles[1:] if isinstance(dist, Owned) else ():
+        if o.thread_axes and not why:
+            why = dist.check_reads(o, lambda p, o=o: [tuple(broadcast_index(
+                o, _source_index(call, p, a))) for a in rows])
     tree = isinstance(dist, Cyclic) and call.attrs["op"] not in INDEX_REDUCE_OPS
     if tree:
         why = _tree_reason(call)
@@ -90,10 +93,18 @@ def _replaces(em: Emitter, op: str, x, best):
 
 
 def _loader(call: PrimitiveCall, em: Emitter):
-    """``load(out_idx, a)``: element ``a`` of the reduced axis for output ``out_idx``."""
-    src = call["src"]
+    """``load(out_idx, a)``: element ``a`` of the reduced axis for output ``out_idx`` (the
+    fused chain's value there when the reduce carries ``steps``)."""
+    src, steps = call["src"], call.attrs.get("steps")
     fill = out_of_bounds_fill(em, call, src) if src.may_oob else None
-    return lambda out_idx, a: em.load(src, _source_index(call, out_idx, a), src.may_oob, fill)
+    if steps is None:
+        return lambda out_idx, a: em.load(src, _source_index(call, out_idx, a), src.may_oob,
+                                          fill)
+
+    def value(out_idx, a):  # fusion reads on-chip sources only: nothing runs past an end
+        idx = _source_index(call, out_idx, a)
+        return compute_steps(em, steps, [em.load(o, idx) for o in call.operands[1:]], idx)
+    return value
 
 
 def _lower_index(call: PrimitiveCall, em: Emitter) -> None:

@@ -34,12 +34,14 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
-from tilejit.ir.types import MemScope, f32, i32
+from tilejit.ir.ops_tile import POINTWISE_ARITY
+from tilejit.ir.types import MemScope, f32, i1, i32
+from tilejit.passes.fusion import ARITHMETIC
 
 from . import abi, types
 from .emit_memory import Addressing, RegionRef, element_ptr
 from .metadata import loop_id
-from .types import F32, I1, I32, I64, PTR, VOID
+from .types import F32, I1, I8, I32, I64, PTR, VOID
 
 __all__ = ["INTRINSICS", "REDUCE_OPS", "addressing_strides", "affine_strides"]
 
@@ -161,7 +163,7 @@ def _store_vector(em, value, ptr, lanes: int, count: int) -> None:
 
 
 def _splat(em, scalar, lanes: int):
-    vt = _vector(lanes)
+    vt = ir.VectorType(scalar.type, lanes)
     one = em.b.insert_element(ir.Constant(vt, ir.Undefined), scalar, ir.Constant(I32, 0))
     return em.b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
                                ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
@@ -337,21 +339,111 @@ def _ordered(em, op: str, acc, x):
     return em.b.select(keep, acc, x)
 
 
+def _row_pointer(em, op, ref, start_vals, length):
+    """The address of the row of ``length`` elements of ``ref`` from ``start_vals``."""
+    strides = affine_strides(ref)
+    if strides[-1] != 1 and length > 1:
+        raise CompilationError("row_reduce needs a unit-stride innermost dim")
+    start = [_i64(em, em[v]) for v in start_vals]
+    last = start[:-1] + [em.b.add(start[-1], ir.Constant(I64, max(length, 1) - 1))]
+    _check_block(em, op, ref, start, last)
+    return _base_ptr(em, ref, start)
+
+
+def _chain_reader(em, op, operands, src_ptr, length, lanes, identity):
+    """``read(offset, count)``: the vector of row elements ``offset ..`` (``count`` of
+    them, the rest ``identity``), computed by the fused chain that follows the start
+    indices in ``operands``: ``n_sources, n_steps``, each further source (a tile with
+    its start indices, or a scalar broadcast along the row), each step (an op index into
+    ``CHAIN_OPS`` and its value numbers)."""
+    b = em.b
+    n_sources, n_steps = (static(em, v, "chain size") for v in operands[:2])
+    rest = list(operands[2:])
+    rows, flags, scalars = {0: src_ptr}, {}, {}
+    for number in range(1, n_sources + 1):
+        value = rest.pop(0)
+        ref = em[value]
+        if isinstance(ref, ir.Value):
+            scalars[number] = _splat(em, ref, lanes)
+            continue
+        start, rest = rest[:len(ref.shape)], rest[len(ref.shape):]
+        row = _row_pointer(em, op, ref, start, length)
+        buffer = getattr(value.type, "buffer", value.type)
+        if buffer.dtype == i1:    # a mask: one byte per element
+            flags[number] = row
+        else:
+            rows[number] = row
+    steps = []
+    for _ in range(n_steps):
+        name = CHAIN_OPS[static(em, rest.pop(0), "chain op")]
+        arity = _CHAIN_ARITY[name]
+        steps.append((name, [static(em, v, "chain value") for v in rest[:arity]]))
+        rest = rest[arity:]
+    zero = ir.Constant(_vector(lanes), [0.0] * lanes)
+
+    def read(offset, count):
+        values = [None] * (n_sources + 1)
+        for number, ptr in rows.items():
+            values[number] = _load_vector(em, _offset(em, ptr, offset), lanes, count, zero)
+        for number, ptr in flags.items():
+            values[number] = _load_flags(em, ptr, offset, lanes, count)
+        for number, vec in scalars.items():
+            values[number] = vec
+        for name, args in steps:
+            values.append(_chain_step(b, name, [values[a] for a in args]))
+        if count == lanes:
+            return values[-1]
+        return b.select(_mask(count, lanes), values[-1], identity)
+    return read
+
+
+# row_reduce chain steps: what fusion gives a reduce (f32 values; select's condition a
+# bool tile or scalar)
+CHAIN_OPS = ARITHMETIC
+_CHAIN_ARITY = {name: POINTWISE_ARITY[name] for name in CHAIN_OPS}
+
+
+def _load_flags(em, ptr, offset, lanes: int, count: int):
+    """``count`` bools (bytes) from element ``offset`` of ``ptr`` as an i1 vector; the
+    rest False."""
+    b, bytes_ = em.b, ir.VectorType(I8, lanes)
+    at = b.gep(ptr, [_i64(em, offset)], inbounds=True, source_etype=I8)
+    if count == lanes:
+        loaded = b.load(at, typ=bytes_, align=1)
+    else:
+        fn = em.mc.function(f"llvm.masked.load.v{lanes}i8.p0", bytes_,
+                            [PTR, I32, ir.VectorType(I1, lanes), bytes_])
+        loaded = b.call(fn, [at, ir.Constant(I32, 1), _mask(count, lanes),
+                             ir.Constant(bytes_, [0] * lanes)])
+    return b.icmp_unsigned("!=", loaded, ir.Constant(bytes_, [0] * lanes))
+
+
+def _chain_step(b, name, args):
+    """One step as the element loops compute it (``fma``: a product, then a sum)."""
+    if name == "select":
+        return b.select(*args)
+    if name == "fma":
+        return b.fadd(b.fmul(args[0], args[1]), args[2])
+    if name == "neg":
+        return b.fneg(args[0])
+    return {"add": b.fadd, "sub": b.fsub, "mul": b.fmul, "div": b.fdiv}[name](*args)
+
+
 def emit_row_reduce(em, op):
-    src_val, op_val, length_val, lanes_val, *start_vals = op.operands
+    src_val, op_val, length_val, lanes_val, *rest = op.operands
     name = REDUCE_OPS[static(em, op_val, "op")]
     length, lanes = static(em, length_val, "length"), static(em, lanes_val, "lanes")
     src = em[src_val]
-    strides = affine_strides(src)
-    if strides[-1] != 1 and length > 1:
-        raise CompilationError("row_reduce needs a unit-stride innermost dim")
+    start_vals, chain = rest[:len(src.shape)], rest[len(src.shape):]
     b = em.b
-    start = [_i64(em, em[v]) for v in start_vals]
-    last = start[:-1] + [b.add(start[-1], ir.Constant(I64, max(length, 1) - 1))]
-    _check_block(em, op, src, start, last)
-    ptr = _base_ptr(em, src, start)
+    ptr = _row_pointer(em, op, src, start_vals, length)
     vt, mask_type = _vector(lanes), ir.VectorType(I1, lanes)
     identity = ir.Constant(vt, [_identity(name)] * lanes)
+    if chain:
+        read = _chain_reader(em, op, chain, ptr, length, lanes, identity)
+    else:
+        def read(offset, count):
+            return _load_vector(em, _offset(em, ptr, offset), lanes, count, identity)
     group = lanes * _REDUCE_ACCUMULATORS
     trips, rest = divmod(length, group)
     # max/min: plain ordered compares in the loop, NaNs noted on the side (one compare
@@ -366,10 +458,10 @@ def emit_row_reduce(em, op):
 
     def step(t, carried):
         *accs, seen = carried
-        base = _offset(em, ptr, b.mul(t, ir.Constant(I64, group)))
+        offset = b.mul(t, ir.Constant(I64, group))
         out = []
         for u, acc in enumerate(accs):
-            x = _load_vector(em, _offset(em, base, u * lanes), lanes, lanes, identity)
+            x = read(b.add(offset, ir.Constant(I64, u * lanes)), lanes)
             out.append(fold(acc, x))
             seen = nan_seen(seen, x)
         return [*out, seen]
@@ -378,7 +470,7 @@ def emit_row_reduce(em, op):
     done, u = trips * group, 0
     while rest > 0:  # whole vectors, then a masked one, into the accumulators in turn
         count = min(lanes, rest)
-        x = _load_vector(em, _offset(em, ptr, done), lanes, count, identity)
+        x = read(done, count)
         accs[u], seen = fold(accs[u], x), nan_seen(seen, x)
         u, done, rest = (u + 1) % len(accs), done + count, rest - count
     while len(accs) > 1:

@@ -6,7 +6,7 @@
 | copy_async | ``immediate`` (default), ``tma``, ``cp.async`` | ``async_copy`` |
 | gemm_async | ``immediate`` (default), ``wgmma``, ``tcgen05`` | ``async_copy`` |
 | gemm | ``blocked`` (priority 10; ``fma`` stays the fallback) | ``gemm_blocked`` |
-| pointwise exp/exp2/log | ``poly`` (priority 10; then ``vector``, ``scalar``) | ``math_vector`` |
-| copy, pointwise (globals) | ``stream`` (priority 10; then ``vector``) | ``elementwise_stream`` |
+| pointwise exp/exp2/log (alone or in a fused chain) | ``poly`` (priority 10; then ``vector``, ``scalar``) | ``math_vector`` |
+| copy, pointwise (globals; exp/exp2/log by ``poly``'s polynomials) | ``stream`` (priority 10; then ``vector``) | ``elementwise_stream`` |
 | reduce | ``lanes`` (priority 10; ``tree`` stays the fallback) | ``reduce_lanes`` |
 """

@@ -21,6 +21,9 @@ the chunk is written (as if the chunk were copied through registers). Operands t
 without coinciding see that order instead of the element-by-element one; exactly
 coinciding operands (``x = x + y``) are unaffected.
 
+f32 ``exp``/``exp2``/``log`` (alone or steps of a fused chain) are computed by the ``poly``
+family's polynomials (``math_vector.polynomial_step``), so they vectorize here too.
+
 ``config={"cache": "stream"}`` asks for streaming stores: the full chunks are stored with
 non-temporal stores (the ``store_streaming`` CPU intrinsic), which bypass the caches -- no
 read-for-ownership of the destination lines and no eviction of useful data -- for outputs
@@ -42,6 +45,7 @@ from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import elementwise
 
 from .common import team_once_reasons
+from .math_vector import polynomial_step
 
 __all__ = ["STREAM_COPY", "STREAM_POINTWISE"]
 
@@ -83,11 +87,13 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     domain = [em.fuse(call.tiles)] if plan.details["fused"] else list(dst.shape)
     inst = (1,) * (len(domain) - 1) + plan.shape[-1:]
 
+    step = polynomial_step(em)   # exp/exp2/log vectorize as polynomials here too
+
     def sequential(checked, outside):
         def element(idx):
             values = [em.fill_value(s) if s.name in outside else em.load(s, idx, checked)
                       for s in srcs]
-            em.store(dst, elementwise.compute(em, call, values, idx), idx, checked)
+            em.store(dst, elementwise.compute(em, call, values, idx, step), idx, checked)
         return element
 
     width = inst[-1]
@@ -108,7 +114,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         def compute(w):  # ... then every store
             values = [s.value if s.is_scalar else em.b.load(scratch[s.name], [em.index(w)])
                       for s in srcs]
-            value = elementwise.compute(em, call, values, at(w))
+            value = elementwise.compute(em, call, values, at(w), step)
             if not streaming:
                 em.store(dst, value, at(w))
                 return

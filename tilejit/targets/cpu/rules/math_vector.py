@@ -28,22 +28,24 @@ of each row one shorter chunk), masking and fusion; this module replaces the per
 computation.
 
 Legality contract (else ``Decline``; ``vector``/``scalar`` take over with libm calls):
-the ``vector`` family's contract, the op is ``exp``, ``exp2`` or ``log``, the destination
-is f32 (the polynomial is evaluated in f32; sources are converted to f32 first), and the
+the ``vector`` family's contract, the op is ``exp``, ``exp2`` or ``log`` (or a fused chain
+holds one) computed in f32 (sources are converted to f32 first), at most one operand in
+global memory (between tensors the ``stream`` family runs the same polynomials), and the
 target runs tile primitives once per team (``team_once``).
 """
 from __future__ import annotations
 
 import math
 
-from tilejit.ir.types import f32, i32
+from tilejit.ir.ops_tile import FUSED
+from tilejit.ir.types import MemScope, f32, i32
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import elementwise
 
 from .common import team_once_reasons
 
-__all__ = ["POLY_POINTWISE", "FUNCTIONS"]
+__all__ = ["POLY_POINTWISE", "FUNCTIONS", "polynomial_step"]
 
 LN2 = math.log(2.0)
 LN2_HI = 0.693359375            # 355/512: n * LN2_HI is exact for |n| < 2^15
@@ -150,36 +152,38 @@ FUNCTIONS = ("exp", "exp2", "log")
 def check(call: PrimitiveCall) -> Plan | Decline:
     reasons = team_once_reasons(call)
     op = call.attrs.get("op")
-    if op not in FUNCTIONS:
-        reasons.append(f"op {op!r} is not one of {', '.join(FUNCTIONS)}")
-    dst = call.operands[0]
-    if dst.dtype != f32:
-        reasons.append(f"dst is {dst.dtype}: the polynomials are evaluated in f32")
+    ops = elementwise.computed_ops(call)
+    if not any(name in FUNCTIONS for name, _ in ops):
+        what = f"op {op!r}" if op != FUSED else "no step of the fused chain"
+        reasons.append(f"{what} is not one of {', '.join(FUNCTIONS)}")
+    elif not any(name in FUNCTIONS and dtype == f32 for name, dtype in ops):
+        dtype = next(dtype for name, dtype in ops if name in FUNCTIONS)
+        reasons.append(f"dst is {dtype}: the polynomials are evaluated in f32")
+    if sum(o.role is MemScope.GLOBAL for o in call.tiles) >= 2:
+        reasons.append("two operands in global memory: the stream family runs the "
+                       "polynomials in chunks that vectorize between tensors")
     if reasons:
         return Decline(*reasons)
     return elementwise.check_vector(call)
 
 
+def polynomial_step(em: Emitter):
+    """``step(op, dtype, values, idx)`` for ``elementwise.compute_steps``: f32 exp, exp2
+    and log by their polynomials, every other op as the element loops compute it."""
+    math = _Math(em)
+
+    def step(name, dtype, values, idx):
+        if name in FUNCTIONS and dtype == f32:
+            (value,) = values
+            return getattr(math, name)(value if value.type == f32 else em.b.cast(value, f32))
+        return elementwise.compute_op(em, name, dtype, values, idx)
+    return step
+
+
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    dst, srcs = call.operands[0], call.operands[1:]
-    domain = [em.fuse(call.tiles)] if plan.details["fused"] else list(dst.shape)
-    width = plan.shape[-1]
-    function = getattr(_Math(em), call.attrs["op"])
-
-    def element(idx, checked, outside):
-        (src,) = srcs
-        value = em.fill_value(src) if src.name in outside else em.load(src, idx, checked)
-        if value.type != f32:
-            value = em.b.cast(value, f32)
-        em.store(dst, function(value), idx, checked)
-
-    def chunk(box, checked, outside):
-        return box, lambda base: em.unrolled(base, box.step,
-                                             lambda idx: element(idx, checked, outside))
-
-    inst = (1,) * (len(domain) - 1) + (width,)
-    em.each([chunk(box, checked, outside)
-             for box, checked, outside in em.pieces(dst, srcs, domain, inst)])
+    """The vector family's loops, each f32 exp/exp2/log (alone or a step of a fused
+    chain) computed by its polynomial."""
+    elementwise.lower(call, plan, em, polynomial_step(em))
 
 
 POLY_POINTWISE = register(Rule(

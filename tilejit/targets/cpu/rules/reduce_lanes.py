@@ -17,13 +17,13 @@ Legality contract (else ``Decline`` with the reasons; the ``tree`` fallback take
 """
 from __future__ import annotations
 
-from tilejit.ir.types import f32
+from tilejit.ir.types import f32, i1
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.distribution import Uniform
-from tilejit.passes.loopgen import Box, Emitter
+from tilejit.passes.loopgen import Box, Emitter, broadcast_index
 from tilejit.passes.rules.common import element_access_reasons, verdict
 
-from ..emit_vector import REDUCE_OPS
+from ..emit_vector import CHAIN_OPS, REDUCE_OPS
 from .common import lanes, team_once_reasons, tile_strides
 
 __all__ = ["LANES_REDUCE"]
@@ -36,6 +36,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     for o in (dst, src):
         if o.dtype != f32:
             reasons.append(f"{o.name} is {o.dtype}: the vector reduction works on f32")
+    reasons += _chain_reasons(call)
     if call.attrs["op"] not in REDUCE_OPS:
         reasons.append(f"op {call.attrs['op']!r} is not one of {', '.join(REDUCE_OPS)}")
     if axis != len(src.shape) - 1:
@@ -50,18 +51,58 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     return verdict(reasons, [(lanes(call),)], distribution=Uniform())
 
 
+def _chain_reasons(call: PrimitiveCall) -> list[str]:
+    """Why row_reduce cannot compute the fused chain of ``call`` (none without one)."""
+    steps = call.attrs["steps"]
+    if steps is None:
+        return []
+    reasons = [f"chain step {name} in {dtype} is not one of the f32 "
+               f"{', '.join(CHAIN_OPS)}" for name, dtype, *_ in steps
+               if name not in CHAIN_OPS or dtype != f32]
+    conditions = {args[0] for name, _, *args in steps if name == "select"}
+    if conditions - set(range(1, len(call.operands) - 1)):
+        reasons.append("a select's condition is not a bool source of the chain")
+    for number, o in enumerate(call.operands[2:], start=1):
+        wanted = i1 if number in conditions else f32
+        if o.dtype != wanted:
+            reasons.append(f"{o.name} is {o.dtype}: the fused chain reads {wanted} there")
+        elif not o.is_scalar and o.shape[-1] != 1:
+            strides, why = tile_strides(o)
+            if why or strides[-1] != 1:
+                reasons.append(why or f"{o.name}'s innermost stride is {strides[-1]}, not 1")
+    return reasons
+
+
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, src = call["dst"], call["src"]
     axis, length = call.attrs["axis"], src.shape[-1]
     op = em.const(REDUCE_OPS.index(call.attrs["op"]))
     params = [op, em.const(length), em.const(plan.shape[0])]
 
+    def chain(start):
+        """row_reduce's chain operands (see emit_vector._chain_reader) for the row at
+        ``start``: a source constant along the row is read here as a scalar."""
+        steps = call.attrs["steps"]
+        if steps is None:
+            return []
+        sources = []
+        for o in call.operands[2:]:
+            if o.is_scalar or o.shape[-1] == 1:
+                sources.append(em.load(o, start))
+            else:
+                sources += [o.value, *(em.index(i) for i in broadcast_index(o, start))]
+        ops = [em.const(v) for name, _, *args in steps
+               for v in (CHAIN_OPS.index(name), *args)]
+        return [em.const(len(call.operands) - 2), em.const(len(steps)), *sources, *ops]
+
     def row(out_idx):
         rest = list(out_idx)
         if len(dst.shape) == len(src.shape):  # the axis kept as extent 1
             del rest[axis]
         start = [em.index(i) for i in rest] + [em.const(0)]
-        value = em.b.intrinsic("cpu", "row_reduce", [src.value, *params, *start], f32)
+        first = rest + [0]
+        value = em.b.intrinsic("cpu", "row_reduce", [src.value, *params, *start,
+                                                     *chain(first)], f32)
         em.store(dst, value, out_idx)
 
     em.each([(Box.full(dst.shape), row)])

@@ -21,7 +21,9 @@ table of ``emit_sync``):
 * ``row_reduce(src, op, length, lanes, *start) : f32`` -- ``sum``/``max``/``min`` (op
   0/1/2) of ``length`` consecutive elements of ``src`` from ``start`` along its innermost
   dim, in four interleaved vector accumulators, a masked tail and a shuffle tree; max/min
-  return NaN when any element is NaN (noted with one compare per vector).
+  return NaN when any element is NaN (noted with one compare per vector). Optional
+  trailing chain operands (``n_sources, n_steps, sources..., steps...``, see
+  ``_chain_reader``) make the reduced elements a fused chain computed on the vectors.
 
 Operands are addressed through their strides (``affine_strides``): the rules only pass
 tiles whose logical dims each have one stride (and a unit stride where a vector is read).

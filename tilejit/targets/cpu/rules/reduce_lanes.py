@@ -8,12 +8,21 @@ than the sequential ``tree`` fallback (``4 W`` interleaved partial sums combined
 pairs, as vectorized libraries do); ``max``/``min`` propagate NaN like the fallback, but
 may return either zero when a row's extreme is both ``+0`` and ``-0``.
 
+A reduce carrying a fused chain (``steps``, from fuse-pointwise: ``tj.sum(c * c)``) reads
+no tile of its elements: ``row_reduce`` loads each chain source's row (a source constant
+along the row, such as a row mean, as one broadcast scalar; a bool source as bytes) and
+evaluates the chain on the vectors, then folds as above; the masked last vector's unused
+lanes hold the identity.
+
 Legality contract (else ``Decline`` with the reasons; the ``tree`` fallback takes over):
 
 * the target runs tile primitives once per team (``team_once``);
 * src and dst are f32 with static sizes, in global, shared, fragment or local memory, and
   cannot run past a tensor's end;
-* the reduced axis is src's innermost dim and has unit stride.
+* the reduced axis is src's innermost dim and has unit stride;
+* a chain holds only f32 ``add sub mul div fma neg select`` (``fusion.ARITHMETIC``),
+  its sources are f32 (a select's condition bool), each a scalar, constant along the
+  row or unit-stride along it.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import tilejit as tj
+from tilejit.layout import TileLayout
 
 
 def _line_of(fn, text: str) -> int:
@@ -102,9 +103,25 @@ def tile_at_a_per_warp_position(x, out):
     tj.copy(out[o:o + 16], x[o:o + 16])     # team cta: which warp's o would it use?
 
 
+def scalar_that_differs_per_lane(x, out):
+    a = tj.fragment((16,), x.dtype)
+    tj.copy(a, x[0:16])
+    tj.add(a, a, tj.lane_id())              # team cta: which lane's id would it add?
+    tj.copy(out[0:16], a)
+
+
+def layout_on_a_warp_the_kernel_lacks(x, out):
+    a = tj.fragment((8, 8), x.dtype, TileLayout.parse("(8,8):(1@warpid,1@m)"))
+    tj.fill(a, 0.0)
+
+
 @pytest.mark.parametrize("fn,error,text,words", [
     (tile_at_a_per_warp_position, tj.ScopeError, "tj.copy(out[o:o + 16], x[o:o + 16])",
      "differs between the threads of one cta"),
+    (scalar_that_differs_per_lane, tj.ScopeError, "tj.add(a, a, tj.lane_id())",
+     "tj.add runs at team cta, but its scalar operand b is a value that differs"),
+    (layout_on_a_warp_the_kernel_lacks, tj.ScopeError, "tj.fragment((8, 8)",
+     "warpid 0..7, but the kernel has warpid 0..3"),
     (huge_shared_buffer, tj.CompilationError, "tj.alloc_shared((1 << 34,)", "64 GiB"),
     (huge_local_buffer, tj.CompilationError, "tj.alloc_local((1 << 33,)", "32 GiB"),
     (region_rebound_in_a_loop, tj.CompilationError, "for i in tj.range(1, n)",

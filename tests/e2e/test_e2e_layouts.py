@@ -12,13 +12,17 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tilejit.layout import Axis, ComposeLayout, Iter, TileLayout
 
 _COUNTER = itertools.count()
 THREAD_AXES = ["laneid", "warpid", "tid_in_wg"]
+
+
+def thread_counts(num_warps: int) -> dict[str, int]:
+    return {"laneid": 32, "warpid": num_warps, "tid_in_wg": 32 * min(4, num_warps)}
 TRAINIUM_AXES = ["P", "F"]
 
 
@@ -55,6 +59,16 @@ def layouts(draw, shape, scope):
     if not swizzled and draw(st.booleans()):
         replica = [Iter(2, draw(st.sampled_from([7, 40])), Axis(draw(st.sampled_from(
             THREAD_AXES))))]
+    tile = TileLayout.from_iters(shard, replica, offset)
+    # Thread coordinates must exist in the CTA (scope-analysis refuses lane -1 or warp 4
+    # of 4): shift each thread axis to start at 0 and drop layouts that do not fit.
+    counts = thread_counts(1 if scope == "local" else 4)
+    for axis in {it.axis.name for it in shard + replica} & set(THREAD_AXES):
+        iters = [it for it in shard + replica if it.axis.name == axis]
+        low = offset.get(axis, 0) + sum(min(0, (it.extent - 1) * it.stride) for it in iters)
+        high = offset.get(axis, 0) + sum(max(0, (it.extent - 1) * it.stride) for it in iters)
+        assume(high - low < counts[axis])
+        offset[axis] = offset.get(axis, 0) - low
     tile = TileLayout.from_iters(shard, replica, offset)
     if swizzled:
         swizzle_len = draw(st.integers(1, 2))

@@ -184,3 +184,25 @@ def test_cli_reports_errors(tmp_path, capsys):
     path.write_text(str(kernel(copy(10))))
     assert main([str(path), "--passes", "no-such-pass"]) == 1
     assert "no pass named 'no-such-pass'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout, attrs, message", [
+    ("(8,32):(1@warpid,1@laneid)", "num_warps = 4", "warpid 0..7, but the kernel has warpid 0..3"),
+    ("(2,32):(-1@laneid,1@m)", "num_warps = 4", "laneid -1..0"),
+    ("(4,16):(1@warpid,1@m) + R[2:4@warpid]", "num_warps = 4", "warpid 0..7"),
+    ("(2,64):(1@wgid,1@m)", "num_warps = 4", "wgid 0..1, but the kernel has wgid 0..0"),
+])
+def test_a_layout_on_threads_the_cta_lacks_is_refused(layout, attrs, message):
+    body = (f'%f = alloc {{scope = fragment, dtype = f32, shape = [{layout.split(")")[0][1:]}], '
+            f'layout = "{layout}"}} : buffer<fragment, f32, [{layout.split(")")[0][1:]}], '
+            f'layout = "{layout}"> loc(9:4)\n')
+    with pytest.raises(ScopeError, match=re.escape(message)) as err:
+        scope_analysis.run(kernel(body, attrs))
+    assert err.value.loc.line == 9
+
+
+def test_a_layout_on_every_warp_of_the_cta_is_accepted():
+    layout = "(8,32):(1@warpid,1@laneid)"
+    body = (f'%f = alloc {{scope = fragment, dtype = f32, shape = [8, 32], layout = "{layout}"}}'
+            f' : buffer<fragment, f32, [8, 32], layout = "{layout}"> loc(9:4)\n')
+    scope_analysis.run(kernel(body, "num_warps = 8"))

@@ -37,7 +37,8 @@ from dataclasses import dataclass, replace
 from ..errors import ScopeError, TilejitError, reraise_located
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
-from ..ir.scope import ActiveSet, ExecScope, decompose, describe_filter
+from ..ir.scope import (LANES_PER_WARP, WARPS_PER_WARPGROUP, ActiveSet, ExecScope,
+                        decompose, describe_filter)
 from ..ir.types import BufferType, RegionType, TeamKind
 from .dispatch.call import operand_names
 from .uniformity import uniform_within
@@ -67,15 +68,45 @@ def entry_state(kernel: KernelIR) -> ScopeState:
 
 def run(kernel: KernelIR) -> KernelIR:
     """The kernel with a ``scope`` attribute on every tile op."""
-    annotator = _Annotator(uniform_within(kernel))
+    annotator = _Annotator(uniform_within(kernel), thread_counts(kernel))
     body = annotator.block(kernel.body, entry_state(kernel))
     return kernel.replace(body=body)
 
 
+def thread_counts(kernel: KernelIR) -> dict[str, int]:
+    """Per thread axis of the layouts, how many coordinates the kernel's CTA has on it
+    (the grid's axes are known only at launch, so they are not listed)."""
+    warps = kernel.attrs["num_warps"]
+    in_wg = min(warps, WARPS_PER_WARPGROUP)
+    cx, cy, cz = kernel.attrs["cluster"]
+    return {"laneid": LANES_PER_WARP, "warpid": warps, "wid_in_wg": in_wg,
+            "tid_in_wg": LANES_PER_WARP * in_wg, "wgid": max(1, warps // WARPS_PER_WARPGROUP),
+            "tx": LANES_PER_WARP * warps, "cbx": cx, "cby": cy, "cbz": cz}
+
+
+def check_thread_axes(layout, counts: dict[str, int]) -> None:
+    """A ScopeError when ``layout`` places elements on thread coordinates the kernel does
+    not have (warp 5 of a 4-warp CTA): no thread would hold them on a GPU."""
+    tile = getattr(layout, "tile_layout", layout)
+    for axis in tile.axes:
+        count = counts.get(axis.name)
+        if count is None:
+            continue
+        iters = [it for it in tile.shard + tile.replica if it.axis is axis]
+        base = tile.offset.get(axis.name, 0)
+        low = base + sum(min(0, (it.extent - 1) * it.stride) for it in iters)
+        high = base + sum(max(0, (it.extent - 1) * it.stride) for it in iters)
+        if low < 0 or high >= count:
+            raise ScopeError(f"the layout {layout} places elements on {axis.name} {low}..{high}"
+                             f", but the kernel has {axis.name} 0..{count - 1} (num_warps="
+                             f"{counts['warpid']}): no thread would hold them")
+
+
 class _Annotator:
-    def __init__(self, uniform: dict[Value, TeamKind]):
+    def __init__(self, uniform: dict[Value, TeamKind], thread_counts: dict[str, int]):
         self.values: dict[Value, Value] = {}  # old value -> its counterpart in the new IR
         self.uniform = uniform                # old value -> the team it is uniform within
+        self.thread_counts = thread_counts    # thread axis -> how many coordinates exist
 
     def block(self, block: Block, state: ScopeState) -> Block:
         new = Block(tuple(Value(arg.type, arg.name_hint) for arg in block.args))
@@ -91,6 +122,8 @@ class _Annotator:
             if op.opdef.group is OpGroup.TILE:
                 attrs["scope"] = tile_scope(op, state)
                 self.check_same_tiles(op, attrs["scope"].kind)
+            elif op.name in ("alloc", "view") and op.attrs["layout"] is not None:
+                check_thread_axes(op.attrs["layout"], self.thread_counts)
         except TilejitError as err:
             reraise_located(err, op.loc)
         regions = [self.block(region, region_state)
@@ -101,21 +134,25 @@ class _Annotator:
         return new
 
     def check_same_tiles(self, op: Operation, kind: TeamKind) -> None:
-        """Every thread of the team must name the same tiles: one whose window starts at a
-        per-warp or per-thread position would be read or written once, with one thread's
-        start (``x[tj.warp_id() * 16:...]`` at team cta)."""
+        """Every thread of the team must name the same tiles and scalars: a tile whose
+        window starts at a per-warp or per-thread position would be read or written once,
+        with one thread's start (``x[tj.warp_id() * 16:...]`` at team cta), and a scalar
+        that differs per thread (``tj.add(t, t, tj.lane_id())``) would be one thread's."""
         primitive = op.name.removeprefix("tile.")
-        for name, value in zip(operand_names(primitive, op.attrs, len(op.operands)), op.operands):
-            if not isinstance(value.type, (BufferType, RegionType)):
-                continue
+        if primitive == "pointwise":   # users wrote tj.add, tj.exp...
+            primitive = op.attrs["op"]
+        for name, value in zip(operand_names(op.name.removeprefix("tile."), op.attrs,
+                                             len(op.operands)), op.operands):
             uniform = self.uniform.get(value, TeamKind.CLUSTER)
-            if uniform < kind:
-                raise ScopeError(
-                    f"tj.{primitive} runs at team {kind}, but its {name} tile starts at a "
-                    f"position that differs between the threads of one {kind} (it is the "
-                    f"same only within each {uniform}). Run the primitive at that team "
-                    f"(`tj.{uniform}.{primitive}(...)` or `with tj.{uniform}():`), or "
-                    f"compute the position from values the whole {kind} shares")
+            if uniform >= kind:
+                continue
+            what = (f"its {name} tile starts at a position" if isinstance(
+                value.type, (BufferType, RegionType)) else f"its scalar operand {name} is a value")
+            raise ScopeError(
+                f"tj.{primitive} runs at team {kind}, but {what} that differs between the "
+                f"threads of one {kind} (it is the same only within each {uniform}). Run the "
+                f"primitive at that team (`tj.{uniform}.{primitive}(...)` or "
+                f"`with tj.{uniform}():`), or compute it from values the whole {kind} shares")
 
     def region_states(self, op: Operation, state: ScopeState) -> list[ScopeState]:
         """The scope inside each region of ``op``."""

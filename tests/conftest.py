@@ -12,7 +12,7 @@ def session_cache_dir(tmp_path_factory):
 def isolated_tilejit_env(session_cache_dir, monkeypatch):
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(session_cache_dir))
     for name in ("TILEJIT_DUMP", "TILEJIT_TARGET", "TILEJIT_DEBUG", "TILEJIT_ALWAYS_COMPILE",
-                 "TILEJIT_BOUNDS_CHECK"):
+                 "TILEJIT_BOUNDS_CHECK", "TILEJIT_SIMT"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -22,3 +22,15 @@ def fresh_cache(tmp_path, monkeypatch):
     import tilejit as tj
     monkeypatch.setenv("TILEJIT_CACHE_DIR", str(tmp_path / "cache"))
     tj.cache.clear()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--simt", action="store_true",
+                     help="run every kernel in per-thread (SIMT) mode (TILEJIT_SIMT=1)")
+
+
+@pytest.fixture(autouse=True)
+def simt_mode(request, isolated_tilejit_env, monkeypatch):
+    """``pytest --simt``: every test's kernels run the per-thread lowering on the CPU."""
+    if request.config.getoption("--simt"):
+        monkeypatch.setenv("TILEJIT_SIMT", "1")

@@ -40,6 +40,10 @@ KNOBS: dict[str, Knob] = {
                          "check native element accesses (buf[i]) against the buffer's shape "
                          "on the CPU target; 0 drops the check for speed (an access out of "
                          "bounds may then crash the process)"),
+    "simt": Knob("TILEJIT_SIMT", _flag, False,
+                 "run the per-thread (SIMT) lowering on the CPU: tile primitives split over "
+                 "threads as a GPU target gets them, one simulated unit per thread "
+                 "(docs/lowering.md); part of the cache key"),
     "verify": Knob("TILEJIT_VERIFY", _flag, False, "run the IR verifier after every pass"),
     "target": Knob("TILEJIT_TARGET", str, None, "default target: cpu, cuda or nki"),
     "cache_dir": Knob("TILEJIT_CACHE_DIR", os.path.expanduser,

@@ -100,6 +100,7 @@ class LaunchOptions:
     cluster: tuple = field(default=(1, 1, 1))
     target: str | None = None
     arch: str | None = None
+    simt: bool = False   # per_thread distribution of tile primitives (TILEJIT_SIMT)
 
     def __post_init__(self):
         cluster = tuple(self.cluster)

@@ -419,6 +419,9 @@ KERNEL_ATTRS: dict[str, Attr] = {
     "cluster": Attr(Tuple(INT), (1, 1, 1)),
     "target": Attr(Optional(STR), None),
     "arch": Attr(Optional(STR), None),
+    # how tile primitives spread over a team's threads, when not the target's own mode
+    # ("per_thread" on the CPU: TILEJIT_SIMT, simt=True)
+    "distribution": Attr(Optional(STR), None),
     "constexprs": Attr(CONFIG, {}),
     "specialization": Attr(CONFIG, {}),  # param name -> tuple of flags ("aligned16", ...)
     "shared_bytes": Attr(Optional(INT), None),  # planned shared memory per CTA (bytes)

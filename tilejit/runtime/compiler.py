@@ -84,13 +84,14 @@ def _print_stage(dump: frozenset[str], stage: str, kernel: str, text: Any) -> No
 def _record_json(record: DispatchRecord) -> dict:
     return {"primitive": record.primitive, "rule": record.rule, "shape": list(record.shape),
             "scope": record.scope, "fallback": record.fallback,
-            "rejected": [list(pair) for pair in record.rejected], "line": record.line}
+            "rejected": [list(pair) for pair in record.rejected], "line": record.line,
+            "distribution": record.distribution}
 
 
 def _record_from_json(data: dict) -> DispatchRecord:
     return DispatchRecord(data["primitive"], data["rule"], tuple(data["shape"]), data["scope"],
                           data["fallback"], tuple(tuple(p) for p in data["rejected"]),
-                          data["line"])
+                          data["line"], data["distribution"])
 
 
 @dataclass

@@ -39,12 +39,13 @@ class Kernel:
     """A ``@tj.kernel`` function. ``kernel[grid](*args, **meta)`` launches it."""
 
     def __init__(self, fn: Callable, *, debug: bool | None = None,
-                 do_not_specialize: tuple[str, ...] = ()):
+                 do_not_specialize: tuple[str, ...] = (), simt: bool | None = None):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__
         self.debug = debug
+        self.simt = simt   # None: the launch option, else knobs.simt
         parameters = inspect.signature(fn).parameters
         self.arg_names = list(parameters)
         self.defaults = {n: p.default for n, p in parameters.items()
@@ -121,10 +122,12 @@ class Kernel:
             "target": knobs.target, "machine": machine_identity()}, "cache identity")
 
     # -- the slow path ----------------------------------------------------------------------
-    def _miss(self, key: tuple, values: tuple, num_warps, cluster, target, arch) -> FastEntry:
+    def _miss(self, key: tuple, values: tuple, num_warps, cluster, target, arch,
+              simt=None) -> FastEntry:
         """Called by the launcher when its signature lookup misses (or found stale code)."""
         bound = dict(zip(self.arg_names, values))
-        options = {"num_warps": num_warps, "cluster": cluster, "target": target, "arch": arch}
+        options = {"num_warps": num_warps, "cluster": cluster, "target": target, "arch": arch,
+                   "simt": simt}
         try:
             compiled, watch = self._compiled_for(bound, options)
             compiled.check_writable(bound)
@@ -150,7 +153,7 @@ class Kernel:
                 except LaunchError as err:
                     raise err.with_location(self._location(param)) from None
         arguments.check_devices(bound, target, name)
-        launch_options = _launch_options(options, target, name)
+        launch_options = _launch_options(options, target, name, self.simt)
         debug = knobs.debug if self.debug is None else self.debug
         deps = find_dependencies(self.fn)
         watch = _dependency_watch(self.fn, deps)
@@ -163,7 +166,8 @@ class Kernel:
             arg_specs=tuple((n, arguments.spec_key(s)) for n, s in specs.items()),
             options=(("num_warps", launch_options.num_warps),
                      ("cluster", list(launch_options.cluster)),
-                     ("bounds_check", knobs.bounds_check)),   # read by the CPU target
+                     ("bounds_check", knobs.bounds_check),   # read by the CPU target
+                     ("simt", launch_options.simt)),
             target=target, arch=target_arch(target, launch_options.arch), debug=bool(debug)))
         compiled_now = []
 
@@ -267,11 +271,13 @@ class Kernel:
 
 
 def kernel(fn: Callable | None = None, *, debug: bool | None = None,
-           do_not_specialize: tuple[str, ...] = ()):
-    """Decorator: ``@tj.kernel`` or ``@tj.kernel(debug=True, do_not_specialize=("n",))``."""
+           do_not_specialize: tuple[str, ...] = (), simt: bool | None = None):
+    """Decorator: ``@tj.kernel`` or ``@tj.kernel(debug=True, do_not_specialize=("n",))``;
+    ``simt=True`` runs the per-thread lowering (a launch's ``simt=`` beats it, and it beats
+    ``TILEJIT_SIMT``)."""
     if fn is None:
-        return lambda f: Kernel(f, debug=debug, do_not_specialize=do_not_specialize)
-    return Kernel(fn, debug=debug, do_not_specialize=do_not_specialize)
+        return lambda f: Kernel(f, debug=debug, do_not_specialize=do_not_specialize, simt=simt)
+    return Kernel(fn, debug=debug, do_not_specialize=do_not_specialize, simt=simt)
 
 
 def definition_location(fn: Callable, param: str | None = None) -> SourceLocation | None:
@@ -288,8 +294,13 @@ def definition_location(fn: Callable, param: str | None = None) -> SourceLocatio
     return source.loc(source.node)
 
 
-def _launch_options(options: dict, target: str, kernel: str) -> LaunchOptions:
+def _launch_options(options: dict, target: str, kernel: str,
+                    kernel_simt: bool | None = None) -> LaunchOptions:
     num_warps = options.get("num_warps")
+    simt = options.get("simt")
+    simt = (knobs.simt if kernel_simt is None else kernel_simt) if simt is None else simt
+    if not isinstance(simt, bool):
+        raise LaunchError(f"{kernel}: simt must be True or False, got {simt!r}")
     cluster = options.get("cluster")
     if not isinstance(cluster, (tuple, list, type(None))):
         cluster = (cluster,)
@@ -298,7 +309,7 @@ def _launch_options(options: dict, target: str, kernel: str) -> LaunchOptions:
     try:
         return LaunchOptions(num_warps=DEFAULT_NUM_WARPS if num_warps is None else num_warps,
                              cluster=DEFAULT_CLUSTER if cluster is None else tuple(cluster),
-                             target=target, arch=options.get("arch"))
+                             target=target, arch=options.get("arch"), simt=simt)
     except (TypeError, ValueError) as err:
         raise LaunchError(f"{kernel}: {err}") from None
 

@@ -18,7 +18,7 @@ from ..ir.types import ScalarType
 from ..knobs import knobs
 from . import arguments
 
-LAUNCH_OPTIONS = ("num_warps", "cluster", "stream", "target", "arch")
+LAUNCH_OPTIONS = ("num_warps", "cluster", "stream", "target", "arch", "simt")
 DEFAULT_NUM_WARPS = 4
 DEFAULT_CLUSTER = (1, 1, 1)
 PREFIX = "_tj_"   # names of the generated launcher's own locals and globals
@@ -117,7 +117,7 @@ def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, 
     # The knobs a binary depends on: their raw environment text and any Python override are
     # part of the lookup, so changing one makes the next launch take the slow path.
     knob_reads = []
-    for i, knob in enumerate(("target", "debug", "bounds_check", "always_compile")):
+    for i, knob in enumerate(("target", "debug", "bounds_check", "always_compile", "simt")):
         namespace[f"_tj_env{i}"], namespace[f"_tj_envkey{i}"] = knobs.raw_lookup(knob)
         knob_reads.append(f"_tj_env{i}(_tj_envkey{i})")
     # Plain torch tensors get their facts inline; other arguments through arguments.facts.
@@ -149,7 +149,7 @@ def _launcher_source(kernel, spellings: list[str], function: str) -> tuple[str, 
     source = f"""
 def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
         num_warps={DEFAULT_NUM_WARPS}, cluster=_tj_cluster, stream=None, target=None, arch=None,
-        **_tj_unknown):
+        simt=None, **_tj_unknown):
     if {unbound}:
         _tj_bad_call(_tj_extra, _tj_unknown, {{{bound}}})
     try:
@@ -163,13 +163,13 @@ def {function}({', '.join(['_tj_grid', *params])}, *_tj_extra,
     except Exception as _tj_error:   # e.g. a sparse tensor: no strides, no data pointer
         _tj_bad_argument(_tj_error, {{{bound}}})
     _tj_key = ({', '.join(knob_reads)}, len(_tj_overrides) and tuple(_tj_overrides.items()),
-               target, arch, num_warps, cluster, {', '.join(signature_parts)})
+               target, arch, simt, num_warps, cluster, {', '.join(signature_parts)})
     try:
         _tj_entry = _tj_fast(_tj_key)
     except TypeError:   # an unhashable constexpr or option: looked up the slow way
         _tj_entry = None
     if _tj_entry is None or _tj_entry.watch and _tj_entry.is_stale():
-        _tj_entry = _tj_miss(_tj_key, ({values}), num_warps, cluster, target, arch)
+        _tj_entry = _tj_miss(_tj_key, ({values}), num_warps, cluster, target, arch, simt)
     else:
         _tj_hits[0] += 1
     if stream is None:

@@ -197,4 +197,11 @@ def context_for(kernel) -> DispatchContext:
                                f"{known}); its backend registers it for compiling "
                                f"(tilejit.targets.backend.get_backend({name!r}).register())",
                                kernel.loc)
-    return replace(_TARGETS[name], arch=kernel.attrs.get("arch"))
+    context = replace(_TARGETS[name], arch=kernel.attrs.get("arch"))
+    mode = kernel.attrs.get("distribution")   # a kernel's own mode (the CPU's SIMT mode)
+    if mode is None or mode == context.distribution:
+        return context
+    if mode not in (TEAM_ONCE, PER_THREAD):
+        raise CompilationError(f"kernel attribute distribution must be {TEAM_ONCE!r} or "
+                               f"{PER_THREAD!r}, got {mode!r}", kernel.loc)
+    return replace(context, distribution=mode)

@@ -37,11 +37,16 @@ class DispatchRecord:
     fallback: bool
     rejected: tuple[tuple[str, str], ...]  # (rule, reason) for every rule passed over
     line: int | None
+    # how the team's threads share the instances: "uniform" (team_once, or one thread),
+    # "cyclic over T threads", "owned by the threads of X's layout" (per_thread)
+    distribution: str = "uniform"
 
     def __str__(self) -> str:
         text = f"line {self.line}: {self.primitive} -> {self.rule} {list(self.shape)}"
         if self.fallback:
             text += " (fallback)"
+        if self.distribution != "uniform":
+            text += f", {self.distribution}"
         return text + "".join(f"\n    {rule} declined: {why}" for rule, why in self.rejected)
 
 
@@ -87,7 +92,8 @@ def select(call: PrimitiveCall) -> Selection:
         if isinstance(verdict, Plan):
             record = DispatchRecord(call.primitive, rule.family, verdict.shape,
                                     str(call.scope), rule.fallback, tuple(rejected),
-                                    call.loc.line if call.loc else None)
+                                    call.loc.line if call.loc else None,
+                                    str(verdict.details.get("distribution") or "uniform"))
             return Selection(rule, verdict, record)
         rejected.append((rule.family, str(verdict)))
     raise DispatchError(_failure_message(call, rejected), call.loc)

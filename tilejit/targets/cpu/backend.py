@@ -11,17 +11,20 @@ import functools
 import llvmlite.binding as llvm
 
 from tilejit.knobs import knobs
-from tilejit.passes.dispatch import TEAM_ONCE
+from tilejit.passes.dispatch import PER_THREAD, TEAM_ONCE
 
 from ..backend import Backend, Capabilities, register_backend
 from . import jit
 
-__all__ = ["BACKEND", "CpuBackend"]
+__all__ = ["BACKEND", "CpuBackend", "SIMT_OPT_LEVEL"]
+
+SIMT_OPT_LEVEL = 0   # LLVM optimization level of per-thread (SIMT) binaries
 
 
 class CpuBackend(Backend):
     """Tile primitives run ``team_once``: one unit executes a whole team's tile with
-    vectorized loops (docs/lowering.md). The vector width and register count come from the
+    vectorized loops (docs/lowering.md); a kernel compiled in SIMT mode (``distribution =
+    "per_thread"``) runs the GPU's lowering instead, one unit per thread. The vector width and register count come from the
     host's features, so rules size their instruction shapes for the machine the JIT
     compiles for."""
 
@@ -60,7 +63,15 @@ class CpuBackend(Backend):
         return jit.host_cpu_id()   # object code runs only on the CPU (and features) it is for
 
     def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
-        artifact = jit.compile(lowered, debug=debug)
+        # SIMT mode (docs/lowering.md): the per-thread IR runs one unit per thread, as a GPU
+        # runs it, whatever granularity its native code alone would allow. It checks what a
+        # GPU would compute; LLVM's O3 on a coroutine per thread costs 3-6x team_once's
+        # compile, so it runs LLVM's O0 pipeline (CoroSplit still lowers the coroutines).
+        if lowered.attrs.get("distribution") == PER_THREAD:
+            artifact = jit.compile(lowered, debug=debug, granularity="thread",
+                                   opt_level=SIMT_OPT_LEVEL)
+        else:
+            artifact = jit.compile(lowered, debug=debug)
         files = {"llir": artifact.llir.encode(), "obj": artifact.obj}
         if "asm" in knobs.dump:
             files["asm"] = artifact.asm.encode()

@@ -232,18 +232,25 @@ def test_mismatched_thread_layouts_are_declined():
         lowered(make_kernel([], body), SIMT)
 
 
-def test_elected_lanes_cannot_split_work_per_thread():
+@pytest.mark.parametrize("team", [TeamKind.WARP, TeamKind.CTA])
+def test_an_elected_lane_does_its_team_s_whole_tile(team):
+    """Per thread, a warp's elected lane is its team's one active thread: it does the
+    whole tile. A CTA team whose elected lanes sit in several warps has run-time-chosen
+    threads, which a per-thread split cannot name: a DispatchError saying so."""
     from tilejit.ir.attrs import FilterSpec
 
     def body(b):
         smem = b.alloc(SHARED, f32, (64,))
         _, then, orelse = b.if_(b.elect_sync(), filter=FilterSpec("elect"))
         with b.insert_into(then):
-            b.tile("pointwise", smem, b.const(1.0, f32), op="fill", team=TeamKind.WARP)
+            b.tile("pointwise", smem, b.const(1.0, f32), op="fill", team=team)
             b.yield_()
         with b.insert_into(orelse):
             b.yield_()
-    kernel = make_kernel([], body)
+    kernel = make_kernel([], body, num_warps=4)
     assert lowered(kernel, GENERIC)[1][0].rule == "vector"  # one unit per team: fine
-    with pytest.raises(DispatchError, match="elected at run time"):
+    if team is TeamKind.WARP:
+        assert lowered(kernel, SIMT)[1][0].rule == "vector"
+        return
+    with pytest.raises(DispatchError, match=r"elected at run time \(one in each of 4 warps\)"):
         lowered(kernel, SIMT)

@@ -636,8 +636,11 @@ def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
     if spread:
         return Decline(f"{', '.join(spread)} is distributed over threads but does not "
                        "span the iteration space, so no thread owns a whole instance")
-    if call.scope.active.elected:
-        return Decline("the team's active lane is elected at run time; a per-thread "
-                       "split needs the active threads statically")
     size = call.scope.team_size
-    return Uniform() if size == 1 else Cyclic(size)
+    if size == 1:   # one thread of the team is active (a thread team, an elected lane)
+        return Uniform()
+    if call.scope.active.elected:
+        return Decline("the team's active lanes are elected at run time (one in each of "
+                       f"{size} warps); a per-thread split needs the active threads "
+                       "statically")
+    return Cyclic(size)

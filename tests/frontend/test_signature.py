@@ -48,7 +48,7 @@ def test_options_and_specs_become_kernel_attributes():
     assert k.attrs == {"num_warps": 8, "cluster": (2, 1, 1), "target": "cuda", "arch": "sm_90a",
                        "constexprs": {"scale": 2.5, "BLOCK": 64, "DT": bf16},
                        "specialization": {"x": ("div16", "unit_stride")}, "shared_bytes": None,
-                       "distribution": None}
+                       "distribution": None, "auto_sync": True}
     x, n, flag = k.params
     assert (x.type.scope, x.type.shape, x.type.strides) == (MemScope.GLOBAL, (None, 4, None),
                                                             (None, None, 1))

@@ -58,6 +58,7 @@ def _generate(source: FunctionSource, arg_specs: dict, constexprs: dict, options
     attrs = {"num_warps": options.num_warps, "cluster": options.cluster,
              "target": options.target, "arch": options.arch,
              "distribution": "per_thread" if options.simt else None,
+             "auto_sync": options.auto_sync,
              "constexprs": {name: _attr_value(value) for name, value in folded.items()},
              "specialization": {name: spec.specialization for name, spec in params.items()
                                 if spec.specialization}}

@@ -101,6 +101,7 @@ class LaunchOptions:
     target: str | None = None
     arch: str | None = None
     simt: bool = False   # per_thread distribution of tile primitives (TILEJIT_SIMT)
+    auto_sync: bool = True   # insert missing barriers (else a hazard is a CompilationError)
 
     def __post_init__(self):
         cluster = tuple(self.cluster)

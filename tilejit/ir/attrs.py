@@ -425,6 +425,7 @@ KERNEL_ATTRS: dict[str, Attr] = {
     "constexprs": Attr(CONFIG, {}),
     "specialization": Attr(CONFIG, {}),  # param name -> tuple of flags ("aligned16", ...)
     "shared_bytes": Attr(Optional(INT), None),  # planned shared memory per CTA (bytes)
+    "auto_sync": Attr(BOOL, True),  # sync-hazards inserts missing barriers (else: errors)
 }
 
 

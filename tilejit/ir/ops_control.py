@@ -1,7 +1,7 @@
 """Catalogue entries: structured control flow, terminators and team switches."""
 from __future__ import annotations
 
-from .attrs import FILTER, INT, Attr, Enum, Optional
+from .attrs import FILTER, INT, STR, Attr, Enum, Optional
 from .opdef import OpGroup, RegionSpec, register
 from .types import TeamKind
 
@@ -48,7 +48,9 @@ register("condition", CONTROL, "cond:i1 *values", terminator=True, yields_from=1
 register("team", SCOPE, attrs={"kind": Attr(Enum(TeamKind))},
          regions=(RegionSpec("body", "yield"),),
          doc="runs the body with another team kind; values assigned inside escape via yield")
-register("single", SCOPE, attrs={"team": Attr(Enum(TeamKind))},
+register("single", SCOPE,
+         attrs={"team": Attr(Enum(TeamKind)), "reason": Attr(Optional(STR), None)},
          regions=(RegionSpec("body", "yield"),),
          doc="runs the body once per team instance, after all of the team's active threads "
-             "arrive (what a team-level tile primitive lowers to on the CPU target)")
+             "arrive (what a team-level tile primitive lowers to on the CPU target); empty, "
+             "a barrier of the team's active threads (reason: why sync-hazards inserted it)")

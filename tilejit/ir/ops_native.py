@@ -246,7 +246,8 @@ register("atomic_cas", MEMORY, "buf:memory compare:scalar value:scalar *indices:
 register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
          same_as(0))
 register("elect_sync", SYNC, results=fixed(i1))
-register("sync", SYNC, results=fixed(), doc="CTA-wide barrier")
+register("sync", SYNC, attrs={"reason": Attr(Optional(STR), None)}, results=fixed(),
+         doc="CTA-wide barrier; reason: why the sync-hazards pass inserted it")
 register("alloc_barrier", SYNC, attrs={"count": Attr(INT)},
          results=lambda types, a: (BarrierType(a["count"]),), check=_check_barrier_count)
 register("mbarrier_init", SYNC, "bar:barrier index:int count:int", results=fixed())

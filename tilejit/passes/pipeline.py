@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import dispatch, fusion, scope_analysis
-from . import shared_plan
+from . import shared_plan, sync_hazards
 from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
@@ -30,6 +30,7 @@ Pass = Callable[[KernelIR], KernelIR]
 # Later stages (dispatch, loop generation, ...) append here, in the order they run.
 PIPELINE: list[tuple[str, Pass]] = [
     ("scope-analysis", scope_analysis.run),
+    ("sync-hazards", sync_hazards.run),
     ("fuse-pointwise", fusion.run),
     ("dispatch", dispatch.run),
     ("lower-tiles", lower_tiles.run),

@@ -10,6 +10,7 @@ disk caches, and the compiler.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -39,12 +40,16 @@ class Kernel:
     """A ``@tj.kernel`` function. ``kernel[grid](*args, **meta)`` launches it."""
 
     def __init__(self, fn: Callable, *, debug: bool | None = None,
-                 do_not_specialize: tuple[str, ...] = (), simt: bool | None = None):
+                 do_not_specialize: tuple[str, ...] = (), simt: bool | None = None,
+                 auto_sync: bool = True):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__qualname__ = fn.__qualname__
         self.__doc__ = fn.__doc__
         self.debug = debug
+        if not isinstance(auto_sync, bool):
+            raise TilejitError(f"auto_sync must be True or False, got {auto_sync!r}")
+        self.auto_sync = auto_sync   # insert the barriers sync-hazards finds missing
         self.simt = simt   # None: the launch option, else knobs.simt
         parameters = inspect.signature(fn).parameters
         self.arg_names = list(parameters)
@@ -154,6 +159,7 @@ class Kernel:
                     raise err.with_location(self._location(param)) from None
         arguments.check_devices(bound, target, name)
         launch_options = _launch_options(options, target, name, self.simt)
+        launch_options = dataclasses.replace(launch_options, auto_sync=self.auto_sync)
         debug = knobs.debug if self.debug is None else self.debug
         deps = find_dependencies(self.fn)
         watch = _dependency_watch(self.fn, deps)
@@ -167,7 +173,8 @@ class Kernel:
             options=(("num_warps", launch_options.num_warps),
                      ("cluster", list(launch_options.cluster)),
                      ("bounds_check", knobs.bounds_check),   # read by the CPU target
-                     ("simt", launch_options.simt)),
+                     ("simt", launch_options.simt),
+                     ("auto_sync", launch_options.auto_sync)),
             target=target, arch=target_arch(target, launch_options.arch), debug=bool(debug)))
         compiled_now = []
 
@@ -271,13 +278,17 @@ class Kernel:
 
 
 def kernel(fn: Callable | None = None, *, debug: bool | None = None,
-           do_not_specialize: tuple[str, ...] = (), simt: bool | None = None):
+           do_not_specialize: tuple[str, ...] = (), simt: bool | None = None,
+           auto_sync: bool = True):
     """Decorator: ``@tj.kernel`` or ``@tj.kernel(debug=True, do_not_specialize=("n",))``;
     ``simt=True`` runs the per-thread lowering (a launch's ``simt=`` beats it, and it beats
-    ``TILEJIT_SIMT``)."""
+    ``TILEJIT_SIMT``); ``auto_sync=False`` makes a missing barrier a compile error instead of
+    inserting it (docs/lowering.md "Synchronization hazards")."""
+    options = dict(debug=debug, do_not_specialize=do_not_specialize, simt=simt,
+                   auto_sync=auto_sync)
     if fn is None:
-        return lambda f: Kernel(f, debug=debug, do_not_specialize=do_not_specialize, simt=simt)
-    return Kernel(fn, debug=debug, do_not_specialize=do_not_specialize, simt=simt)
+        return lambda f: Kernel(f, **options)
+    return Kernel(fn, **options)
 
 
 def definition_location(fn: Callable, param: str | None = None) -> SourceLocation | None:

@@ -72,12 +72,24 @@ def test_the_knob_the_kernel_option_and_the_launch_option_choose_the_mode(fresh_
         add[(1,)](x, y, out, BLOCK=100, simt="yes")
 
 
-def test_the_per_thread_ir_names_its_mode_and_fences_each_primitive():
+def test_the_per_thread_ir_names_its_mode_and_has_only_the_barriers_it_needs():
+    """Per thread, nothing fences a primitive but the barriers sync-hazards inserts: none
+    for a vector add between tensors; one before each primitive that reads a fragment
+    another primitive's threads wrote (a cyclic split moves its elements)."""
     x, y = torch.randn(64), torch.randn(64)
     compiled = vector_add.compile(x, y, torch.empty(64), BLOCK=64, simt=True)
-    assert 'distribution = "per_thread"' in compiled.asm["lowered"].splitlines()[0]
-    assert "single {team = cta}" in compiled.asm["lowered"]
+    lowered = compiled.asm["lowered"]
+    assert 'distribution = "per_thread"' in lowered.splitlines()[0]
+    assert "single {team = cta}" not in lowered and "sync" not in lowered
     assert "cyclic over 128 threads" in str(compiled.dispatch_log[0])
+    rows = torch.randn(2, 40)
+    lowered = row_softmax.compile(rows, torch.empty_like(rows), BM=2, BN=40,
+                                  simt=True).asm["lowered"]
+    reasons = [line for line in lowered.splitlines() if "auto_sync: fragment buffer" in line]
+    assert reasons and all(line.strip().startswith("sync") for line in reasons)
+    assert "single {team = cta}" not in lowered
+    compiled = row_softmax.compile(rows, torch.empty_like(rows), BM=2, BN=40)   # team_once
+    assert "auto_sync" not in compiled.asm["lowered"]
 
 
 # --------------------------------------------------------------------------- examples
@@ -228,3 +240,20 @@ def test_what_cannot_run_per_thread_yet_is_a_dispatch_error_saying_why():
     assert "tj.reduce(s, t, \"sum\", 1)" in str(info.value)
     laid_out_row_sums[(1,)](torch.ones(8, 16), out := torch.zeros(8), L=LANES, num_warps=2)
     torch.testing.assert_close(out, torch.full((8,), 16.0))   # team_once runs it
+
+
+def test_a_tile_atomic_reads_its_source_after_the_gemm_that_wrote_it():
+    """Per thread, the split-K GEMM's accumulator moves between the gemm's threads and the
+    atomic's (cyclic splits of different primitives): sync-hazards orders them (a tile
+    atomic's source is a plain read; only the memory it updates is its own sync)."""
+    import test_e2e_atomics as atomics
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(16, 16, generator=gen), torch.randn(16, 16, generator=gen)
+    c = torch.zeros(16, 16)
+    with knobs.scoped(simt=True):
+        atomics.split_k_gemm[(1, 1, 2)](a, b, c, 16, 16, 16, BM=16, BN=16, BK=8, SPLIT=2)
+    torch.testing.assert_close(c, a @ b, atol=1e-4, rtol=1e-4)
+    per_thread(atomics.split_k_gemm)
+    lowered = atomics.split_k_gemm.compiled_kernels()[-1].asm["lowered"]
+    assert any("auto_sync: fragment buffer acc" in line and "line 29" in line
+               for line in lowered.splitlines()), lowered

@@ -18,7 +18,9 @@ Model (docs/lowering.md "Synchronization hazards"):
 * A **hazard** is two accesses to the same buffer, at least one a write, that two different
   threads may make, with no barrier ordering them on some path. For a fragment, threads
   differ only when the two accesses' active sets differ (a fragment's elements stay with
-  the threads its layout names). Two accesses by one and the same thread, or by one op
+  the threads its layout names) -- except, where primitives split per thread, a fragment
+  not laid out over threads: a cyclic split hands its elements to other threads from one
+  primitive to the next, so it races as shared memory does. Two accesses by one and the same thread, or by one op
   repeated with the same threads, or native accesses of the same threads at the same
   index values, do not race.
 * **Barriers**: ``sync`` orders everything before it; a ``single {team = K}`` rendezvous
@@ -50,6 +52,8 @@ from ..ir.core import Block, KernelIR, Operation, Value, walk
 from ..ir.opdef import OpGroup
 from ..ir.scope import WARPS_PER_WARPGROUP, ActiveSet, describe_filter
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
+from ..layout.axes import AxisKind
+from .dispatch.registry import PER_THREAD, context_for
 from .scope_analysis import ScopeState, entry_state, filter_states
 from .uniformity import uniform_within
 
@@ -94,6 +98,13 @@ class Access:
         return f"{verb} at line {self.op.loc.line} {who} ({threads})"
 
 
+def _on_threads(root: Value) -> bool:
+    """Whether the buffer's layout places its elements on thread axes."""
+    layout = _buffer_type(root).layout
+    tile = getattr(layout, "tile_layout", layout)
+    return tile is not None and any(axis.kind is AxisKind.THREAD for axis in tile.axes)
+
+
 def buffer_name(root: Value) -> str:
     kind = str(_buffer_type(root).scope)
     owner = root.owner
@@ -118,15 +129,13 @@ def _tracked(value: Value) -> bool:
 
 
 def accesses(op: Operation, state: ScopeState) -> list[Access]:
-    """The tracked accesses ``op`` makes (element atomics and tile atomics are left out:
-    they are the synchronization)."""
+    """The tracked accesses ``op`` makes (the memory an element or tile atomic updates is
+    left out: the atomic is the synchronization; a tile atomic's source is a plain read)."""
     if op.opdef.group is OpGroup.TILE:
-        if op.name == "tile.atomic":
-            return []
         scope = op.attrs["scope"]
         out = []
         for index, value in enumerate(op.operands):
-            if not _tracked(value):
+            if not _tracked(value) or (index == 0 and op.name == "tile.atomic"):
                 continue
             root = _root(value)
             if index == 0:      # every primitive's first operand is the one it writes
@@ -178,9 +187,13 @@ def _team_holding(a: ActiveSet, b: ActiveSet) -> TeamKind:
     return TeamKind.CTA
 
 
-def _may_race(a: Access, b: Access) -> bool:
-    """Whether two different threads may make ``a`` and ``b`` (same buffer, one a write)."""
-    if a.scope is MemScope.FRAGMENT:
+def _may_race(a: Access, b: Access, elements_move: bool) -> bool:
+    """Whether two different threads may make ``a`` and ``b`` (same buffer, one a write).
+    ``elements_move``: the kernel splits primitives per thread, so the elements of a
+    fragment not laid out over threads go to other threads from one primitive to the next
+    (a cyclic split of a copy in 16-element chunks, then of a row reduction), as shared
+    memory's do; a fragment laid out over threads keeps each element with its owners."""
+    if a.scope is MemScope.FRAGMENT and not (elements_move and not _on_threads(a.root)):
         return a.threads != b.threads
     if a.threads is not None and a.threads == b.threads:
         if _one_thread(a.threads):
@@ -269,6 +282,7 @@ class _Walker:
         self.relevant: set[Operation] = set()
         self._index(kernel.body)
         self.flags = _flags(kernel)
+        self.elements_move = context_for(kernel).distribution == PER_THREAD
 
     def _index(self, block: Block) -> bool:
         any_relevant = False
@@ -330,7 +344,7 @@ class _Walker:
                 first = earlier.access
                 if first.root is not later.root or not (first.write or later.write):
                     continue
-                if _may_race(first, later) and not earlier.orders(later):
+                if _may_race(first, later, self.elements_move) and not earlier.orders(later):
                     self.check(Hazard(first, later, _barrier_kind(first, later)),
                                earlier.waited, barrier)
         pending = dict(pending)

@@ -5,7 +5,9 @@ hand in a text IR file) say what to emit. The rule's legality check runs again -
 deterministic -- to rebuild the plan its lowering needs. With the ``team_once``
 distribution the code is wrapped in ``single {team = kind}``: one unit runs the whole tile
 once per team instance, after the team's active threads arrive. With ``per_thread`` every
-thread runs its share (in the CPU's SIMT mode, for now, fenced by team barriers: ``_fence``). After this pass the kernel holds native ops only.
+thread runs its share, with no barrier of its own: what orders one primitive's writes before
+another's reads is the kernel's schedule and the barriers the sync-hazards pass inserted.
+After this pass the kernel holds native ops only.
 """
 from __future__ import annotations
 
@@ -24,9 +26,8 @@ def _is_tile(op: Operation) -> bool:
     return op.opdef.group is OpGroup.TILE
 
 
-def lower_op(op: Operation, builder, context: DispatchContext, fence: bool = False) -> None:
-    """Emit the native code of the dispatched tile op ``op`` at ``builder``; ``fence``: a
-    per_thread primitive gets a team barrier on both sides (:func:`_fence`)."""
+def lower_op(op: Operation, builder, context: DispatchContext) -> None:
+    """Emit the native code of the dispatched tile op ``op`` at ``builder``."""
     family, shape = op.attrs["rule"], op.attrs["inst_shape"]
     if family is None or shape is None:
         raise CompilationError(f"{op.name} has not been dispatched: run the dispatch pass "
@@ -47,47 +48,21 @@ def lower_op(op: Operation, builder, context: DispatchContext, fence: bool = Fal
         rule.lower(call, plan, em)
         em.finish()
 
-    if context.distribution != TEAM_ONCE:
-        if fence:
-            _fence(builder, call)
+    if context.distribution != TEAM_ONCE:   # ordered by the schedule (sync-hazards)
         emit()
-        if fence:
-            _fence(builder, call)
         return
     _, body = builder.single(call.team)
     with builder.insert_into(body):
         emit()
-        builder.yield_()
-
-
-def _fence(builder, call: PrimitiveCall) -> None:
-    """A barrier of the call's team (an empty ``single {team}``: every active thread
-    arrives before any leaves), unless the op just built is that barrier already.
-
-    Interim, for a kernel that asks for per_thread on a team_once target (the CPU's SIMT
-    mode), until the hazard analysis of issue 11 item 4 orders what the threads of one
-    primitive wrote before those of the next read it (a cyclic split hands the elements of
-    an unlaid-out tile to other threads from one primitive to the next): the primitive is
-    fenced on both sides, as the ``single`` of team_once fences it."""
-    if call.scope.team_size <= 1:
-        return
-    ops = builder.block.ops
-    last = ops[-1] if ops else None
-    if last is not None and last.name == "single" and last.attrs["team"] is call.team \
-            and len(last.regions[0].ops) == 1:
-        return
-    _, body = builder.single(call.team)
-    with builder.insert_into(body):
         builder.yield_()
 
 
 def run(kernel: KernelIR, context: DispatchContext | None = None) -> KernelIR:
     """The kernel with every tile op replaced by native IR."""
     context = context or context_for(kernel)
-    fence = kernel.attrs.get("distribution") is not None   # the CPU's SIMT mode, for now
 
     def lower(op: Operation, ctx):
-        lower_op(op, ctx.builder, context, fence)
+        lower_op(op, ctx.builder, context)
         return ()
 
     return Rewriter([(_is_tile, lower, "lower-tiles")], "lower-tiles").run(kernel)

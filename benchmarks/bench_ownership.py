@@ -1,5 +1,5 @@
 """Ownership questions of the per-thread distribution on a 64x256 wgmma accumulator, in
-closed form (``tilejit.passes.distribution.unowned_element`` / ``misread``) beside the
+closed form (``tilejit.passes.ownership.unowned_element`` / ``misread``) beside the
 per-element enumeration they replaced (``*_enumerated``, kept as the tests' reference).
 
     python benchmarks/bench_ownership.py            # the table below, both columns
@@ -24,7 +24,7 @@ from tilejit.ir import Builder, KernelIR
 from tilejit.ir.types import MemScope, TeamKind, f32
 from tilejit.layout import TileLayout
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
-from tilejit.passes import distribution, scope_analysis
+from tilejit.passes import distribution, ownership, scope_analysis
 from tilejit.passes.dispatch import PER_THREAD, DispatchContext, register_target
 from tilejit.passes.dispatch import lower as lower_tiles
 from tilejit.passes.dispatch import run as dispatch
@@ -38,7 +38,7 @@ SIMT = register_target(DispatchContext("bench-simt", distribution=PER_THREAD))
 
 
 def questions(closed: bool):
-    d = distribution
+    d = ownership
     unowned = d.unowned_element if closed else d.unowned_element_enumerated
     misread = d.misread if closed else d.misread_enumerated
     return {
@@ -65,10 +65,11 @@ def kernel() -> KernelIR:
 
 
 def dispatch_and_lower(closed: bool):
-    d = distribution
+    d = distribution   # Owned looks the questions up in its own module
     saved = d.unowned_element, d.misread
     if not closed:
-        d.unowned_element, d.misread = d.unowned_element_enumerated, d.misread_enumerated
+        d.unowned_element, d.misread = (ownership.unowned_element_enumerated,
+                                        ownership.misread_enumerated)
     try:
         log: list = []
         k = dispatch(scope_analysis.run(kernel()), SIMT, log)

@@ -1,4 +1,4 @@
-"""Ownership in closed form (``tilejit.passes.distribution``): who holds which element of a
+"""Ownership in closed form (``tilejit.passes.ownership``): who holds which element of a
 fragment laid out over threads, answered from the layouts' thread digits, against the
 per-element enumeration it replaces (kept as the reference)."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from support.tile_kernels import SIMT, lowered, make_kernel
 from tilejit.ir.types import MemScope, TeamKind, f32
 from tilejit.layout import Iter, TileLayout
 from tilejit.layout import hw_nvidia as hw
-from tilejit.passes import distribution
-from tilejit.passes.distribution import (ThreadProjection, misread, misread_enumerated,
-                                         unowned_element, unowned_element_enumerated)
+from tilejit.passes import distribution, ownership
+from tilejit.passes.ownership import (ThreadProjection, misread, misread_enumerated,
+                                      unowned_element, unowned_element_enumerated)
 
 FAST = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow])
@@ -33,7 +33,8 @@ def forbid_enumeration(monkeypatch):
     fails the test."""
     def boom(*_):
         raise AssertionError("ownership fell back to enumerating elements")
-    monkeypatch.setattr(distribution, "owners", boom)
+    for module in (ownership, distribution):   # each calls it by its own global name
+        monkeypatch.setattr(module, "owners", boom)
 
 
 # ------------------------------------------------------------------ random layouts

@@ -19,14 +19,16 @@ import math
 
 from tilejit.layout import ComposeLayout
 
-__all__ = ["SHARED_ALIGNMENT", "shared_alignment", "storage_bytes", "storage_elements",
-           "swizzle_period"]
+__all__ = ["SHARED_ALIGNMENT", "layout_reach", "shared_alignment", "storage_bytes",
+           "storage_elements", "swizzle_period"]
 
 SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of this
 
 
-def _reach(tile) -> dict[str, tuple[int, int]]:
-    """Per axis the lowest and highest coordinate ``tile`` places an element at."""
+def layout_reach(tile) -> dict[str, tuple[int, int]]:
+    """Per axis the lowest and highest coordinate ``tile`` places an element at (``m``
+    from 0 at the latest: its coordinates are offsets from the buffer's start). Targets
+    store a layout over these ranges (the CPU's ``emit_memory.Storage``)."""
     reach: dict[str, tuple[int, int]] = {}
     for it in tile.shard:  # replicas are copies of the base location: not stored
         low, high = reach.get(it.axis.name, (0, 0))
@@ -52,9 +54,9 @@ def storage_elements(shape, layout) -> int:
     if layout is None:
         return math.prod(shape)
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    reach = _reach(tile)
+    reach = layout_reach(tile)
     if isinstance(layout, ComposeLayout):
-        block = 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
+        block = swizzle_period(layout)
         low, high = reach["m"]
         reach["m"] = (low, -(-(high + 1) // block) * block - 1)
     return math.prod(high - low + 1 for low, high in reach.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..ir.core import KernelIR, Value, walk
 
-__all__ = ["written_parameters"]
+__all__ = ["root_buffer", "written_parameters"]
 
 _WRITES = frozenset({"store", "atomic", "atomic_cas"})
 _DERIVED = frozenset({"region", "view"})   # ops whose result aliases their first operand
@@ -17,11 +17,13 @@ def written_parameters(kernel: KernelIR) -> list[str]:
     written = set()
     for op in walk(kernel.body):
         if op.name in _WRITES:
-            written.add(_root(op.operands[0]))
+            written.add(root_buffer(op.operands[0]))
     return [name for arg, name in params.items() if arg in written]
 
 
-def _root(buffer: Value) -> Value:
+def root_buffer(buffer: Value) -> Value:
+    """The buffer (an alloc's result or a parameter) whose memory ``buffer`` names, through
+    regions and views."""
     while buffer.owner is not None and getattr(buffer.owner, "name", None) in _DERIVED:
         buffer = buffer.owner.operands[0]
     return buffer

@@ -40,9 +40,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.core import Block, KernelIR, Operation, Value, walk
-from ..ir.ops_tile import FUSED
+from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.ops_tile import COMMON_ATTRS, FUSED
 from ..ir.types import BufferType, MemScope, RegionType, ScalarType
+from .effects import root_buffer
 
 __all__ = ["ARITHMETIC", "Chain", "RECOMPUTE_STEPS", "run"]
 
@@ -80,21 +81,17 @@ class Chain:
     def tile_sources(self) -> list[Value]:
         return [s for s in self.sources if not isinstance(s.type, ScalarType)]
 
-    def inline(self, operands, own_steps, inlined: dict[Value, Chain]) -> Chain:
+    @classmethod
+    def inline(cls, operands, own_steps, inlined: dict[Value, Chain]) -> Chain:
         """The chain computing ``own_steps`` over ``operands`` (values, some of them
         temporaries with their chains in ``inlined``)."""
         sources: list[Value] = []
         steps: list[tuple] = []
-
-        def source(value: Value) -> int:
-            if value not in sources:
-                sources.append(value)
-            return sources.index(value)
-
         # Sources first (numbers 0..n-1), so gather every leaf before numbering steps.
         for value in operands:
             for leaf in (inlined[value].sources if value in inlined else (value,)):
-                source(leaf)
+                if leaf not in sources:
+                    sources.append(leaf)
         n = len(sources)
         numbers, done = [], {}   # done: an inlined temporary read twice is computed once
         for value in operands:
@@ -112,7 +109,7 @@ class Chain:
         for name, dtype, *args in own_steps:
             steps.append((name, dtype, *(numbers[a] for a in args)))
             numbers.append(n + len(steps) - 1)
-        return Chain(tuple(sources), tuple(steps))
+        return cls(tuple(sources), tuple(steps))
 
 
 def run(kernel: KernelIR) -> KernelIR:
@@ -136,10 +133,6 @@ def _uses(kernel: KernelIR) -> dict[Value, list[tuple[Operation, int]]]:
     return uses
 
 
-def _root(value: Value) -> Value:
-    while isinstance(value.owner, Operation) and value.owner.name in ("region", "view"):
-        value = value.owner.operands[0]
-    return value
 
 
 def _scope_of(value: Value) -> MemScope | None:
@@ -150,7 +143,7 @@ def _scope_of(value: Value) -> MemScope | None:
 
 def _may_share(a: Value, b: Value) -> bool:
     """Whether tiles ``a`` and ``b`` may share memory (any two tensors may)."""
-    ra, rb = _root(a), _root(b)
+    ra, rb = root_buffer(a), root_buffer(b)
     if ra is rb:
         return True
     return _scope_of(ra) is MemScope.GLOBAL and _scope_of(rb) is MemScope.GLOBAL
@@ -179,14 +172,20 @@ class _Plan:
     def current(self, op: Operation) -> tuple[str, tuple, dict]:
         return self.replaced.get(id(op), (op.name, tuple(op.operands), {}))
 
+    def chain_of(self, op: Operation) -> Chain:
+        """The chain a pointwise op computes, once its own folded sources are in it."""
+        _, operands, attrs = self.current(op)
+        return Chain(operands[1:], attrs["steps"]) if attrs else Chain.of(op)
+
     def consume(self, op: Operation) -> None:
-        name, operands, attrs = self.current(op)
+        """Fold the chains of the temporaries ``op`` reads into it (``op`` not yet
+        replaced: each op is a consumer once, before it may be a producer)."""
+        operands = tuple(op.operands)
         srcs = operands[1:]
-        folded = [v for v in srcs if v in self.chains]
-        if not folded:
+        if not any(v in self.chains for v in srcs):
             return
         if op.name == "tile.pointwise":
-            chain = Chain((), ()).inline(srcs, Chain.of(op).steps, self.chains)
+            chain = Chain.inline(srcs, Chain.of(op).steps, self.chains)
             self.replaced[id(op)] = ("tile.pointwise", (operands[0], *chain.sources),
                                      {"op": FUSED, "steps": chain.steps})
         elif op.name == "tile.copy":
@@ -197,7 +196,7 @@ class _Plan:
             if steps[-1][1] != dtype:
                 steps += (("cast", dtype, len(chain.sources) + len(steps) - 1),)
             self.replaced[id(op)] = ("tile.pointwise", (dst, *chain.sources),
-                                     {"op": FUSED, "steps": steps, "other": None})
+                                     {"op": FUSED, "steps": steps})
         else:  # tile.reduce: the driving source first
             temp, chain = srcs[0], self.chains[srcs[0]]
             driver = next(s for s in chain.tile_sources() if _drives(s, temp))
@@ -211,11 +210,9 @@ class _Plan:
     # ------------------------------------------------------------------ producers
     def produce(self, op: Operation, ops: list[Operation], position: int) -> None:
         temp = op.operands[0]
-        why_not = self.temporary(op, temp)
-        if why_not:
+        if not self.is_temporary(op, temp):
             return
-        name, operands, attrs = self.current(op)
-        chain = Chain(operands[1:], attrs["steps"]) if attrs else Chain.of(op)
+        chain = self.chain_of(op)
         consumers = [user for user, _ in self.uses[temp] if user is not op]
         if len(chain.steps) > MAX_STEPS:
             return
@@ -234,17 +231,18 @@ class _Plan:
         self.chains[temp] = chain
         self.erased.update({id(op), id(temp.owner)})
 
-    def temporary(self, op: Operation, temp: Value) -> bool:
-        """Why ``temp`` is not a temporary ``op`` alone writes (truthy), else False."""
+    def is_temporary(self, op: Operation, temp: Value) -> bool:
+        """Whether ``temp`` is a fragment or local without a layout that ``op`` alone
+        writes (and does not read), ``op`` having no forced family and no config."""
         alloc = temp.owner
         if not (isinstance(alloc, Operation) and alloc.name == "alloc"):
-            return True
+            return False
         if alloc.attrs["scope"] not in _TEMPORARY or alloc.attrs["layout"] is not None:
-            return True
+            return False
         if op.attrs["dispatch"] is not None or op.attrs["config"]:
-            return True
-        return any(index == 0 and user is not op or index > 0 and user is op
-                   for user, index in self.uses[temp])
+            return False
+        return not any(index == 0 and user is not op or index > 0 and user is op
+                       for user, index in self.uses[temp])
 
     def accepts(self, producer: Operation, consumer: Operation, temp: Value, chain: Chain,
                 reducible: bool) -> bool:
@@ -257,16 +255,14 @@ class _Plan:
             return False
         positions = [i for i, v in enumerate(consumer.operands) if v is temp]
         dst = consumer.operands[0]
-        if 0 in positions or any(_root(dst) is _root(s) and dst is not s
+        if 0 in positions or any(root_buffer(dst) is root_buffer(s) and dst is not s
                                  for s in chain.tile_sources()):
             return False   # it would overwrite what a later element of the chain reads
-        shape = tuple(temp.type.shape)
+        same_shape = tuple(dst.type.shape) == tuple(temp.type.shape)
         if consumer.name == "tile.pointwise":
-            return consumer.attrs["op"] != "iota" and \
-                tuple(consumer.operands[0].type.shape) == shape
+            return consumer.attrs["op"] != "iota" and same_shape
         if consumer.name == "tile.copy":
-            return len(consumer.operands) == 2 and consumer.attrs["other"] is None \
-                and tuple(consumer.operands[0].type.shape) == shape
+            return len(consumer.operands) == 2 and consumer.attrs["other"] is None and same_shape
         if consumer.name == "tile.reduce":
             return positions == [1] and consumer.attrs["steps"] is None and reducible \
                 and any(_drives(s, temp) for s in chain.tile_sources())
@@ -303,12 +299,8 @@ def _rebuild(block: Block, plan: _Plan, values: dict) -> Block:
         if name == op.name:
             rebuilt = op.replace(operands=mapped, attrs=attrs, regions=regions)
         else:
-            keep = {k: v for k, v in op.attrs.items() if k in _COMMON_KEYS}
-            rebuilt = Operation(name, mapped, {**keep, **{k: v for k, v in attrs.items()
-                                                        if v is not None}}, (), regions, op.loc)
+            common = {k: v for k, v in op.attrs.items() if k in COMMON_ATTRS}
+            rebuilt = Operation(name, mapped, {**common, **attrs}, (), regions, op.loc)
         values.update(zip(op.results, rebuilt.results))
         new.ops.append(rebuilt)
     return new
-
-
-_COMMON_KEYS = ("team", "dispatch", "config", "scope")

@@ -54,13 +54,13 @@ from ..ir.scope import WARPS_PER_WARPGROUP, ActiveSet, describe_filter
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 from ..layout.axes import AxisKind
 from .dispatch.registry import PER_THREAD, context_for
+from .effects import root_buffer
 from .scope_analysis import ScopeState, entry_state, filter_states
 from .uniformity import uniform_within
 
 __all__ = ["Access", "Hazard", "SyncHazardError", "find_hazards", "run"]
 
 _TRACKED = (MemScope.SHARED, MemScope.FRAGMENT)
-_ALIASES = frozenset({"region", "view"})     # ops whose result names their operand's memory
 _LOOPS = frozenset({"for", "while"})
 _FLAG_OPS = frozenset({"load", "store", "atomic", "atomic_cas"})
 _MAX_BARRIERS = 256                          # insertions before we call it a compiler bug
@@ -117,10 +117,6 @@ def _buffer_type(value: Value) -> BufferType:
     return t.buffer if isinstance(t, RegionType) else t
 
 
-def _root(value: Value) -> Value:
-    while isinstance(value.owner, Operation) and value.owner.name in _ALIASES:
-        value = value.owner.operands[0]
-    return value
 
 
 def _tracked(value: Value) -> bool:
@@ -137,14 +133,14 @@ def accesses(op: Operation, state: ScopeState) -> list[Access]:
         for index, value in enumerate(op.operands):
             if not _tracked(value) or (index == 0 and op.name == "tile.atomic"):
                 continue
-            root = _root(value)
+            root = root_buffer(value)
             if index == 0:      # every primitive's first operand is the one it writes
                 out.append(Access(op, root, scope.active, scope.kind, True))
             if index > 0 or op.name in ("tile.gemm", "tile.gemm_async"):
                 out.append(Access(op, root, scope.active, scope.kind, False))
         return out
     if op.name in ("load", "store") and _tracked(op.operands[0]):
-        return [Access(op, _root(op.operands[0]), state.active, TeamKind.THREAD,
+        return [Access(op, root_buffer(op.operands[0]), state.active, TeamKind.THREAD,
                        op.name == "store")]
     return []
 
@@ -324,7 +320,7 @@ class _Walker:
             return self.release(op.operands[0], state.active, pending)
         if name == "mbarrier_wait":
             return self.acquire(op.operands[0], state.active, pending)
-        if name in _FLAG_OPS and _tracked(op.operands[0]) and _root(op.operands[0]) in self.flags:
+        if name in _FLAG_OPS and _tracked(op.operands[0]) and root_buffer(op.operands[0]) in self.flags:
             return self.flag(op, state, pending)
         if name in _LOOPS:
             return self.loop(op, state, pending)
@@ -411,7 +407,7 @@ class _Walker:
     def flag(self, op: Operation, state: ScopeState, pending: dict) -> dict:
         """A flag another thread spins on: its store releases what the storing threads did
         before, its loads (and atomics) acquire it, like an mbarrier's arrive and wait."""
-        flag = _root(op.operands[0])
+        flag = root_buffer(op.operands[0])
         if op.name != "store":
             pending = self.acquire(flag, state.active, pending)
         if op.name != "load":
@@ -512,7 +508,7 @@ def _flags(kernel: KernelIR) -> set[Value]:
             for inner in walk(op.regions[0]):
                 if inner.name in _FLAG_OPS and inner.name != "store" and \
                         _tracked(inner.operands[0]):
-                    flags.add(_root(inner.operands[0]))
+                    flags.add(root_buffer(inner.operands[0]))
     return flags
 
 

@@ -10,7 +10,6 @@ disk caches, and the compiler.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -158,8 +157,7 @@ class Kernel:
                 except LaunchError as err:
                     raise err.with_location(self._location(param)) from None
         arguments.check_devices(bound, target, name)
-        launch_options = _launch_options(options, target, name, self.simt)
-        launch_options = dataclasses.replace(launch_options, auto_sync=self.auto_sync)
+        launch_options = _launch_options(options, target, name, self.simt, self.auto_sync)
         debug = knobs.debug if self.debug is None else self.debug
         deps = find_dependencies(self.fn)
         watch = _dependency_watch(self.fn, deps)
@@ -305,8 +303,8 @@ def definition_location(fn: Callable, param: str | None = None) -> SourceLocatio
     return source.loc(source.node)
 
 
-def _launch_options(options: dict, target: str, kernel: str,
-                    kernel_simt: bool | None = None) -> LaunchOptions:
+def _launch_options(options: dict, target: str, kernel: str, kernel_simt: bool | None = None,
+                    auto_sync: bool = True) -> LaunchOptions:
     num_warps = options.get("num_warps")
     simt = options.get("simt")
     simt = (knobs.simt if kernel_simt is None else kernel_simt) if simt is None else simt
@@ -320,7 +318,8 @@ def _launch_options(options: dict, target: str, kernel: str,
     try:
         return LaunchOptions(num_warps=DEFAULT_NUM_WARPS if num_warps is None else num_warps,
                              cluster=DEFAULT_CLUSTER if cluster is None else tuple(cluster),
-                             target=target, arch=options.get("arch"), simt=simt)
+                             target=target, arch=options.get("arch"), simt=simt,
+                             auto_sync=auto_sync)
     except (TypeError, ValueError) as err:
         raise LaunchError(f"{kernel}: {err}") from None
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from tilejit.errors import CompilationError, LayoutError
+from tilejit.ir.storage import layout_reach, swizzle_period
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
 from tilejit.layout import ComposeLayout
 
@@ -45,11 +46,10 @@ class Storage:
 
     @classmethod
     def of(cls, reach: dict[str, tuple[int, int]]) -> Storage:
+        """The storage over ``reach`` (``ir.storage.layout_reach``: ``m`` starts at 0)."""
         axes, weight = [], 1
         for name in sorted(reach, key=lambda a: a != "m"):  # m innermost
             low, high = reach[name]
-            if name == "m":
-                low = min(low, 0)  # m coordinates are element offsets from the buffer's start
             axes.append((name, low, high, weight))
             weight *= high - low + 1
         return cls(tuple(axes))
@@ -66,20 +66,6 @@ class Storage:
     def weight(self, name: str) -> int:
         """0 for an axis the storage lacks (a view only ever places coordinate 0 there)."""
         return next((weight for axis, _, _, weight in self.axes if axis == name), 0)
-
-
-def _reach(tile) -> dict[str, tuple[int, int]]:
-    """Per axis the lowest and highest base coordinate ``tile`` places an element at."""
-    reach = {}
-    for it in tile.shard:
-        low, high = reach.get(it.axis.name, (0, 0))
-        step = (it.extent - 1) * it.stride
-        reach[it.axis.name] = (low + min(step, 0), high + max(step, 0))
-    for name, value in tile.offset.items():
-        low, high = reach.get(name, (0, 0))
-        reach[name] = (low + value, high + value)
-    reach.setdefault("m", (0, 0))
-    return reach
 
 
 @dataclass(frozen=True)
@@ -112,7 +98,7 @@ class Addressing:
         if tile.size() != math.prod(shape):
             raise CompilationError(f"layout {layout} has {tile.size()} elements, the buffer "
                                    f"shape {list(shape)} has {math.prod(shape)}")
-        reach = _reach(tile)
+        reach = layout_reach(tile)
         swizzle = None
         if isinstance(layout, ComposeLayout):
             swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
@@ -120,7 +106,7 @@ class Addressing:
                 raise CompilationError(f"the swizzled layout {layout} reaches "
                                        f"{_describe_reach(reach)}: a swizzle permutes "
                                        "non-negative memory offsets (axis m) only")
-            block = 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
+            block = swizzle_period(layout)
             reach["m"] = (0, -(-(reach["m"][1] + 1) // block) * block - 1)
         if storage is None:
             storage = Storage.of(reach)

@@ -149,6 +149,28 @@ def _check_atomic(op):
     return None
 
 
+def is_root_buffer(value) -> bool:
+    """A buffer with storage of its own: an ``alloc``, or a kernel argument (a global one)."""
+    owner = value.owner
+    if getattr(owner, "name", None) == "alloc":
+        return True
+    return not hasattr(owner, "name") and value.type.scope is MemScope.GLOBAL
+
+
+def _check_flat(op):
+    """load_at, store_at, atomic_at, atomic_cas_at: a root buffer, values of its element
+    type, one integer offset."""
+    buf, *values, _ = op.operands
+    if not is_root_buffer(buf):
+        return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
+    for value in values:
+        if value.type != buf.type.dtype:
+            return f"{op.name} operand is {value.type}, buffer holds {buf.type.dtype}"
+    if op.name.startswith("atomic") and buf.type.dtype.is_bool:
+        return f"{op.name} on bool elements is not supported"
+    return None
+
+
 def _check_barrier_count(op):
     return None if op.attrs["count"] > 0 else "alloc_barrier needs a positive count"
 
@@ -242,6 +264,19 @@ register("atomic", MEMORY, "buf:memory value:scalar *indices:int",
 register("atomic_cas", MEMORY, "buf:memory compare:scalar value:scalar *indices:int",
          ATOMIC_ATTRS, _element_type, check=_check_atomic,
          doc="compare-and-swap: stores value where the element equals compare; the old value")
+
+# Flat accesses (the lower-addresses pass makes them; docs/lowering.md "Address lowering"):
+# the element at ``offset`` elements from the start of a root buffer's storage -- a kernel
+# argument's data pointer, or an alloc's storage -- with the index arithmetic already in IR.
+register("load_at", MEMORY, "buf:buffer offset:int", results=_element_type, check=_check_flat)
+register("store_at", MEMORY, "buf:buffer value:scalar offset:int", results=fixed(),
+         check=_check_flat)
+register("atomic_at", MEMORY, "buf:buffer value:scalar offset:int",
+         {"op": Attr(Choice(*ATOMIC_OPS)), **ATOMIC_ATTRS}, _element_type, check=_check_flat)
+register("atomic_cas_at", MEMORY, "buf:buffer compare:scalar value:scalar offset:int",
+         ATOMIC_ATTRS, _element_type, check=_check_flat,
+         doc="compare-and-swap at a flat offset: stores value where the element equals "
+             "compare; the old value")
 
 register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
          same_as(0))

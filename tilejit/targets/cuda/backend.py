@@ -1,16 +1,20 @@
-"""The CUDA target's backend object: Hopper's capabilities; code generation comes later.
+"""The CUDA target's backend object: Hopper's capabilities; per-thread IR printed as CUDA C++
+(emit.py), compiled by NVRTC (nvrtc.py), launched through the driver API (module.py).
 
-Until it exists, compiling for ``cuda`` raises the CompilationError of :class:`Placeholder`.
+Compiling needs only NVRTC (no GPU, no driver): the stages are ``cuda`` (the printed
+source), ``ptx`` and ``cubin``, and the metadata carries the CUBIN's resource usage.
+Loading makes a module that touches the driver on its first launch (docs/cuda.md).
 """
 from __future__ import annotations
 
 import sys
 
+from tilejit.errors import CompilationError
 from tilejit.passes.dispatch import PER_THREAD
 
-from ..backend import Capabilities, Placeholder, register_backend
+from ..backend import Backend, Capabilities, register_backend
 
-__all__ = ["BACKEND", "CudaBackend", "HOPPER"]
+__all__ = ["BACKEND", "CudaBackend", "DEFAULT_ARCH", "HOPPER", "default_arch"]
 
 # H100 / H200 (sm_90a, the first-class arch): 228 KiB of shared memory per SM, of which one
 # CTA may use 227 KiB (the opt-in maximum); 64K 32-bit registers per SM, at most 255 per
@@ -26,9 +30,19 @@ HOPPER = Capabilities(
     tensor_core_shapes={"mma": ((16, 8, 16),),
                         "wgmma": tuple((64, n, 16) for n in range(8, 257, 8))},
 )
+DEFAULT_ARCH = "sm_90a"   # without a GPU to ask: the first-class arch
 
 
-class CudaBackend(Placeholder):
+def default_arch() -> str:
+    """The current GPU's arch when torch sees one, else :data:`DEFAULT_ARCH`."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        from .nvrtc import arch_for_capability
+        return arch_for_capability(*torch.cuda.get_device_capability())
+    return DEFAULT_ARCH
+
+
+class CudaBackend(Backend):
     name = "cuda"
     device = "cuda"
     text_stages = ("cuda", "ptx")
@@ -41,6 +55,39 @@ class CudaBackend(Placeholder):
             return None
         major, minor = torch.cuda.get_device_capability()
         return f"{torch.cuda.get_device_name()}:sm_{major}{minor}"
+
+    def arch_id(self, arch: str | None) -> str:
+        return arch or default_arch()
+
+    def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
+        from .emit import print_cuda
+        from .nvrtc import compile_cuda, parse_arch
+        arch = self.arch_id(lowered.attrs.get("arch"))
+        if parse_arch(arch)[0] != "sm":
+            raise CompilationError(f"the cuda target compiles to a CUBIN: pass an sm_XX arch, "
+                                   f"not {arch!r}")
+        source, entry = print_cuda(lowered, arch, debug)
+        options = ("-lineinfo",) if debug else ()
+        program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options)
+        usage = program.resources().get(entry)
+        files = {"cuda": source.encode(), "ptx": program.ptx.encode(), "cubin": program.cubin}
+        meta = {
+            "entry": entry, "cuda_arch": arch, "threads": 32 * lowered.attrs["num_warps"],
+            "registers": usage.registers if usage else None,
+            "spill_bytes": ((usage.spill_store_bytes or 0) + (usage.spill_load_bytes or 0))
+            if usage else None,
+            "static_shared_bytes": usage.shared_bytes if usage else None,
+            "stack_frame_bytes": usage.stack_frame_bytes if usage else None,
+        }
+        return files, meta
+
+    def load(self, files: dict[str, bytes], meta: dict):
+        from .module import CudaKernelModule
+        return CudaKernelModule(files["cubin"], meta["entry"], meta["threads"],
+                                meta.get("shared_bytes") or 0, meta["cuda_arch"])
+
+    def launchers(self, module):
+        return module.launch, module.launch_on_stream
 
 
 BACKEND = register_backend(CudaBackend())

@@ -1,0 +1,439 @@
+"""Print tilejit's per-thread IR as CUDA C++ (docs/cuda.md).
+
+A per-thread kernel (``distribution = "per_thread"``, after ``lower-addresses``) is ordinary
+SIMT code: scalar ops, structured control flow, flat accesses ``load_at(%buf, %offset)`` on
+root buffers, barriers and shuffles. The printer is a table from op to text: every SSA
+value becomes a ``const`` local (constants are inlined), ``for``/``if``/``while`` become C
+statements whose carried values are mutable locals, and each op's semantics are the CPU
+target's (``tilejit/targets/cpu/emit_native.py``), through the helpers of
+``emit_prelude``. Types, literals and scalar ops live in ``emit_scalar``; synchronization,
+atomics, printing and intrinsics in ``emit_sync``.
+
+Unsupported IR is a :class:`CompilationError` at the op's source location.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tilejit.errors import CompilationError, ScopeError
+from tilejit.ir.core import Block, KernelIR, Operation, Value
+from tilejit.ir.scope import ActiveSet
+from tilejit.ir.storage import layout_reach, storage_elements
+from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
+from tilejit.layout import ComposeLayout
+
+from . import emit_scalar
+from .emit_prelude import FP8_PRELUDE, PRELUDE
+from .emit_scalar import C_TYPES, literal, storage_type, value_type
+
+__all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
+
+# ------------------------------------------------------------------------------ liveness
+# Ops without side effects: printed only when a printed op uses their results.
+PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
+                  "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
+                  "alloc_barrier", "warp_shuffle", "elect_sync"})
+
+
+def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:
+    """ids of the ops to print: those with effects, and what they use, transitively
+    (``bounds_check`` only with ``checks``)."""
+    ops = list(kernel.walk())
+    pure = PURE if checks else PURE | {"bounds_check"}
+    live: set[int] = set()
+    work = [op for op in ops if op.name not in pure]
+    while work:
+        op = work.pop()
+        if id(op) in live:
+            continue
+        live.add(id(op))
+        for value in op.operands:
+            if isinstance(value.owner, Operation):
+                work.append(value.owner)
+    return live
+
+
+_C_KEYWORDS = frozenset("""auto bool break case char const continue default do double else enum
+extern float for goto if inline int long register restrict return short signed sizeof static
+struct switch typedef union unsigned void volatile while class namespace new delete this
+template typename true false operator private public protected virtual friend using asm
+threadIdx blockIdx blockDim gridDim warpSize main printf memcpy min max abs exp log sqrt fabs
+fabsf expf exp2 exp2f logf log2 log2f sqrtf sin sinf cos cosf floor floorf ceil ceilf tanh erf
+pow powf fmax fmin fmod copysign signbit half float2 float4 int2 int4 dim3""".split())
+
+
+@dataclass
+class Frame:
+    """What the printer knows at a point: the active threads (None: unknown here)."""
+
+    active: ActiveSet | None
+
+
+@dataclass
+class CudaPrinter:
+    kernel: KernelIR
+    arch: str
+    debug: bool = False   # print bounds checks (a failed one prints the access and traps)
+    lines: list[str] = field(default_factory=list)
+    names: dict[Value, str] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    depth: int = 1
+    counter: int = 0
+    line_no: int | None = None
+    uses_shared: bool = False
+    uses_fp8: bool = False
+    frames: list[Frame] = field(default_factory=list)
+    entry: str = ""
+    refusals: dict[Value, str] = field(default_factory=dict)  # buffer -> why it can't be used
+
+    def __post_init__(self):
+        self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
+        self.live = live_ops(self.kernel, self.debug)
+        self.num_warps = self.kernel.attrs["num_warps"]
+        self.frames.append(Frame(ActiveSet.entry(self.num_warps)))
+        self.taken |= _C_KEYWORDS
+
+    # ---------------------------------------------------------------- names and text
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint or "")
+        if not base or base[0].isdigit() or base.startswith(("tj_", "__")) or base == "_":
+            self.counter += 1
+            base = f"v{self.counter}" if not base or base.isdigit() else f"v{base}"
+        name, n = base, 0
+        while name in self.taken:
+            n += 1
+            name = f"{base}_{n}"
+        self.taken.add(name)
+        return name
+
+    def __getitem__(self, value: Value) -> str:
+        """The C expression of an IR value."""
+        try:
+            return self.names[value]
+        except KeyError:
+            raise CompilationError(f"internal: the cuda printer has no value for {value!r}") \
+                from None
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.depth + text)
+
+    def define(self, value: Value, expr: str, hint_from: Value | None = None) -> str:
+        name = self.fresh((hint_from or value).name_hint)
+        self.emit(f"const {value_type(value.type)} {name} = {expr};")
+        self.names[value] = name
+        return name
+
+    def declare(self, value: Value, init: str | None = None, hint: str = "") -> str:
+        """A mutable local for a carried value (loop iter args, if/while results)."""
+        name = self.fresh(hint or value.name_hint)
+        self.emit(f"{value_type(value.type)} {name}" + (f" = {init};" if init else ";"))
+        self.names[value] = name
+        return name
+
+    def assign(self, targets: list[str], exprs: list[str]) -> None:
+        """``targets = exprs`` as one parallel assignment (a loop may swap its carries)."""
+        pairs = [(t, e) for t, e in zip(targets, exprs) if t != e]
+        clash = any(e in targets for _, e in pairs)
+        if clash:
+            temps = []
+            for t, e in pairs:
+                temp = self.fresh(f"{t}_next")
+                self.emit(f"const auto {temp} = {e};")
+                temps.append((t, temp))
+            pairs = temps
+        for t, e in pairs:
+            self.emit(f"{t} = {e};")
+
+    @property
+    def active(self) -> ActiveSet | None:
+        return self.frames[-1].active
+
+    def lane_mask(self) -> str:
+        """The lanes of this warp that execute here, for *_sync intrinsics."""
+        active = self.active
+        if active is None or active.elected:
+            return "__activemask()"
+        lo, hi = active.lanes
+        return f"{((1 << hi) - 1) & ~((1 << lo) - 1):#010x}u"
+
+    # ---------------------------------------------------------------- walking
+    def block(self, block: Block) -> list[str]:
+        """Print ``block``'s ops; the C expressions its terminator passes on."""
+        for op in block.ops:
+            if op.opdef.terminator:
+                return [self[v] for v in op.operands[op.opdef.yields_from:]] \
+                    if op.name != "condition" else [self[v] for v in op.operands]
+            if id(op) in self.live:
+                self.op(op)
+        return []
+
+    def op(self, op: Operation) -> None:
+        handler = HANDLERS.get(op.name)
+        if handler is None:
+            raise CompilationError(f"the cuda target cannot print '{op.name}' ops yet", op.loc)
+        if op.loc.line and op.loc.line != self.line_no and op.loc.file == self.kernel.loc.file:
+            self.line_no = op.loc.line
+            self.emit(f"// line {op.loc.line}")
+        try:
+            handler(self, op)
+        except CompilationError as err:
+            raise err.with_location(op.loc) from None
+
+    # ---------------------------------------------------------------- the kernel
+    def parameters(self) -> list[str]:
+        params = []
+        for value, pname in zip(self.kernel.params, self.kernel.param_names):
+            t = value.type
+            name = self.fresh(pname)
+            self.names[value] = name
+            if isinstance(t, BufferType):
+                self.uses_fp8 |= t.dtype in (f8e4m3, f8e5m2)
+                params.append(f"{storage_type(t.dtype)}* __restrict__ {name}")
+                for kind in ("shape", "stride"):
+                    for d in range(t.rank):
+                        self.taken.add(f"{name}_{kind}{d}")
+                        params.append(f"long long {name}_{kind}{d}")
+            elif isinstance(t, ScalarType):
+                self.uses_fp8 |= t in (f8e4m3, f8e5m2)
+                params.append(f"{C_TYPES[t]} {name}")
+            else:
+                raise CompilationError(f"the cuda target cannot take a parameter of type {t}",
+                                       self.kernel.loc)
+        return params
+
+    def print(self) -> str:
+        k = self.kernel
+        threads = 32 * self.num_warps
+        name = self.entry = self.fresh(k.name)
+        params = self.parameters()
+        self.block(k.body)
+        body = self.lines
+        if self.uses_shared:
+            body = ["  extern __shared__ __align__(1024) unsigned char tj_smem[];", *body]
+        head = (f'extern "C" __global__ void __launch_bounds__({threads}) {name}(\n    '
+                + ",\n    ".join(params) + ") {")
+        prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "")
+        source = f"// {k.name}: printed by tilejit for {self.arch} from {k.loc}"
+        return "\n".join([source, prelude, head, *body, "}", ""])
+
+
+def print_cuda(kernel: KernelIR, arch: str = "sm_90a", debug: bool = False) -> tuple[str, str]:
+    """(CUDA C++ source, entry name) of a per-thread kernel; ``debug`` prints its
+    ``bounds_check`` ops."""
+    printer = CudaPrinter(kernel, arch, debug)
+    text = printer.print()
+    return text, printer.entry
+
+
+# ------------------------------------------------------------------------------ memory
+def _root_buffer_name(p: CudaPrinter, op: Operation, buf: Value) -> str:
+    if buf in p.refusals:
+        raise CompilationError(p.refusals[buf], op.loc)
+    return p[buf]
+
+
+def print_alloc(p: CudaPrinter, op: Operation) -> None:
+    scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], op.attrs["shape"]
+    layout, buf = op.attrs["layout"], op.result
+    over_threads = layout is not None and _thread_axes(layout)
+    p.uses_fp8 |= dtype in (f8e4m3, f8e5m2)
+    if scope is MemScope.SHARED:
+        if op.attrs["offset"] is None:
+            raise CompilationError("a shared buffer without a planned offset reached the cuda "
+                                   "printer (the plan-shared-memory pass places them)")
+        p.uses_shared = True
+        name = p.fresh(buf.name_hint or "smem")
+        ctype = storage_type(dtype)
+        p.emit(f"{ctype}* const {name} = reinterpret_cast<{ctype}*>(tj_smem + "
+               f"{op.attrs['offset']});")
+        p.names[buf] = name
+    elif scope is MemScope.FRAGMENT and over_threads:
+        p.refusals[buf] = (f"register fragments laid out over threads are not supported by "
+                           f"the cuda target yet (the fragment allocated at line {op.loc.line}"
+                           f", layout {layout})")
+        p.names[buf] = "<fragment>"
+    elif scope is MemScope.LOCAL and not over_threads:
+        name = p.fresh(buf.name_hint or "local")
+        p.emit(f"{storage_type(dtype)} {name}[{storage_elements(shape, layout)}];")
+        p.names[buf] = name
+    else:
+        what = "laid out over threads" if over_threads else "without a thread layout"
+        raise CompilationError(f"a {scope} buffer {what} cannot be printed by the cuda target "
+                               "(a per-thread kernel keeps shared buffers, per-thread locals "
+                               "and fragments laid out over threads)")
+
+
+def _thread_axes(layout) -> bool:
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    return any(axis != "m" for axis in layout_reach(tile))
+
+
+def element(p: CudaPrinter, op: Operation) -> str:
+    """``buf[offset]`` of a flat access (operand 0 the buffer, the last the offset)."""
+    return f"{_root_buffer_name(p, op, op.operands[0])}[{p[op.operands[-1]]}]"
+
+
+def print_load_at(p: CudaPrinter, op: Operation) -> None:
+    ref = element(p, op)
+    p.define(op.result, f"tj_bool({ref})" if op.result.type == i1 else ref)
+
+
+def print_store_at(p: CudaPrinter, op: Operation) -> None:
+    value = op.operands[1]
+    text = f"(unsigned char){p[value]}" if value.type == i1 else p[value]
+    p.emit(f"{element(p, op)} = {text};")
+
+
+def print_bounds_check(p: CudaPrinter, op: Operation) -> None:
+    """In debug builds: a failed check prints the access, indices and extents, and traps
+    (the CPU compares unsigned too: a negative index fails)."""
+    rank = len(op.operands) // 2
+    indices, extents = op.operands[:rank], op.operands[rank:]
+    ok = " && ".join(f"(unsigned long long){p[i]} < (unsigned long long){p[e]}"
+                     for i, e in zip(indices, extents)) or "true"
+    where = f"{op.loc.file}:{op.loc.line}".replace("%", "%%")
+    dims = ", ".join(["%lld"] * rank)
+    values = ", ".join(f"(long long){p[v]}" for v in (*indices, *extents))
+    message = (f"{where}: {op.attrs['access']} of {op.attrs['scope']} buffer "
+               f"{op.attrs['buffer']} out of bounds: index [{dims}], shape [{dims}]\n")
+    p.emit(f"if (!({ok})) {{")
+    p.emit(f"  printf({_c_string(message)}, {values});")
+    p.emit("  __trap();")
+    p.emit("}")
+
+
+def print_unflattened(p: CudaPrinter, op: Operation) -> None:
+    buf = op.operands[0]
+    root = buf
+    while isinstance(root.owner, Operation) and root.owner.name in ("view", "region"):
+        root = root.owner.operands[0]
+    if root in p.refusals:
+        raise CompilationError(p.refusals[root], op.loc)
+    raise CompilationError(f"'{op.name}' with indices reached the cuda printer: accesses of "
+                           f"buffers, regions and views must be flat (load_at/store_at, made "
+                           f"by the lower-addresses pass)", op.loc)
+
+
+def print_view_or_region(p: CudaPrinter, op: Operation) -> None:
+    raise CompilationError(f"a '{op.name}' is still used when the cuda printer runs: the "
+                           "lower-addresses pass turns its accesses into flat ones", op.loc)
+
+
+def print_buffer_fact(p: CudaPrinter, op: Operation) -> None:
+    buf, dim = op.operands[0], op.attrs["dim"]
+    t = buf.type
+    if isinstance(t, RegionType) or not isinstance(t, BufferType):
+        raise CompilationError(f"{op.name} of a {type(t).__name__} is not supported by the "
+                               "cuda target")
+    kind = "shape" if op.name == "buffer_dim" else "stride"
+    static = t.shape[dim] if kind == "shape" else (t.strides[dim] if t.strides else None)
+    if static is None and t.scope is not MemScope.GLOBAL:
+        if kind == "stride" and t.layout is None:
+            static = math.prod(t.shape[dim + 1:])
+        else:
+            raise CompilationError(f"{op.name} of an on-chip buffer laid out by {t.layout} "
+                                   "is not supported by the cuda target")
+    if static is not None:
+        p.names[op.result] = literal(static, i64)
+    else:
+        p.names[op.result] = f"{_root_buffer_name(p, op, buf)}_{kind}{dim}"
+
+
+# ------------------------------------------------------------------------------ control
+def print_for(p: CudaPrinter, op: Operation) -> None:
+    lb, ub, step, *inits = op.operands
+    body = op.regions[0]
+    iv, *iters = body.args
+    carried = [p.declare(arg, p[init], hint=res.name_hint or arg.name_hint)
+               for arg, init, res in zip(iters, inits, op.results)]
+    t = lb.type
+    iv_name = p.fresh(iv.name_hint or "i")
+    p.names[iv] = iv_name
+    step_value = step.owner.attrs["value"] if isinstance(step.owner, Operation) \
+        and step.owner.name == "const" else None
+    if step_value is not None or t.kind != "int":
+        cond = f"{iv_name} {'>' if step_value is not None and step_value < 0 else '<'} {p[ub]}"
+    else:   # Python's range: downward for a negative step
+        cond = f"({p[step]} > 0 ? {iv_name} < {p[ub]} : {iv_name} > {p[ub]})"
+    if op.attrs["unroll"] is not None:
+        p.emit(f"#pragma unroll {op.attrs['unroll']}")
+    p.emit(f"for ({C_TYPES[t]} {iv_name} = {p[lb]}; {cond}; {iv_name} += {p[step]}) {{")
+    p.depth += 1
+    yielded = p.block(body)
+    p.assign(carried, yielded)
+    p.depth -= 1
+    p.emit("}")
+    for result, name in zip(op.results, carried):
+        p.names[result] = name
+
+
+def _branch_frames(p: CudaPrinter, op: Operation) -> tuple[Frame, Frame]:
+    spec, active = op.attrs["filter"], p.active
+    if spec is None or active is None:
+        return Frame(active), Frame(active)
+
+    def narrowed(how) -> Frame:
+        try:
+            return Frame(how(spec.axis, spec.lo, spec.hi))
+        except ScopeError:
+            return Frame(None)
+    return narrowed(active.narrow), narrowed(active.complement)
+
+
+def print_if(p: CudaPrinter, op: Operation) -> None:
+    results = [p.declare(r, hint=r.name_hint) for r in op.results]
+    then_frame, else_frame = _branch_frames(p, op)
+    p.emit(f"if ({p[op.operands[0]]}) {{")
+    for index, (region, frame) in enumerate(zip(op.regions, (then_frame, else_frame))):
+        if index == 1:
+            if not results and all(o.opdef.terminator or id(o) not in p.live for o in region.ops):
+                break
+            p.emit("} else {")
+        p.depth += 1
+        p.frames.append(frame)
+        p.assign(results, p.block(region))
+        p.frames.pop()
+        p.depth -= 1
+    p.emit("}")
+
+
+def print_while(p: CudaPrinter, op: Operation) -> None:
+    before, after = op.regions
+    args = [p.declare(a, p[init]) for a, init in zip(before.args, op.operands)]
+    results = [p.declare(r, hint=r.name_hint) for r in op.results]
+    p.emit("while (true) {")
+    p.depth += 1
+    cond, *values = p.block(before)
+    p.assign(results, values)
+    p.emit(f"if (!({cond})) break;")
+    for arg, name in zip(after.args, results):
+        p.names[arg] = name
+    p.assign(args, p.block(after))
+    p.depth -= 1
+    p.emit("}")
+
+
+def print_team(p: CudaPrinter, op: Operation) -> None:
+    # A scope region: its body runs in place; its results are what it yields.
+    for result, expr in zip(op.results, p.block(op.regions[0])):
+        p.names[result] = expr
+
+
+HANDLERS: dict[str, Callable[[CudaPrinter, Operation], None]] = {
+    **emit_scalar.HANDLERS,
+    "alloc": print_alloc, "load_at": print_load_at, "store_at": print_store_at,
+    "load": print_unflattened, "store": print_unflattened, "atomic": print_unflattened,
+    "atomic_cas": print_unflattened, "view": print_view_or_region,
+    "region": print_view_or_region, "buffer_dim": print_buffer_fact,
+    "bounds_check": print_bounds_check,
+    "buffer_stride": print_buffer_fact, "for": print_for, "if": print_if,
+    "while": print_while, "team": print_team,
+}
+
+from . import emit_sync  # noqa: E402  (registers its handlers into HANDLERS)
+from .emit_sync import c_string as _c_string  # noqa: E402
+
+HANDLERS.update(emit_sync.HANDLERS)

@@ -1,0 +1,259 @@
+"""The cuda printer's scalars: C types, literals and the scalar ops (emit.py prints the
+rest). Each op computes what the CPU target computes (``tilejit/targets/cpu/
+emit_native.py``), through the prelude's helpers where C does not (``emit_prelude``)."""
+from __future__ import annotations
+
+import math
+import struct
+from typing import TYPE_CHECKING
+
+import numpy
+
+from tilejit.errors import CompilationError
+from tilejit.ir.core import Operation, Value
+from tilejit.ir.types import (BarrierType, BufferType, ScalarType, bf16, f8e4m3, f8e5m2, f16,
+                              f32, f64, i1, i8, i16, i32, i64, u8, u16, u32, u64)
+
+if TYPE_CHECKING:
+    from .emit import CudaPrinter
+
+__all__ = ["C_TYPES", "HANDLERS", "NARROW_FLOATS", "cast_expr", "literal", "narrow",
+           "storage_type", "value_type", "wide"]
+
+C_TYPES: dict[ScalarType, str] = {
+    i1: "bool", i8: "signed char", i16: "short", i32: "int", i64: "long long",
+    u8: "unsigned char", u16: "unsigned short", u32: "unsigned int", u64: "unsigned long long",
+    f16: "__half", bf16: "__nv_bfloat16", f32: "float", f64: "double",
+    f8e4m3: "__nv_fp8_e4m3", f8e5m2: "__nv_fp8_e5m2",
+}
+NARROW_FLOATS = (f16, bf16, f8e4m3, f8e5m2)   # computed in f32, rounded once per op
+_NARROW = {f16: "__float2half_rn", bf16: "__float2bfloat16_rn", f8e4m3: "tj_to_e4m3",
+           f8e5m2: "tj_to_e5m2"}
+
+
+def storage_type(t: ScalarType) -> str:
+    """The C type of a buffer element: a bool is a byte, as on the CPU and in torch."""
+    return "unsigned char" if t == i1 else C_TYPES[t]
+
+
+def value_type(t) -> str:
+    """The C type of an SSA value: a scalar, or a pointer for a buffer or barriers carried
+    through control flow (a double buffer swapped by a loop)."""
+    if isinstance(t, ScalarType):
+        return C_TYPES[t]
+    if isinstance(t, BufferType):
+        return storage_type(t.dtype) + "*"
+    if isinstance(t, BarrierType):
+        return "unsigned long long*"
+    raise CompilationError(f"the cuda target cannot hold a value of type {t}")
+
+
+def compute_type(t: ScalarType) -> ScalarType:
+    return f32 if t in NARROW_FLOATS else t
+
+
+# ------------------------------------------------------------------------------ literals
+def _float_literal(value: float, t: ScalarType) -> str:
+    if t == f64:
+        if math.isfinite(value):
+            return repr(float(value))
+        bits = struct.unpack("<q", struct.pack("<d", value))[0]
+        return f"__longlong_as_double({bits}LL)"
+    with numpy.errstate(over="ignore"):
+        v32 = float(numpy.float32(value))   # as LLVM rounds the CPU's f32 constants
+    if t == f16:
+        v32 = struct.unpack("<e", struct.pack("<e", value))[0] if abs(value) < 65520 \
+            else math.copysign(math.inf, value)
+    if math.isfinite(v32):
+        text = repr(v32)
+        text = text if ("e" in text or "." in text) else text + ".0"
+        f32_text = f"{text}f"
+    else:
+        bits = struct.unpack("<I", struct.pack("<f", v32))[0]
+        f32_text = f"__int_as_float({bits:#010x})"
+    return f32_text if t == f32 else f"{_NARROW[t]}({f32_text})"
+
+
+def literal(value, t: ScalarType) -> str:
+    """A constant of type ``t`` as C (the CPU's ``types.constant`` rounding)."""
+    if t == i1:
+        return "true" if value else "false"
+    if t.is_float:
+        return _float_literal(float(value), t)
+    value = int(value) & ((1 << t.bits) - 1)
+    if t.is_signed and value >= 1 << (t.bits - 1):
+        value -= 1 << t.bits
+    if t.bits == 64:
+        if t.is_signed and value == -(1 << 63):
+            return "(-9223372036854775807LL - 1)"
+        text = f"{value}LL" if t.is_signed else f"{value}ULL"
+    elif t == i32 and value == -(1 << 31):
+        text = "(-2147483647 - 1)"
+    elif t == u32:
+        text = f"{value}u"
+    else:
+        text = str(value)
+        if t.bits < 32:
+            return f"({C_TYPES[t]}){text}" if value >= 0 else f"({C_TYPES[t]})({text})"
+    return f"({text})" if text.startswith("-") else text
+
+
+# ------------------------------------------------------------------------------ scalars
+def wide(p: CudaPrinter, value: Value) -> str:
+    """``value`` in its compute type (f16, bf16 and fp8 widen to f32)."""
+    return f"tj_f32({p[value]})" if value.type in NARROW_FLOATS else p[value]
+
+
+def narrow(expr: str, t: ScalarType) -> str:
+    return f"{_NARROW[t]}({expr})" if t in NARROW_FLOATS else expr
+
+
+FLOAT_BINARY = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
+    "floordiv": "tj_ffloordiv({a}, {b})", "mod": "tj_fmod({a}, {b})",
+    "max": "tj_maximum({a}, {b})", "min": "tj_minimum({a}, {b})",
+    "pow": "{pow}({a}, {b})",
+}
+INT_BINARY = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "tj_div({a}, {b})",
+    "floordiv": "tj_floordiv({a}, {b})", "mod": "tj_mod({a}, {b})",
+    "max": "tj_max({a}, {b})", "min": "tj_min({a}, {b})",
+    "and": "{a} & {b}", "or": "{a} | {b}", "xor": "{a} ^ {b}",
+    "shl": "tj_shl<{bits}>({a}, {b})", "shr": "tj_shr<{bits}>({a}, {b})",
+}
+# numpy's bool arithmetic: add/max are or, mul/div/min are and, sub wraps (xor).
+BOOL_BINARY = {"add": "{a} | {b}", "max": "{a} | {b}", "mul": "{a} & {b}",
+               "div": "{a} & {b}", "min": "{a} & {b}", "sub": "{a} ^ {b}"}
+
+
+def print_binary(p: CudaPrinter, op: Operation) -> None:
+    t, name = op.result.type, op.attrs["op"]
+    lhs, rhs = op.operands
+    if t.is_float:
+        expr = FLOAT_BINARY[name].format(a=wide(p, lhs), b=wide(p, rhs),
+                                         pow="pow" if t == f64 else "powf")
+        p.define(op.result, narrow(expr, t))
+        return
+    a, b = p[lhs], p[rhs]
+    if t == i1 and name in BOOL_BINARY:
+        expr = f"bool({BOOL_BINARY[name].format(a=a, b=b)})"
+    elif t.bits < 32 and name in ("add", "sub", "mul"):
+        # Narrow ints promote to int, where u16 * u16 could overflow: compute unsigned.
+        operator = {"add": "+", "sub": "-", "mul": "*"}[name]
+        expr = f"({C_TYPES[t]})((unsigned){a} {operator} (unsigned){b})"
+    else:
+        expr = INT_BINARY[name].format(a=a, b=b, bits=t.bits)
+        if t.bits < 32 and name in ("and", "or", "xor"):
+            expr = f"({C_TYPES[t]})({expr})"
+    p.define(op.result, expr)
+
+
+CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def print_cmp(p: CudaPrinter, op: Operation) -> None:
+    # C's float comparisons are ordered, except != (true for NaN): the CPU's predicates.
+    a, b = (wide(p, v) for v in op.operands)
+    p.define(op.result, f"{a} {CMP[op.attrs['pred']]} {b}")
+
+
+# name -> (f32 function, f64 function); tanh, sigmoid and erf of an f32 are computed in
+# f64 and rounded once, as the CPU does.
+FLOAT_UNARY = {
+    "neg": ("-{x}", "-{x}"), "abs": ("fabsf({x})", "fabs({x})"),
+    "exp": ("expf({x})", "exp({x})"), "exp2": ("exp2f({x})", "exp2({x})"),
+    "log": ("logf({x})", "log({x})"), "log2": ("log2f({x})", "log2({x})"),
+    "sqrt": ("sqrtf({x})", "sqrt({x})"), "rsqrt": ("1.0f / sqrtf({x})", "1.0 / sqrt({x})"),
+    "sin": ("sinf({x})", "sin({x})"), "cos": ("cosf({x})", "cos({x})"),
+    "floor": ("floorf({x})", "floor({x})"), "ceil": ("ceilf({x})", "ceil({x})"),
+    "tanh": ("(float)tanh((double){x})", "tanh({x})"),
+    "sigmoid": ("tj_sigmoid((double){x})", "tj_sigmoid64({x})"),
+    "erf": ("(float)erf((double){x})", "erf({x})"),
+}
+
+
+def print_unary(p: CudaPrinter, op: Operation) -> None:
+    t, name, (x,) = op.result.type, op.attrs["op"], op.operands
+    if t.is_float:
+        f32_form, f64_form = FLOAT_UNARY[name]
+        p.define(op.result, narrow((f64_form if t == f64 else f32_form).format(x=wide(p, x)), t))
+    elif name == "not":
+        p.define(op.result, f"!{p[x]}" if t == i1 else f"({C_TYPES[t]})~{p[x]}")
+    elif name == "neg":
+        p.define(op.result, f"({C_TYPES[t]})(0 - {p[x]})" if t != i1 else p[x])
+    elif name == "abs":
+        p.define(op.result, f"{p[x]} < 0 ? ({C_TYPES[t]})(0 - {p[x]}) : {p[x]}"
+                 if t.kind == "int" else p[x])
+    else:
+        raise CompilationError(f"unary '{name}' needs a float operand, got {t}")
+
+
+def print_select(p: CudaPrinter, op: Operation) -> None:
+    cond, a, b = (p[v] for v in op.operands)
+    p.define(op.result, f"{cond} ? {a} : {b}")
+
+
+# Saturating float -> int conversions (cvt.rzi: clamps to the range, NaN -> 0).
+_F2I = {i32: "__{s}2int_rz", u32: "__{s}2uint_rz", i64: "__{s}2ll_rz", u64: "__{s}2ull_rz"}
+
+
+def cast_expr(p: CudaPrinter, x: Value, dst: ScalarType) -> str:
+    src = x.type
+    if src == dst:
+        return p[x]
+    if dst == i1:
+        return f"{wide(p, x)} != 0"   # NaN != 0 holds: an unordered compare, as on the CPU
+    if src.is_float and dst.is_float:
+        value = wide(p, x)
+        if dst in NARROW_FLOATS:
+            return narrow(value, dst)
+        return f"({C_TYPES[dst]}){value}"
+    if src.is_float:   # -> an integer, saturating
+        s = "double" if src == f64 else "float"
+        value = wide(p, x)
+        if dst in _F2I:
+            return f"{_F2I[dst].format(s=s)}({value})"
+        if dst.kind == "int":
+            lo, hi = -(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1
+            return f"({C_TYPES[dst]})tj_clamp(__{s}2int_rz({value}), {lo}, {hi})"
+        return f"({C_TYPES[dst]})tj_uclamp(__{s}2uint_rz({value}), {(1 << dst.bits) - 1}u)"
+    if dst.is_float:   # int -> float: to the compute type, then rounded into dst
+        wide_type = compute_type(dst)
+        return narrow(f"({C_TYPES[wide_type]}){p[x]}", dst)
+    return f"({C_TYPES[dst]}){p[x]}"   # truncation, sign or zero extension (bool: 0/1)
+
+
+def print_cast(p: CudaPrinter, op: Operation) -> None:
+    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
+    p.define(op.result, cast_expr(p, op.operands[0], op.result.type))
+
+
+def print_const(p: CudaPrinter, op: Operation) -> None:
+    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
+    p.names[op.result] = literal(op.attrs["value"], op.result.type)
+
+
+_DIMS = "xyz"
+THREAD_INDEX = {
+    "cta_id": "(int)blockIdx.{d}", "num_ctas": "(int)gridDim.{d}",
+    "lane_id": "(int)(threadIdx.x & 31)", "thread_id": "(int)threadIdx.x",
+    "warp_id": "(int)(threadIdx.x >> 5)", "warp_id_in_wg": "(int)((threadIdx.x >> 5) & 3)",
+    "warpgroup_id": "(int)(threadIdx.x >> 7)",
+    "cta_id_in_cluster": "(int)(blockIdx.{d} % {cluster}u)",
+}
+
+
+def print_thread_index(p: CudaPrinter, op: Operation) -> None:
+    kind, dim = op.attrs["kind"], op.attrs["dim"]
+    if kind == "num_threads":
+        p.names[op.result] = str(32 * p.num_warps)
+        return
+    cluster = p.kernel.attrs["cluster"][dim]
+    p.define(op.result, THREAD_INDEX[kind].format(d=_DIMS[dim], cluster=cluster),
+             hint_from=op.result if op.result.name_hint else None)
+
+
+HANDLERS = {
+    "const": print_const, "binary": print_binary, "cmp": print_cmp, "unary": print_unary,
+    "select": print_select, "cast": print_cast, "thread_index": print_thread_index,
+}

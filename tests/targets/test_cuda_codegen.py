@@ -446,6 +446,11 @@ def test_fragments_over_threads_are_refused_at_their_access():
     ("""
       %v = load(%out, %c0) : f32 loc(6:8)
       store_at(%out, %v, %c0) loc(6:12)""", "'load' with indices reached the cuda printer", 6),
+    (f"""
+      %s = alloc {{scope = shared, dtype = f32, shape = [4, 32], layout = {THREAD_LAYOUT}, offset = 0}} : buffer<shared, f32, [4, 32], layout={THREAD_LAYOUT}> loc(8:4)
+      %v = load(%s, %c0, %c0) : f32 loc(9:8)
+      store_at(%out, %v, %c0) loc(9:12)""", "shared buffers laid out over threads are not "
+                                           "supported by the cuda target yet", 9),
     ("""
       %s = alloc {scope = shared, dtype = f32, shape = [4]} : buffer<shared, f32, [4]> loc(7:4)
       %v = load_at(%s, %c0) : f32 loc(7:8)

@@ -306,12 +306,21 @@ def print_bounds_check(p: CudaPrinter, op: Operation) -> None:
 
 
 def print_unflattened(p: CudaPrinter, op: Operation) -> None:
-    buf = op.operands[0]
-    root = buf
+    root, through = op.operands[0], set()
     while isinstance(root.owner, Operation) and root.owner.name in ("view", "region"):
+        through.add(root.owner.name)
         root = root.owner.operands[0]
     if root in p.refusals:
         raise CompilationError(p.refusals[root], op.loc)
+    owner = root.owner
+    if isinstance(owner, Operation) and owner.name == "alloc" and owner.attrs["layout"] \
+            is not None and _thread_axes(owner.attrs["layout"]):
+        raise CompilationError(f"{owner.attrs['scope']} buffers laid out over threads are not "
+                               f"supported by the cuda target yet (the buffer allocated at "
+                               f"line {owner.loc.line}, layout {owner.attrs['layout']})", op.loc)
+    if not isinstance(owner, Operation) and "view" in through:
+        raise CompilationError(f"'{op.name}' through a view of a tensor is not supported by "
+                               "the cuda target yet (lower-addresses leaves them)", op.loc)
     raise CompilationError(f"'{op.name}' with indices reached the cuda printer: accesses of "
                            f"buffers, regions and views must be flat (load_at/store_at, made "
                            f"by the lower-addresses pass)", op.loc)

@@ -268,7 +268,7 @@ def test_a_128_byte_swizzled_tile_is_aligned_to_1024_bytes():
     (f32, (4, 8), TileLayout(S[(4, 8):(-8, 1)] + 3 @ laneid)),
 ])
 def test_sizes_agree_with_the_cpu_storage(dtype, shape, layout):
-    from tilejit.targets.cpu.emit_memory import Addressing
+    from tilejit.ir.addressing import Addressing
     addressing = Addressing.row_major(shape) if layout is None else \
         Addressing.from_layout(layout, shape)
     assert storage_bytes(dtype, shape, layout) == addressing.span * dtype.itemsize

@@ -29,6 +29,12 @@ ATOMIC_OPS = ("add", "max", "min", "xchg")
 MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel")
 SYNC_SCOPES = ("cta", "gpu", "sys")
 SHUFFLE_MODES = ("xor", "down", "up", "idx")
+ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a buffer
+FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS}  # their flat forms (load_at ...)
+FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access -> operand
+ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
+READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at"}
+WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at"}
 
 
 def same_as(index: int):
@@ -171,6 +177,10 @@ def _check_flat(op):
     return None
 
 
+def _check_bounds(op):
+    return None if len(op.operands) % 2 == 0 else "bounds_check takes one extent per index"
+
+
 def _check_barrier_count(op):
     return None if op.attrs["count"] > 0 else "alloc_barrier needs a positive count"
 
@@ -277,6 +287,12 @@ register("atomic_cas_at", MEMORY, "buf:buffer compare:scalar value:scalar offset
          ATOMIC_ATTRS, _element_type, check=_check_flat,
          doc="compare-and-swap at a flat offset: stores value where the element equals "
              "compare; the old value")
+
+register("bounds_check", MEMORY, "*values:int",
+         {"access": Attr(Choice(*ACCESS_OPS)), "buffer": Attr(STR),
+          "scope": Attr(Enum(MemScope))}, fixed(), check=_check_bounds,
+         doc="indices then extents, as many of each: the access fails (naming the buffer) "
+             "unless every index lies in [0, extent); targets check where their options ask")
 
 register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
          same_as(0))

@@ -5,8 +5,8 @@ Every target stores an on-chip buffer over all the axes its layout reaches (``m`
 lanes, warps or partitions for a tile laid out over threads), row-major without a layout:
 per axis the range of coordinates the shard and offset reach, ``m`` counted from
 the buffer's start. A swizzled layout rounds ``m`` up to whole swizzle periods, because the
-swizzle permutes addresses within aligned periods. The CPU emitter's ``Storage``
-(``targets/cpu/emit_memory.py``) sizes storage the same way; ``tests/passes/
+swizzle permutes addresses within aligned periods. The addressing's ``Storage``
+(``ir/addressing.py``) sizes storage the same way; ``tests/passes/
 test_shared_plan.py`` checks that the two agree.
 
 Alignment of a shared buffer: 128 bytes, or a swizzled layout's whole period when that is
@@ -28,7 +28,7 @@ SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of thi
 def layout_reach(tile) -> dict[str, tuple[int, int]]:
     """Per axis the lowest and highest coordinate ``tile`` places an element at (``m``
     from 0 at the latest: its coordinates are offsets from the buffer's start). Targets
-    store a layout over these ranges (the CPU's ``emit_memory.Storage``)."""
+    store a layout over these ranges (``ir.addressing.Storage``)."""
     reach: dict[str, tuple[int, int]] = {}
     for it in tile.shard:  # replicas are copies of the base location: not stored
         low, high = reach.get(it.axis.name, (0, 0))

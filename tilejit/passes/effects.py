@@ -4,10 +4,11 @@ are stores). The runtime refuses to launch such a kernel on a read-only array.""
 from __future__ import annotations
 
 from ..ir.core import KernelIR, Value, walk
+from ..ir.ops_native import WRITING_ACCESSES
 
 __all__ = ["root_buffer", "written_parameters"]
 
-_WRITES = frozenset({"store", "atomic", "atomic_cas"})
+_WRITES = WRITING_ACCESSES
 _DERIVED = frozenset({"region", "view"})   # ops whose result aliases their first operand
 
 

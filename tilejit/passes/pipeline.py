@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
-from . import dispatch, fusion, scope_analysis
+from . import addresses, dispatch, fusion, scope_analysis
 from . import shared_plan, sync_hazards
 from .dispatch import lower as lower_tiles
 
@@ -34,7 +34,9 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("fuse-pointwise", fusion.run),
     ("dispatch", dispatch.run),
     ("lower-tiles", lower_tiles.run),
+    ("place-fragments", addresses.place_fragments),      # per-thread kernels only
     ("plan-shared-memory", shared_plan.run),
+    ("lower-addresses", addresses.lower_addresses),      # per-thread kernels only
 ]
 
 DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass

@@ -16,6 +16,7 @@ one under an ``if`` or loop whose condition differs between the team's threads.
 from __future__ import annotations
 
 from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.ops_native import ATOMIC_ACCESSES
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 
 __all__ = ["uniform_within"]
@@ -26,8 +27,7 @@ THREAD_INDEX_UNIFORMITY = {
     "warp_id": TeamKind.WARP, "warp_id_in_wg": TeamKind.WARP,
     "lane_id": TeamKind.THREAD, "thread_id": TeamKind.THREAD,
 }
-_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "atomic", "atomic_cas",
-                             "intrinsic"})
+_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "intrinsic"}) | ATOMIC_ACCESSES
 _PRIVATE_SCOPES = (MemScope.LOCAL, MemScope.FRAGMENT)
 
 

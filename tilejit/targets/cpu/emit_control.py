@@ -14,6 +14,7 @@ from llvmlite import ir
 
 from tilejit.errors import CompilationError, ScopeError
 from tilejit.ir.core import walk
+from tilejit.ir.ops_native import READING_ACCESSES
 from tilejit.ir.types import TeamKind
 
 from .emit_memory import BufferRef, RegionRef
@@ -192,8 +193,7 @@ def emit_while(em, op):
     cond, *values = em.emit_block(op.regions[0], args)
     b.cbranch(cond, after, exit_)
     b.position_at_end(after)
-    reads_memory = ("load", "atomic", "atomic_cas")
-    if any(inner.name in reads_memory for region in op.regions for inner in walk(region)):
+    if any(inner.name in READING_ACCESSES for region in op.regions for inner in walk(region)):
         em.frame.spin_point()   # it may wait for another unit's store
     next_args = em.emit_block(op.regions[1], values)
     _add_incoming(args, next_args, b.block)

@@ -1,16 +1,14 @@
 """Buffers, regions and element access.
 
 Storage per scope: global buffers are the launch's pointer + shape + strides; every other
-buffer is stored by its layout over all of the layout's axes (:class:`Storage`: ``m``
-innermost, then thread, partition, ... axes), row-major without a layout. Shared memory is
-one block per CTA; fragments once per team instance -- in the CTA block when several units
-make one team, else per unit like locals; locals live once per unit. A region is its
-parent plus start offsets.
+buffer is stored by its layout over all of the layout's axes (``ir.addressing.Storage``),
+row-major without a layout. Shared memory is one block per CTA; fragments once per team
+instance -- in the CTA block when several units make one team, else per unit like locals;
+locals live once per unit. A region is its parent plus start offsets. Addresses of
+on-chip buffers come from their layout (``ir.addressing.Addressing``).
 
-Addresses come from the layout only: :class:`Addressing` groups the layout's shard by the
-buffer shape (``TileLayout.group_iters``), so each logical dimension owns a list of
-mixed-radix iters whose storage strides give the element offset; ``ComposeLayout`` adds its
-XOR swizzle to the result.
+Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
+offset to the root buffer's pointer; ``bounds_check`` is the check a logical access does.
 """
 from __future__ import annotations
 
@@ -19,161 +17,27 @@ from dataclasses import dataclass, field
 
 from llvmlite import ir
 
-from tilejit.errors import CompilationError, LayoutError
-from tilejit.ir.storage import layout_reach, swizzle_period
+from tilejit.errors import CompilationError
+from tilejit.ir.addressing import Addressing, Storage, row_major_flat, row_major_indices
+from tilejit.ir.ops_native import FIRST_INDEX
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
-from tilejit.layout import ComposeLayout
 
 from . import abi, emit_native, types
 from .types import I1, I8, I32, I64, VOID
 from .units import threads_per_unit
 
-Iters = tuple[tuple[int, int], ...]  # (extent, storage stride) outer -> inner
+class LlvmArith:
+    """``ir.addressing.Arith`` on i64 LLVM values: the IRBuilder's own methods."""
 
+    def __init__(self, b: ir.IRBuilder):
+        self.b = b
 
-@dataclass(frozen=True)
-class Storage:
-    """The linear storage of an on-chip buffer: every axis its layout reaches (``m``
-    innermost, then the others in order of appearance) gets a ``[low, high]`` range of
-    coordinates and a weight, so a location is ``sum(weight * (coordinate - low))``.
+    def __getattr__(self, name):
+        return getattr(self.b, name)
 
-    The CPU has no lanes, warps or partitions of its own, so a tile laid out over them is
-    stored over all of its axes; a view reinterprets the buffer's storage, never its own.
-    Replicas are copies of the base location: only the base is stored.
-    """
-
-    axes: tuple[tuple[str, int, int, int], ...]  # (axis, low, high, weight)
-
-    @classmethod
-    def of(cls, reach: dict[str, tuple[int, int]]) -> Storage:
-        """The storage over ``reach`` (``ir.storage.layout_reach``: ``m`` starts at 0)."""
-        axes, weight = [], 1
-        for name in sorted(reach, key=lambda a: a != "m"):  # m innermost
-            low, high = reach[name]
-            axes.append((name, low, high, weight))
-            weight *= high - low + 1
-        return cls(tuple(axes))
-
-    @property
-    def size(self) -> int:
-        """Elements the storage holds."""
-        return math.prod(high - low + 1 for _, low, high, _ in self.axes) if self.axes else 1
-
-    def reach(self, name: str) -> tuple[int, int]:
-        """The coordinates held on axis ``name`` (only 0 on an axis the storage lacks)."""
-        return next(((low, high) for axis, low, high, _ in self.axes if axis == name), (0, 0))
-
-    def weight(self, name: str) -> int:
-        """0 for an axis the storage lacks (a view only ever places coordinate 0 there)."""
-        return next((weight for axis, _, _, weight in self.axes if axis == name), 0)
-
-
-@dataclass(frozen=True)
-class Addressing:
-    """Logical index -> element offset: per-dimension iters, a constant, a swizzle."""
-
-    dims: tuple[Iters, ...] | None      # None: split the row-major flat index by ``flat``
-    storage: Storage                    # the allocation's storage (a view shares its buffer's)
-    flat: Iters | None = None
-    offset: int = 0
-    swizzle: tuple[int, int, int] | None = None  # (per_element, swizzle_len, atom_len)
-
-    @property
-    def span(self) -> int:
-        """Elements the buffer's storage holds."""
-        return self.storage.size
-
-    @classmethod
-    def row_major(cls, shape) -> Addressing:
-        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
-        count = math.prod(shape)
-        return cls(tuple(((n, s),) for n, s in zip(shape, strides)),
-                   Storage.of({"m": (0, count - 1)}))
-
-    @classmethod
-    def from_layout(cls, layout, shape, storage: Storage | None = None) -> Addressing:
-        """The addressing of a buffer laid out by ``layout``; ``storage``: the storage of
-        the buffer a view reinterprets (default: a buffer of its own)."""
-        tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-        if tile.size() != math.prod(shape):
-            raise CompilationError(f"layout {layout} has {tile.size()} elements, the buffer "
-                                   f"shape {list(shape)} has {math.prod(shape)}")
-        reach = layout_reach(tile)
-        swizzle = None
-        if isinstance(layout, ComposeLayout):
-            swizzle = (layout.per_element, layout.swizzle_len, layout.atom_len)
-            if set(reach) != {"m"} or reach["m"][0] < 0:
-                raise CompilationError(f"the swizzled layout {layout} reaches "
-                                       f"{_describe_reach(reach)}: a swizzle permutes "
-                                       "non-negative memory offsets (axis m) only")
-            block = swizzle_period(layout)
-            reach["m"] = (0, -(-(reach["m"][1] + 1) // block) * block - 1)
-        if storage is None:
-            storage = Storage.of(reach)
-        else:
-            _check_within(layout, reach, storage)
-
-        def stored(iters) -> Iters:
-            return tuple((it.extent, it.stride * storage.weight(it.axis.name)) for it in iters)
-        try:
-            dims, flat = tuple(stored(g) for g in tile.group_iters(shape)), None
-        except LayoutError:  # iters straddle dimensions: go through the flat index
-            dims, flat = None, stored(tile.shard)
-        offset = sum(weight * (tile.offset.get(name, 0) - low)
-                     for name, low, _, weight in storage.axes)
-        return cls(dims, storage, flat, offset, swizzle)
-
-    def element_offset(self, b: ir.IRBuilder, indices, shape):
-        if self.dims is None:
-            m = _digits(b, _row_major_flat(b, indices, shape), self.flat)
-        else:
-            m = ir.Constant(I64, 0)
-            for index, iters in zip(indices, self.dims):
-                m = b.add(m, _digits(b, index, iters))
-        if self.offset:
-            m = b.add(m, ir.Constant(I64, self.offset))
-        return m if self.swizzle is None else _swizzle(b, m, *self.swizzle)
-
-
-def _describe_reach(reach) -> str:
-    return ", ".join(f"{name} [{low}, {high}]" for name, (low, high) in reach.items())
-
-
-def _check_within(layout, reach, storage: Storage) -> None:
-    for name, (low, high) in reach.items():
-        stored_low, stored_high = storage.reach(name)
-        if low < stored_low or high > stored_high:
-            raise CompilationError(f"the view's layout {layout} reaches {name} [{low}, "
-                                   f"{high}], outside the viewed buffer's [{stored_low}, "
-                                   f"{stored_high}]")
-
-
-def _digits(b, index, iters: Iters):
-    """Sum of digit * stride of ``index`` split over ``iters``; the outermost absorbs the rest."""
-    total = ir.Constant(I64, 0)
-    for extent, stride in reversed(iters[1:]):
-        c = ir.Constant(I64, extent)
-        if stride:
-            total = b.add(total, b.mul(b.urem(index, c), ir.Constant(I64, stride)))
-        index = b.udiv(index, c)
-    if iters and iters[0][1]:
-        total = b.add(total, b.mul(index, ir.Constant(I64, iters[0][1])))
-    return total
-
-
-def _swizzle(b, m, per_element: int, swizzle_len: int, atom_len: int):
-    low = b.and_(m, ir.Constant(I64, (1 << per_element) - 1))
-    chunk = b.lshr(m, ir.Constant(I64, per_element))
-    flip = b.and_(chunk, ir.Constant(I64, ((1 << swizzle_len) - 1) << atom_len))
-    chunk = b.xor(chunk, b.lshr(flip, ir.Constant(I64, atom_len)))
-    return b.or_(b.shl(chunk, ir.Constant(I64, per_element)), low)
-
-
-def _row_major_flat(b, indices, shape):
-    flat = ir.Constant(I64, 0)
-    for index, extent in zip(indices, shape):
-        flat = b.add(b.mul(flat, ir.Constant(I64, extent)), index)
-    return flat
+    @staticmethod
+    def const(value: int) -> ir.Constant:
+        return ir.Constant(I64, value)
 
 
 @dataclass
@@ -198,14 +62,12 @@ class BufferRef:
 
     def element_offset(self, b: ir.IRBuilder, indices):
         if self.reshaped is not None:
-            flat = _row_major_flat(b, indices, self.shape)
-            parent_indices = []
-            for extent in reversed(self.reshaped.shape):
-                parent_indices.append(b.urem(flat, ir.Constant(I64, extent)))
-                flat = b.udiv(flat, ir.Constant(I64, extent))
-            return self.reshaped.element_offset(b, parent_indices[::-1])
+            arith = LlvmArith(b)
+            flat = row_major_flat(arith, indices, self.shape)
+            return self.reshaped.element_offset(b, row_major_indices(arith, flat,
+                                                                     self.reshaped.shape))
         if self.addressing is not None:
-            return self.addressing.element_offset(b, indices, self.shape)
+            return self.addressing.element_offset(LlvmArith(b), indices, self.shape)
         offset = ir.Constant(I64, 0)
         for index, stride in zip(indices, self.strides):
             offset = b.add(offset, b.mul(index, stride if isinstance(stride, ir.Value)
@@ -213,7 +75,11 @@ class BufferRef:
         return offset
 
     def element_ptr(self, b: ir.IRBuilder, indices):
-        return b.gep(self.ptr, [self.element_offset(b, indices)], inbounds=True,
+        return self.element_ptr_at(b, self.element_offset(b, indices))
+
+    def element_ptr_at(self, b: ir.IRBuilder, offset):
+        """The element ``offset`` (i64) elements from the start of the storage."""
+        return b.gep(self.ptr, [offset], inbounds=True,
                      source_etype=types.storage_type(self.dtype))
 
 
@@ -266,13 +132,38 @@ def _alias_tag(em, ref: BufferRef):
     return lambda instruction: em.mc.alias.tag(instruction, is_global)
 
 
+def _element(em, op):
+    """(pointer, buffer) of the element ``op`` accesses: through its logical indices, or
+    at the flat offset of a root buffer that the address-lowering pass computed."""
+    if op.name in FIRST_INDEX:
+        return element_ptr(em, op, em[op.operands[0]], op.operands[FIRST_INDEX[op.name]:])
+    ref, offset = em[op.operands[0]], op.operands[-1]
+    return ref.element_ptr_at(em.b, types.to_i64(em.b, em[offset], offset.type)), ref
+
+
+def emit_bounds_check(em, op):
+    """A flat access's check of its logical indices (as :func:`element_ptr` checks)."""
+    if not (em.options.debug or em.options.bounds_check):
+        return []
+    b, rank = em.b, len(op.operands) // 2
+    values = [types.to_i64(b, em[v], v.type) for v in op.operands]
+    indices, dims = values[:rank], values[rank:]
+    ok = ir.Constant(I1, 1)
+    for index, dim in zip(indices, dims):
+        ok = b.and_(ok, b.icmp_unsigned("<", index, dim))
+    site = em.mc.add_site("bounds", op, buffer=op.attrs["buffer"],
+                          scope=str(op.attrs["scope"]), rank=rank, access=op.attrs["access"])
+    em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, indices, dims)
+    return []
+
+
 def emit_load(em, op):
-    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[1:])
+    ptr, ref = _element(em, op)
     return [types.load(em.b, ptr, ref.dtype, tag=_alias_tag(em, ref))]
 
 
 def emit_store(em, op):
-    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
+    ptr, ref = _element(em, op)
     types.store(em.b, em[op.operands[1]], ptr, ref.dtype, tag=_alias_tag(em, ref))
     return []
 
@@ -292,7 +183,7 @@ _CAS_FAILURE_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": 
 
 
 def emit_atomic(em, op):
-    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[2:])
+    ptr, ref = _element(em, op)
     t, name, b = ref.dtype, op.attrs["op"], em.b
     value = em[op.operands[1]]
     if name == "add":  # every thread the unit stands for adds its value
@@ -315,7 +206,7 @@ def emit_atomic_cas(em, op):
     bit, as CUDA's atomicCAS compares); the old element either way. Not scaled by the threads
     a unit stands for: once the first has swapped, the others' compares fail (unless
     ``compare == value``, when a swap changes nothing)."""
-    ptr, ref = element_ptr(em, op, em[op.operands[0]], op.operands[3:])
+    ptr, ref = _element(em, op)
     t, b = ref.dtype, em.b
     compare, value = em[op.operands[1]], em[op.operands[2]]
     if ref.scope is not MemScope.GLOBAL:  # one OS thread runs the CTA (see emit_atomic)
@@ -512,5 +403,7 @@ def emit_buffer_stride(em, op):
 HANDLERS = {
     "alloc": emit_alloc, "view": emit_view, "region": emit_region, "load": emit_load,
     "store": emit_store, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
+    "load_at": emit_load, "store_at": emit_store, "atomic_at": emit_atomic,
+    "atomic_cas_at": emit_atomic_cas, "bounds_check": emit_bounds_check,
     "buffer_dim": emit_buffer_dim, "buffer_stride": emit_buffer_stride,
 }

@@ -36,12 +36,13 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
+from tilejit.ir.addressing import Addressing
 from tilejit.ir.ops_tile import POINTWISE_ARITY
 from tilejit.ir.types import MemScope, f32, i1, i32
 from tilejit.passes.fusion import ARITHMETIC
 
 from . import abi, types
-from .emit_memory import Addressing, RegionRef, element_ptr
+from .emit_memory import RegionRef, element_ptr
 from .metadata import loop_id
 from .types import F32, I1, I8, I32, I64, PTR, VOID
 

@@ -270,7 +270,8 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
         rank = site["rank"]
         index = list(values[:rank])
         dims = list(fields[abi.ERR_DIMS:abi.ERR_DIMS + rank])
-        message = (f"kernel {meta['name']!r}: out-of-bounds {site['op']} of {site['scope']} "
+        access = site.get("access", site["op"])   # a bounds_check names what it guards
+        message = (f"kernel {meta['name']!r}: out-of-bounds {access} of {site['scope']} "
                    f"buffer {site['buffer']!r}: index {index} outside shape {dims} {where}")
     elif status == abi.DEADLOCK:
         message = (f"kernel {meta['name']!r}: deadlock {where}: every unit is waiting and none "

@@ -28,6 +28,7 @@ from llvmlite import ir
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import KernelIR, Operation
+from tilejit.ir.ops_native import ATOMIC_ACCESSES
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP, ActiveSet
 from tilejit.ir.types import TeamKind
 
@@ -52,7 +53,7 @@ def natural_granularity(kernel: KernelIR) -> TeamKind:
         elif op.name == "elect_sync":
             branch_only = all(_is_elect_branch(user, op.result) for user in users[op.result])
             granularity = min(granularity, WARP if branch_only else THREAD)
-        elif op.name in ("atomic", "atomic_cas") and users[op.result]:
+        elif op.name in ATOMIC_ACCESSES and users[op.result]:
             granularity = THREAD  # each thread sees another old value
     return granularity
 

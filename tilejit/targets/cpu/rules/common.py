@@ -2,11 +2,11 @@
 target, and whether the call runs once per team."""
 from __future__ import annotations
 
+from tilejit.ir.addressing import Addressing
 from tilejit.ir.types import MemScope
 from tilejit.layout import ComposeLayout
 from tilejit.passes.dispatch import TEAM_ONCE, Operand, PrimitiveCall
 
-from ..emit_memory import Addressing
 from ..emit_vector import addressing_strides
 
 __all__ = ["lanes", "team_once_reasons", "tile_strides"]
@@ -30,7 +30,7 @@ def tile_strides(o: Operand) -> tuple[tuple | None, str | None]:
     time --, why there is no single stride per dim).
 
     The CPU stores global buffers by their strides and every other buffer by its layout
-    over all of the layout's axes (``emit_memory.Addressing``), row-major without one.
+    over all of the layout's axes (``ir.addressing.Addressing``), row-major without one.
     """
     buffer = o.buffer_type
     if buffer is None:

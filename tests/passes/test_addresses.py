@@ -1,0 +1,201 @@
+"""place-fragments and lower-addresses: where a per-thread kernel's elements live, and their
+addresses as integer IR checked against the layout algebra."""
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tilejit as tj
+from tilejit.errors import LaunchError, SourceLocation
+from tilejit.ir import Builder, KernelIR, parse_kernel, verify
+from tilejit.ir.core import walk
+from tilejit.ir.storage import layout_reach
+from tilejit.ir.types import BufferType, MemScope, TeamKind, f32, i32
+from tilejit.layout import S, ComposeLayout, TileLayout, laneid
+from tilejit.passes import addresses
+
+FILE = "/src/addr.py"
+PER_THREAD = {"num_warps": 4, "distribution": "per_thread"}
+
+
+def _kernel(attrs=PER_THREAD, params=("x",), types=None):
+    b = Builder(SourceLocation(FILE, 1, 0))
+    types = types or [BufferType(f32, (None, None), MemScope.GLOBAL, strides=(None, 1))]
+    k = KernelIR.new("addr", list(params), types, dict(attrs), b.loc)
+    return k, b
+
+
+def _ops(kernel, name):
+    return [op for op in walk(kernel.body) if op.name == name]
+
+
+def evaluate(value, env):
+    """The integer a lowered offset computes, the block arguments' values taken from
+    ``env`` (value -> int): const, cast and binary ops only."""
+    if value in env:
+        return env[value]
+    op = value.owner
+    if op.name == "const":
+        return op.attrs["value"]
+    if op.name == "cast":
+        return evaluate(op.operands[0], env)
+    a, b = (evaluate(v, env) for v in op.operands)
+    return getattr(operator, {"add": "add", "mul": "mul", "floordiv": "floordiv", "mod": "mod",
+                              "and": "and_", "or": "or_", "xor": "xor", "shl": "lshift",
+                              "shr": "rshift"}[op.attrs["op"]])(a, b)
+
+
+# ----------------------------------------------------------------------------- text
+LOWERED_REGION = """\
+kernel @addr(%x: buffer<global, f32, [?, ?], strides=[?, 1]>) {num_warps = 4, distribution = "per_thread"} loc("/src/addr.py":1:0) {
+  %r0 = thread_index {kind = cta_id} : i32 loc(2:4)
+  %c = thread_index {kind = lane_id} : i32 loc(2:4)
+  %t = region(%x, %r0, %c) {sizes = [4, 8], keep = [true, true]} : region<buffer<global, f32, [?, ?], strides=[?, 1]>, [4, 8]> loc(3:4)
+  %v = load(%t, %c, %r0) : f32 loc(4:4)
+}"""
+
+
+def test_a_load_through_a_region_becomes_a_checked_flat_load_with_its_strides():
+    lowered = addresses.lower_addresses(parse_kernel(LOWERED_REGION))
+    verify(lowered)
+    text = str(lowered)
+    assert "load(" not in text.replace("load_at(", "")
+    (check,), (load,) = _ops(lowered, "bounds_check"), _ops(lowered, "load_at")
+    assert check.attrs["buffer"] == "x" and check.attrs["access"] == "load"
+    assert [op.name for op in _ops(lowered, "buffer_stride")] == ["buffer_stride"]  # dim 0 only
+    assert load.operands[0] is lowered.params[0] and load.operands[1].type.bits == 64
+    # offset = (r0 + c) * stride0 + (c + r0), with the run-time stride
+    row0, col = (op.result for op in _ops(lowered, "thread_index"))
+    stride = _ops(lowered, "buffer_stride")[0].result
+    assert evaluate(load.operands[1], {row0: 3, col: 5, stride: 100}) == 8 * 100 + 8
+    assert str(parse_kernel(text)) == text   # the flat ops round-trip
+
+
+def test_team_once_kernels_pass_through_unchanged():
+    kernel = parse_kernel(LOWERED_REGION.replace(', distribution = "per_thread"', ""))
+    assert addresses.lower_addresses(kernel) is kernel
+    assert addresses.place_fragments(kernel) is kernel
+
+
+# ----------------------------------------------------------------------------- fragments
+def test_a_cta_fragment_becomes_shared_and_a_warp_fragment_or_a_laid_out_one_stays():
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        cta = b.alloc(MemScope.FRAGMENT, f32, (4, 8))
+        laid_out = b.alloc(MemScope.FRAGMENT, f32, (32,), TileLayout(S[32:1 @ laneid]))
+        _, body = b.team(TeamKind.WARP)
+        with b.insert_into(body):
+            warp = b.alloc(MemScope.FRAGMENT, f32, (2, 2))
+            b.yield_()
+    cta.name_hint, laid_out.name_hint, warp.name_hint = "tile", "lanes", "mine"
+    placed = addresses.place_fragments(k)
+    verify(placed)
+    scopes = {op.result.name_hint: op.attrs["scope"] for op in _ops(placed, "alloc")}
+    assert scopes == {"tile": MemScope.SHARED, "lanes": MemScope.FRAGMENT,
+                      "mine": MemScope.FRAGMENT}
+
+
+# ----------------------------------------------------------------------------- layouts
+@st.composite
+def memory_layouts(draw):
+    """(shape, layout) of an on-chip tile laid out over memory only: a permuted row-major
+    order, optionally padded, optionally swizzled."""
+    rows, cols = draw(st.sampled_from([1, 2, 3, 4, 8])), draw(st.sampled_from([4, 8, 16]))
+    pad = draw(st.sampled_from([0, 1, 4]))
+    if draw(st.booleans()):
+        tile = TileLayout(S[(rows, cols):(cols + pad, 1)])
+    else:
+        tile = TileLayout(S[(rows, cols):(1, rows + pad)])
+    if draw(st.booleans()) and pad == 0 and rows * cols >= 64:
+        return (rows, cols), ComposeLayout.for_mode(draw(st.sampled_from(["B32", "B64"])),
+                                                    4, tile)
+    return (rows, cols), tile
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(memory_layouts(), st.data())
+def test_on_chip_offsets_are_the_layouts_memory_coordinates(shaped, data):
+    (rows, cols), layout = shaped
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        row, col = b.thread_index("warp_id"), b.thread_index("lane_id")
+        buf = b.alloc(MemScope.SHARED, f32, (rows, cols), layout)
+        start = data.draw(st.integers(0, rows - 1))
+        sub = b.region(buf, [b.const(start, i32), b.const(0, i32)], (rows - start, cols))
+        b.store(sub, b.const(1.0, f32), [row, col])
+    lowered = addresses.lower_addresses(k)
+    verify(lowered)
+    (store,) = _ops(lowered, "store_at")
+    assert store.operands[0] is _ops(lowered, "alloc")[0].result
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    low = layout_reach(tile)["m"][0]
+    row_value, col_value = (op.result for op in _ops(lowered, "thread_index"))
+    for i in range(rows - start):
+        for j in range(cols):
+            expected = layout.apply(start + i, j, shape=(rows, cols))["m"] - low
+            got = evaluate(store.operands[2], {row_value: i, col_value: j})
+            assert got == expected, (i, j)
+
+
+def test_a_reshaping_view_of_a_laid_out_buffer_goes_through_its_logical_shape():
+    layout = TileLayout(S[(4, 8):(1, 4)])            # column-major 4x8
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        flat_index = b.thread_index("thread_id")
+        buf = b.alloc(MemScope.SHARED, f32, (4, 8), layout)
+        flat = b.view(buf, (32,))
+        b.load(flat, [flat_index])
+    lowered = addresses.lower_addresses(k)
+    (load,) = _ops(lowered, "load_at")
+    index = _ops(lowered, "thread_index")[0].result
+    for n in range(32):
+        assert evaluate(load.operands[1], {index: n}) == layout.apply(n // 8, n % 8, shape=(4, 8))["m"]
+
+
+def test_accesses_of_tiles_laid_out_over_threads_keep_their_logical_indices():
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        lane = b.thread_index("lane_id")
+        frag = b.alloc(MemScope.FRAGMENT, f32, (32,), TileLayout(S[32:1 @ laneid]))
+        b.load(frag, [lane])
+    lowered = addresses.lower_addresses(k)
+    assert _ops(lowered, "load") and not _ops(lowered, "load_at")
+
+
+# ----------------------------------------------------------------------------- e2e
+@tj.kernel
+def _shift_rows(x, out, N: tj.constexpr):
+    s = tj.alloc_shared((N,), tj.float32)
+    t = tj.thread_id()
+    for i in range(t, N, 128):                # 4 warps
+        s[i] = x[tj.cta_id(0), i]
+    tj.sync()
+    for i in range(t, N, 128):
+        out[tj.cta_id(0), i] = s[(i + 1) % N] * 2.0
+
+
+def test_the_cpu_runs_the_lowered_ir_per_thread():
+    x = torch.randn(5, 200)
+    out = torch.empty_like(x)
+    compiled = _shift_rows.compile(x, out, N=200, simt=True)
+    assert "load_at(" in compiled.asm["lowered"] and "bounds_check(" in compiled.asm["lowered"]
+    _shift_rows[(5,)](x, out, N=200, simt=True)
+    torch.testing.assert_close(out, torch.roll(x, -1, dims=1) * 2.0)
+
+
+@tj.kernel
+def _reads_past_the_end(x, out):
+    t = tj.thread_id()
+    out[t] = x[t + 1]
+
+
+def test_a_flat_access_past_the_end_is_a_launch_error_naming_the_buffer_and_line():
+    x, out = torch.zeros(128), torch.zeros(128)
+    with pytest.raises(LaunchError, match=r"out-of-bounds load of global buffer 'x': "
+                                          r"index \[128\] outside shape \[128\]") as info:
+        _reads_past_the_end[(1,)](x, out, simt=True)
+    assert info.value.loc.line == _reads_past_the_end.fn.__code__.co_firstlineno + 3

@@ -1,0 +1,246 @@
+"""Where a per-thread kernel's elements live, and their addresses as plain integer IR.
+
+Two passes of per-thread kernels (a ``per_thread`` target, or the CPU's SIMT mode); a
+``team_once`` kernel passes through both unchanged (its instruction families address whole
+tiles themselves).
+
+``place-fragments`` (before ``plan-shared-memory``): a fragment that no layout spreads
+over threads is shared by its team once tile primitives split per thread -- a cyclic
+split hands its elements to other threads from one primitive to the next, which is why
+``sync-hazards`` already orders its accesses as shared memory's. For the CTA team it
+becomes what it is, a shared buffer, which the shared-memory plan then places (and a GPU
+keeps in shared memory). A fragment of a smaller team (a warp's, a warpgroup's) keeps its
+scope: one copy per team instance.
+
+``lower-addresses`` (after the plan): every ``load``/``store``/``atomic``/``atomic_cas``
+through regions and views becomes the flat access of its root buffer (``load_at`` ...:
+the data of a kernel argument, or an ``alloc``'s storage) at an element offset computed by
+``binary`` ops: ``sum(index * stride)`` for a tensor (strides the signature fixed are
+constants, the others ``buffer_stride``), the layout's storage offset for an on-chip
+buffer (``ir.addressing``: row-major without a layout; split iters, offsets and swizzles
+with one), region starts added, layout-less views re-split row-major. Each access is
+preceded by a ``bounds_check`` of its indices against the shape of the buffer under its
+regions, as the CPU checks logical accesses; targets print it where their options ask.
+Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
+elements or more, which only a CPU's private arrays may). Left as they are: accesses of buffers laid out over threads (their storage is
+the target's: the CPU stores every thread's part, a GPU's registers hold one thread's) and
+of views of tensors. Emitters print the result; they never derive an address.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir.addressing import Addressing, row_major_flat, row_major_indices
+from ..ir.builder import Builder
+from ..ir.core import KernelIR, Operation, Value
+from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS
+from ..ir.rewrite import RewriteContext, rewrite
+from ..ir.storage import layout_reach, storage_elements
+from ..ir.types import MemScope, TeamKind, i32, i64
+from ..layout import ComposeLayout
+from .dispatch import PER_THREAD
+from .dispatch.registry import context_for
+
+__all__ = ["IrArith", "lower_addresses", "place_fragments"]
+
+
+
+def _per_thread(kernel: KernelIR) -> bool:
+    return context_for(kernel).distribution == PER_THREAD
+
+
+def _memory_only(layout) -> bool:
+    """No layout, or one that places elements at memory offsets only (no thread axes)."""
+    if layout is None:
+        return True
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    return set(layout_reach(tile)) == {"m"}
+
+
+# ----------------------------------------------------------------------- place-fragments
+def place_fragments(kernel: KernelIR) -> KernelIR:
+    if not _per_thread(kernel):
+        return kernel
+
+    def to_shared(op: Operation, ctx: RewriteContext):
+        if op.attrs["scope"] is not MemScope.FRAGMENT or not _memory_only(op.attrs["layout"]):
+            return None
+        if any(p.name == "team" and p.attrs["kind"] < TeamKind.CTA for p in ctx.parents):
+            return None   # one copy per warp / warpgroup: stays a fragment
+        new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED})
+        new.result.name_hint = op.result.name_hint
+        return new
+
+    return rewrite(kernel, [("alloc", to_shared)], "place-fragments")
+
+
+# ----------------------------------------------------------------------- lower-addresses
+class IrArith:
+    """``ir.addressing.Arith`` building ``binary`` ops of one integer type; Python ints are
+    constants, folded until an op needs them."""
+
+    def __init__(self, builder: Builder, type):
+        self.b, self.type = builder, type
+
+    def value(self, x) -> Value:
+        return self.b.const(x, self.type) if isinstance(x, int) else x
+
+    def index(self, value: Value):
+        """An index value in this arithmetic's type (a constant folds)."""
+        owner = value.owner
+        if getattr(owner, "name", None) == "const":
+            return owner.attrs["value"]
+        return value if value.type == self.type else self.b.cast(value, self.type)
+
+    @staticmethod
+    def const(value: int) -> int:
+        return value
+
+    def _binary(self, op: str, x, y, fold):
+        if isinstance(x, int) and isinstance(y, int):
+            return fold(x, y)
+        return self.b.binary(op, self.value(x), self.value(y))
+
+    def add(self, x, y):
+        if x == 0 and isinstance(x, int):
+            return y
+        if y == 0 and isinstance(y, int):
+            return x
+        return self._binary("add", x, y, int.__add__)
+
+    def mul(self, x, y):
+        for a, b in ((x, y), (y, x)):
+            if isinstance(a, int) and a in (0, 1):
+                return 0 if a == 0 else b
+        return self._binary("mul", x, y, int.__mul__)
+
+    def udiv(self, x, y):
+        return x if y == 1 and isinstance(y, int) else self._binary("floordiv", x, y,
+                                                                    int.__floordiv__)
+
+    def urem(self, x, y):
+        return 0 if y == 1 and isinstance(y, int) else self._binary("mod", x, y, int.__mod__)
+
+    def and_(self, x, y):
+        return self._binary("and", x, y, int.__and__)
+
+    def or_(self, x, y):
+        return self._binary("or", x, y, int.__or__)
+
+    def xor(self, x, y):
+        return self._binary("xor", x, y, int.__xor__)
+
+    def shl(self, x, y):
+        return self._binary("shl", x, y, int.__lshift__)
+
+    def lshr(self, x, y):
+        return self._binary("shr", x, y, int.__rshift__)
+
+
+def _owner_name(value: Value) -> str | None:
+    return getattr(value.owner, "name", None)
+
+
+def _addressing(buf: Value) -> Addressing | None:
+    """The addressing of an on-chip buffer or view whose storage holds memory offsets only
+    (None: laid out over threads, reached through a loop-carried value, or a layout-less
+    view of a buffer not stored row-major, which :func:`_offset` re-splits)."""
+    t, name = buf.type, _owner_name(buf)
+    if not _memory_only(t.layout):
+        return None
+    if name == "alloc":
+        return (Addressing.row_major(t.shape) if t.layout is None
+                else Addressing.from_layout(t.layout, t.shape))
+    if name != "view":
+        return None
+    parent = _addressing(buf.owner.operands[0])
+    if parent is None:
+        return None
+    if t.layout is not None:
+        return Addressing.from_layout(t.layout, t.shape, parent.storage)
+    parent_shape = buf.owner.operands[0].type.shape
+    return Addressing.row_major(t.shape) if parent == Addressing.row_major(parent_shape) \
+        else None
+
+
+def _arith(b: Builder, buf: Value) -> IrArith:
+    """i64 arithmetic for a tensor, i32 for an on-chip buffer unless it is huge."""
+    if buf.type.scope is MemScope.GLOBAL:
+        return IrArith(b, i64)
+    if _owner_name(buf) == "region":
+        buf = buf.owner.operands[0]
+    root = _root(buf).type
+    small = max(storage_elements(root.shape, root.layout), math.prod(buf.type.shape)) < 2 ** 31
+    return IrArith(b, i32 if small else i64)
+
+
+def _under_regions(arith: IrArith, buf: Value, indices: list[Value]) -> tuple[Value, list]:
+    """The buffer under ``buf``'s region (if any) and the indices into it."""
+    indices = [arith.index(v) for v in indices]
+    if _owner_name(buf) != "region":
+        return buf, indices
+    region, rest = buf.owner, iter(indices)
+    return region.operands[0], [arith.add(arith.index(start), next(rest)) if kept else
+                                arith.index(start)
+                                for start, kept in zip(region.operands[1:],
+                                                       region.attrs["keep"])]
+
+
+def _offset(arith: IrArith, buf: Value, indices: list):
+    name, t = _owner_name(buf), buf.type
+    if t.scope is MemScope.GLOBAL:
+        if name is not None:      # a view of a tensor: reaches it through a layout
+            return None
+        offset = 0
+        for dim, (index, stride) in enumerate(zip(indices, t.strides)):
+            stride = stride if isinstance(stride, int) else arith.b.buffer_stride(buf, dim)
+            offset = arith.add(offset, arith.mul(index, stride))
+        return buf, offset
+    addressing = _addressing(buf)
+    if addressing is not None:
+        return _root(buf), addressing.element_offset(arith, indices, t.shape)
+    if name == "view" and t.layout is None:   # a reshape of a laid-out buffer
+        parent = buf.owner.operands[0]
+        flat = row_major_flat(arith, indices, t.shape)
+        return _offset(arith, parent, row_major_indices(arith, flat, parent.type.shape))
+    return None
+
+
+def _root(buf: Value) -> Value:
+    while _owner_name(buf) == "view":
+        buf = buf.owner.operands[0]
+    return buf
+
+
+def _describe(buf: Value) -> str:
+    """The buffer's name in a failed check (as the CPU names a logical access's buffer)."""
+    owner = buf.owner
+    if buf.name_hint or not hasattr(owner, "loc"):
+        return buf.name_hint or "argument"
+    return f"{buf.type.scope} buffer allocated at line {owner.loc.line}"
+
+
+def _lower_access(op: Operation, ctx: RewriteContext):
+    first_index = FIRST_INDEX[op.name]
+    b = ctx.builder
+    arith = _arith(b, op.operands[0])
+    checked, indices = _under_regions(arith, op.operands[0], list(op.operands[first_index:]))
+    found = _offset(arith, checked, indices)
+    if found is None:
+        return None
+    root, offset = found
+    extents = [extent if isinstance(extent, int) else b.buffer_dim(checked, d)
+               for d, extent in enumerate(checked.type.shape)]
+    b.create("bounds_check", [arith.value(v) for v in (*indices, *extents)],
+             {"access": op.name, "buffer": _describe(checked), "scope": checked.type.scope})
+    new = b.create(FLAT_ACCESS[op.name], (root, *op.operands[1:first_index], arith.value(offset)),
+                   dict(op.attrs))
+    for old, result in zip(op.results, new.results):
+        result.name_hint = old.name_hint
+    return new
+
+
+def lower_addresses(kernel: KernelIR) -> KernelIR:
+    if not _per_thread(kernel):
+        return kernel
+    return rewrite(kernel, [(name, _lower_access) for name in ACCESS_OPS], "lower-addresses")

@@ -27,6 +27,29 @@ def fresh_cache(tmp_path, monkeypatch):
 def pytest_addoption(parser):
     parser.addoption("--simt", action="store_true",
                      help="run every kernel in per-thread (SIMT) mode (TILEJIT_SIMT=1)")
+    parser.addoption("--cuda-compile", action="store_true",
+                     help="also compile every kernel for cuda sm_80 and sm_90a "
+                          "(tests/support/cuda_survey.py)")
+    parser.addoption("--cuda-compile-report", default=None, metavar="FILE",
+                     help="with --cuda-compile: write the survey as JSON to FILE")
+
+
+def pytest_configure(config):
+    if config.getoption("--cuda-compile"):
+        from tilejit.targets.cuda.nvrtc import nvrtc_unavailable_reason
+        reason = nvrtc_unavailable_reason()
+        if reason is not None:
+            raise pytest.UsageError(f"--cuda-compile needs NVRTC: {reason}")
+        from support import cuda_survey
+        config._cuda_survey = cuda_survey.install(config)
+        config.pluginmanager.register(cuda_survey, "cuda_survey")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    survey = getattr(config, "_cuda_survey", None)
+    if survey is not None:
+        terminalreporter.write_line(survey.summary())
+        survey.write()
 
 
 @pytest.fixture(autouse=True)

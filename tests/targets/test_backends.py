@@ -76,15 +76,13 @@ def test_capabilities_refuse_an_unknown_distribution():
         Capabilities("per_warp", 16, 32, 0, None, True)
 
 
-@pytest.mark.parametrize("target, device, arch", [("cuda", "cuda", "sm_90a"),
-                                                  ("nki", "cpu", None)])
-def test_placeholder_targets_say_code_generation_is_not_implemented(target, device, arch):
-    spec = tj.TensorSpec((16,), tj.float32, device=device)
-    with pytest.raises(CompilationError, match=f"code generation for target '{target}' is "
+def test_a_placeholder_target_says_code_generation_is_not_implemented():
+    spec = tj.TensorSpec((16,), tj.float32, device="cpu")
+    with pytest.raises(CompilationError, match="code generation for target 'nki' is "
                                                "not implemented yet"):
-        double.compile(spec, spec, 16, target=target, arch=arch)
+        double.compile(spec, spec, 16, target="nki")
     with pytest.raises(CompilationError, match="not implemented yet"):
-        get_backend(target).compile(None, False)
+        get_backend("nki").compile(None, False)
 
 
 # -- a target of the test's own --------------------------------------------------------------

@@ -7,7 +7,7 @@ import re
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
 from .storage import shared_alignment
-from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i1, i32, i64
+from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, i1, i32, i64
 
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
 
@@ -101,9 +101,13 @@ def _check_dim(op):
 
 
 def _check_alloc(op):
-    scope, offset = op.attrs["scope"], op.attrs["offset"]
+    scope, offset, per_team = op.attrs["scope"], op.attrs["offset"], op.attrs["per_team"]
     if scope is MemScope.GLOBAL:
         return "alloc cannot make a global buffer"
+    if per_team is not None and (scope is not MemScope.SHARED
+                                 or per_team not in (TeamKind.WARP, TeamKind.WARPGROUP)):
+        return f"per_team copies are of shared buffers, per warp or warpgroup (got {scope}, " \
+               f"{per_team})"
     if offset is None:
         return None
     if scope is not MemScope.SHARED:
@@ -250,11 +254,14 @@ register("buffer_stride", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64),
          check=_check_dim)
 register("alloc", MEMORY, attrs={"scope": Attr(Enum(MemScope)), "dtype": Attr(SCALAR_TYPE),
                                  "shape": Attr(Tuple(INT)), "layout": Attr(Optional(LAYOUT), None),
-                                 "offset": Attr(Optional(INT), None)},
+                                 "offset": Attr(Optional(INT), None),
+                                 "per_team": Attr(Optional(Enum(TeamKind)), None)},
          results=lambda types, a: (BufferType(a["dtype"], a["shape"], a["scope"], a["layout"]),),
          check=_check_alloc,
          doc="offset: the shared buffer's byte offset in the CTA's shared memory "
-             "(set by the plan-shared-memory pass)")
+             "(set by the plan-shared-memory pass); per_team: one copy of the storage per "
+             "warp or warpgroup, each thread reaching its own team's (a team's fragment "
+             "under a per-thread split)")
 register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
                                         "layout": Attr(Optional(LAYOUT), None)},
          lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),

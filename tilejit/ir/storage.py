@@ -20,7 +20,7 @@ import math
 from tilejit.layout import ComposeLayout
 
 __all__ = ["SHARED_ALIGNMENT", "layout_reach", "shared_alignment", "storage_bytes",
-           "storage_elements", "swizzle_period"]
+           "storage_elements", "swizzle_period", "team_copies"]
 
 SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of this
 
@@ -64,6 +64,14 @@ def storage_elements(shape, layout) -> int:
 
 def storage_bytes(dtype, shape, layout) -> int:
     return storage_elements(shape, layout) * dtype.itemsize
+
+
+def team_copies(per_team, num_warps: int) -> int:
+    """Copies of a buffer with one per instance of ``per_team`` (None: one) in a CTA."""
+    if per_team is None:
+        return 1
+    per_instance = {"warp": 1, "warpgroup": 4}[str(per_team)]
+    return -(-num_warps // per_instance)
 
 
 def shared_alignment(dtype, layout) -> int:

@@ -9,8 +9,8 @@ over threads is shared by its team once tile primitives split per thread -- a cy
 split hands its elements to other threads from one primitive to the next, which is why
 ``sync-hazards`` already orders its accesses as shared memory's. For the CTA team it
 becomes what it is, a shared buffer, which the shared-memory plan then places (and a GPU
-keeps in shared memory). A fragment of a smaller team (a warp's, a warpgroup's) keeps its
-scope: one copy per team instance.
+keeps in shared memory); a warp's or a warpgroup's becomes one with ``per_team`` copies,
+one per team instance, each thread reaching its own team's. A thread's own fragment stays.
 
 ``lower-addresses`` (after the plan): every ``load``/``store``/``atomic``/``atomic_cas``
 through regions and views becomes the flat access of its root buffer (``load_at`` ...:
@@ -22,9 +22,11 @@ with one), region starts added, layout-less views re-split row-major. Each acces
 preceded by a ``bounds_check`` of its indices against the shape of the buffer under its
 regions, as the CPU checks logical accesses; targets print it where their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
-elements or more, which only a CPU's private arrays may). Left as they are: accesses of buffers laid out over threads (their storage is
-the target's: the CPU stores every thread's part, a GPU's registers hold one thread's) and
-of views of tensors. Emitters print the result; they never derive an address.
+elements or more, which only a CPU's private arrays may). Shared memory is stored over
+every axis its layout reaches, thread axes too, on every target. Left as they are:
+accesses of private tiles laid out over threads (their storage is the target's: the CPU
+stores every thread's part, a GPU's registers hold one thread's) and of views of tensors.
+Emitters print the result; they never derive an address.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
 from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS
-from ..ir.rewrite import RewriteContext, rewrite
+from ..ir.rewrite import RewriteContext, Rewriter
 from ..ir.storage import layout_reach, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
 from ..layout import ComposeLayout
@@ -65,32 +67,59 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
     def to_shared(op: Operation, ctx: RewriteContext):
         if op.attrs["scope"] is not MemScope.FRAGMENT or not _memory_only(op.attrs["layout"]):
             return None
-        if any(p.name == "team" and p.attrs["kind"] < TeamKind.CTA for p in ctx.parents):
-            return None   # one copy per warp / warpgroup: stays a fragment
-        new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED})
+        teams = [p.attrs["kind"] for p in ctx.parents if p.name == "team"]
+        team = teams[-1] if teams else TeamKind.CTA
+        if team not in (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA):
+            return None   # a thread's own fragment, or a cluster's: not shared in a CTA
+        per_team = None if team is TeamKind.CTA else team
+        new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED, "per_team": per_team})
         new.result.name_hint = op.result.name_hint
         return new
 
-    return rewrite(kernel, [("alloc", to_shared)], "place-fragments")
+    def retyped(op: Operation, ctx: RewriteContext):
+        """A team or if whose body yields a buffer that became shared: its result too."""
+        types = tuple(v.type for v in op.regions[0].ops[-1].operands)
+        return None if types == op.result_types else op.replace(result_types=types)
+
+    if not any(op.name == "alloc" and op.attrs["scope"] is MemScope.FRAGMENT
+               for op in kernel.walk()):
+        return kernel
+    # One sweep: a shared alloc is no candidate again (to a fixpoint would sweep twice).
+    return Rewriter([("alloc", to_shared), ("team", retyped), ("if", retyped)],
+                    "place-fragments").sweep(kernel)
 
 
 # ----------------------------------------------------------------------- lower-addresses
 class IrArith:
     """``ir.addressing.Arith`` building ``binary`` ops of one integer type; Python ints are
-    constants, folded until an op needs them."""
+    constants, folded until an op needs them. ``memo`` (one per block being built) reuses
+    an op the block already has: the accesses of one loop body share their index math."""
 
-    def __init__(self, builder: Builder, type):
+    def __init__(self, builder: Builder, type, memo: dict | None = None):
         self.b, self.type = builder, type
+        self.memo = {} if memo is None else memo
+
+    def op(self, name: str, operands: tuple, **attrs) -> Value:
+        """The result of ``name(operands) {attrs}``, built once per block."""
+        key = (name, tuple(id(v) for v in operands), tuple(sorted(attrs.items())))
+        if key not in self.memo:
+            self.memo[key] = self.b.create(name, operands, attrs).result
+        return self.memo[key]
 
     def value(self, x) -> Value:
-        return self.b.const(x, self.type) if isinstance(x, int) else x
+        if not isinstance(x, int):
+            return x
+        key = ("const", x, self.type)
+        if key not in self.memo:
+            self.memo[key] = self.b.const(x, self.type)
+        return self.memo[key]
 
     def index(self, value: Value):
         """An index value in this arithmetic's type (a constant folds)."""
         owner = value.owner
         if getattr(owner, "name", None) == "const":
             return owner.attrs["value"]
-        return value if value.type == self.type else self.b.cast(value, self.type)
+        return value if value.type == self.type else self.op("cast", (value,), to=self.type)
 
     @staticmethod
     def const(value: int) -> int:
@@ -99,7 +128,7 @@ class IrArith:
     def _binary(self, op: str, x, y, fold):
         if isinstance(x, int) and isinstance(y, int):
             return fold(x, y)
-        return self.b.binary(op, self.value(x), self.value(y))
+        return self.op("binary", (self.value(x), self.value(y)), op=op)
 
     def add(self, x, y):
         if x == 0 and isinstance(x, int):
@@ -142,11 +171,13 @@ def _owner_name(value: Value) -> str | None:
 
 
 def _addressing(buf: Value) -> Addressing | None:
-    """The addressing of an on-chip buffer or view whose storage holds memory offsets only
-    (None: laid out over threads, reached through a loop-carried value, or a layout-less
-    view of a buffer not stored row-major, which :func:`_offset` re-splits)."""
+    """The addressing of an on-chip buffer or view in storage every target lays out alike:
+    shared memory (over all the axes its layout reaches: the CTA's threads share it), or
+    private memory laid out over memory only (None: a private tile laid out over threads,
+    whose storage is the target's; one reached through a loop-carried value; or a
+    layout-less view of a buffer not stored row-major, which :func:`_offset` re-splits)."""
     t, name = buf.type, _owner_name(buf)
-    if not _memory_only(t.layout):
+    if t.scope is not MemScope.SHARED and not _memory_only(t.layout):
         return None
     if name == "alloc":
         return (Addressing.row_major(t.shape) if t.layout is None
@@ -163,15 +194,15 @@ def _addressing(buf: Value) -> Addressing | None:
         else None
 
 
-def _arith(b: Builder, buf: Value) -> IrArith:
-    """i64 arithmetic for a tensor, i32 for an on-chip buffer unless it is huge."""
+def _index_type(buf: Value):
+    """i64 for a tensor, i32 for an on-chip buffer unless it is huge."""
     if buf.type.scope is MemScope.GLOBAL:
-        return IrArith(b, i64)
+        return i64
     if _owner_name(buf) == "region":
         buf = buf.owner.operands[0]
     root = _root(buf).type
     small = max(storage_elements(root.shape, root.layout), math.prod(buf.type.shape)) < 2 ** 31
-    return IrArith(b, i32 if small else i64)
+    return i32 if small else i64
 
 
 def _under_regions(arith: IrArith, buf: Value, indices: list[Value]) -> tuple[Value, list]:
@@ -193,12 +224,20 @@ def _offset(arith: IrArith, buf: Value, indices: list):
             return None
         offset = 0
         for dim, (index, stride) in enumerate(zip(indices, t.strides)):
-            stride = stride if isinstance(stride, int) else arith.b.buffer_stride(buf, dim)
+            stride = stride if isinstance(stride, int) else arith.op("buffer_stride", (buf,),
+                                                                      dim=dim)
             offset = arith.add(offset, arith.mul(index, stride))
         return buf, offset
     addressing = _addressing(buf)
     if addressing is not None:
-        return _root(buf), addressing.element_offset(arith, indices, t.shape)
+        root = _root(buf)
+        offset = addressing.element_offset(arith, indices, t.shape)
+        per_team = root.owner.attrs.get("per_team") if _owner_name(root) == "alloc" else None
+        if per_team is not None:   # this thread's team's copy
+            instance = arith.index(arith.op("thread_index", (), kind=f"{per_team}_id", dim=0))
+            copy = storage_elements(root.type.shape, root.type.layout)
+            offset = arith.add(offset, arith.mul(instance, copy))
+        return root, offset
     if name == "view" and t.layout is None:   # a reshape of a laid-out buffer
         parent = buf.owner.operands[0]
         flat = row_major_flat(arith, indices, t.shape)
@@ -220,16 +259,20 @@ def _describe(buf: Value) -> str:
     return f"{buf.type.scope} buffer allocated at line {owner.loc.line}"
 
 
-def _lower_access(op: Operation, ctx: RewriteContext):
+def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
     first_index = FIRST_INDEX[op.name]
     b = ctx.builder
-    arith = _arith(b, op.operands[0])
+    memo = memos.setdefault(id(b.block), {})
+    known = set(memo)
+    arith = IrArith(b, _index_type(op.operands[0]), memo)
     checked, indices = _under_regions(arith, op.operands[0], list(op.operands[first_index:]))
     found = _offset(arith, checked, indices)
-    if found is None:
+    if found is None:   # the rewriter drops what was built: so must the memo
+        for key in set(memo) - known:
+            del memo[key]
         return None
     root, offset = found
-    extents = [extent if isinstance(extent, int) else b.buffer_dim(checked, d)
+    extents = [extent if isinstance(extent, int) else arith.op("buffer_dim", (checked,), dim=d)
                for d, extent in enumerate(checked.type.shape)]
     b.create("bounds_check", [arith.value(v) for v in (*indices, *extents)],
              {"access": op.name, "buffer": _describe(checked), "scope": checked.type.scope})
@@ -243,4 +286,9 @@ def _lower_access(op: Operation, ctx: RewriteContext):
 def lower_addresses(kernel: KernelIR) -> KernelIR:
     if not _per_thread(kernel):
         return kernel
-    return rewrite(kernel, [(name, _lower_access) for name in ACCESS_OPS], "lower-addresses")
+    memos: dict[int, dict] = {}   # block being built -> its IrArith memo
+
+    def lower(op, ctx):
+        return _lower_access(op, ctx, memos)
+    # One sweep: the flat accesses it makes are no candidates.
+    return Rewriter([(name, lower) for name in ACCESS_OPS], "lower-addresses").sweep(kernel)

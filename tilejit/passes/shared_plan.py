@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from ..errors import CompilationError, SourceLocation
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.rewrite import Rewriter
-from ..ir.storage import shared_alignment, storage_bytes
+from ..ir.storage import shared_alignment, storage_bytes, team_copies
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 
 __all__ = ["SharedBuffer", "SharedPlan", "capacity_for", "format_bytes", "plan",
@@ -244,8 +244,9 @@ def plan(kernel: KernelIR) -> SharedPlan:
             continue
         dtype, layout = op.attrs["dtype"], op.attrs["layout"]
         start, end = _live_range(program, op)
+        copies = team_copies(op.attrs["per_team"], kernel.attrs["num_warps"])
         buffers.append(SharedBuffer(_name(op), op.loc,
-                                    storage_bytes(dtype, op.attrs["shape"], layout),
+                                    storage_bytes(dtype, op.attrs["shape"], layout) * copies,
                                     shared_alignment(dtype, layout), start, end))
     placed = _place(buffers)
     return SharedPlan(tuple(placed), max((b.offset + b.nbytes for b in placed), default=0))

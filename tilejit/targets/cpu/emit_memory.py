@@ -20,6 +20,7 @@ from llvmlite import ir
 from tilejit.errors import CompilationError
 from tilejit.ir.addressing import Addressing, Storage, row_major_flat, row_major_indices
 from tilejit.ir.ops_native import FIRST_INDEX
+from tilejit.ir.storage import team_copies
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
 
 from . import abi, emit_native, types
@@ -287,6 +288,8 @@ def emit_alloc(em, op):
     addressing = (Addressing.row_major(shape) if layout is None
                   else Addressing.from_layout(layout, shape))
     nbytes = addressing.span * dtype.itemsize  # padding and thread axes take room too
+    if scope is MemScope.SHARED:   # per_team copies follow each other; offsets reach them
+        nbytes *= team_copies(op.attrs["per_team"], em.mc.kernel.attrs["num_warps"])
     if scope is MemScope.SHARED and op.attrs["offset"] is not None:
         ptr = em.byte_ptr(frame.data, _planned_offset(em, op, nbytes))
     elif scope is MemScope.SHARED:   # IR the shared-memory plan has not seen

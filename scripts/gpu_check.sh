@@ -6,15 +6,24 @@
 #
 # - No GPU (nvidia-smi lists none and torch.cuda.is_available() is False): prints
 #   "SKIPPED: no GPU" and exits 0, so it is safe anywhere.
-# - Else: scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch), then
-#   `python3 -m pytest -m gpu -q tests`. The PASS/FAIL table goes to stdout and, when $OUT is
-#   set, to $OUT/gpu_check.md (logs beside it: gpu_smoke.log, gpu_pytest.log).
+# - Else, each step with its own time limit:
+#   1. scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch; a tilejit kernel
+#      compiled for the cuda target and launched through the runtime);
+#   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others);
+#   3. scripts/gpu_bench.py: vector add and row softmax against the device's copy bandwidth,
+#      the matmul against torch.matmul (CUDA events, best of N), in a table of its own;
+#   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
+#   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
+#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_notebook.log, and the
+#   benchmark's gpu_bench.json / gpu_bench.md).
 # - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
 # - Exit status: 0 when nothing FAILed, else 1.
 #
-# Env: PYTHON (default python3), GPU_CHECK_SMOKE_TIMEOUT (s, default 180),
-#      GPU_CHECK_PYTEST_TIMEOUT (s, default 300). Both stay well inside a 600 s device call.
+# Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (90),
+#      GPU_CHECK_PYTEST_TIMEOUT (210), GPU_CHECK_BENCH_TIMEOUT (120),
+#      GPU_CHECK_NOTEBOOK_TIMEOUT (60): 480 s in all at worst, inside a 600 s device call.
+#      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,12 +65,12 @@ row() {  # row CHECK RESULT DETAIL: append a table row (writing the header if sm
 
 # --- 1. smoke --------------------------------------------------------------------------------
 echo "== scripts/gpu_smoke.py =="
-timeout "${GPU_CHECK_SMOKE_TIMEOUT:-180}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
+timeout "${GPU_CHECK_SMOKE_TIMEOUT:-90}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 case "$smoke_rc" in
   0) ;;
   1) [ -s "$REPORT" ] || row "gpu_smoke.py" FAIL "exited 1 before writing its table" ;;
-  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-180} s" ;;
+  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-90} s" ;;
   *) row "gpu_smoke.py" FAIL "crashed with exit status $smoke_rc (see gpu_smoke.log)" ;;
 esac
 
@@ -69,7 +78,7 @@ esac
 echo "== python3 -m pytest -m gpu -q tests =="
 # --continue-on-collection-errors: a test module that can't import here (a package this
 # machine lacks) must not hide the GPU tests that can run; it still counts as an error.
-timeout "${GPU_CHECK_PYTEST_TIMEOUT:-300}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+timeout "${GPU_CHECK_PYTEST_TIMEOUT:-210}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   --continue-on-collection-errors --junitxml="$TMP/gpu_tests.xml" tests 2>&1 |
   tee "$LOGS/gpu_pytest.log"
 pytest_rc=${PIPESTATUS[0]}
@@ -84,13 +93,58 @@ EOF
 case "$pytest_rc" in
   0) row "pytest -m gpu" PASS "${counts:-passed}" ;;
   5) row "pytest -m gpu" PASS "no tests marked gpu were collected" ;;
-  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-300} s; ${counts:-no counts}" ;;
+  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-210} s; ${counts:-no counts}" ;;
   *) row "pytest -m gpu" FAIL "exit status $pytest_rc; ${counts:-no counts} (see gpu_pytest.log)" ;;
 esac
+
+# --- 3. benchmark ------------------------------------------------------------------------------
+echo "== scripts/gpu_bench.py =="
+BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-120}"
+# Each of its three parts runs in a process of its own, killed after a third of the step's time.
+# shellcheck disable=SC2086
+timeout "$BENCH_TIMEOUT" "$PY" scripts/gpu_bench.py --out "$LOGS" \
+  --part-timeout "$((BENCH_TIMEOUT / 3 - 2))" ${GPU_CHECK_BENCH_ARGS:-} 2>&1 |
+  tee "$LOGS/gpu_bench.log"
+bench_rc=${PIPESTATUS[0]}
+bench_pass="$(grep -c '| PASS |' "$LOGS/gpu_bench.md" 2>/dev/null)"
+bench_fail="$(grep -c '| FAIL |' "$LOGS/gpu_bench.md" 2>/dev/null)"
+case "$bench_rc" in
+  0) row "gpu_bench.py" PASS "${bench_pass:-0} rows measured (gpu_bench.md)" ;;
+  1) row "gpu_bench.py" FAIL "${bench_fail:-?} rows failed (gpu_bench.md, gpu_bench.log)" ;;
+  124) row "gpu_bench.py" FAIL "timed out after $BENCH_TIMEOUT s (gpu_bench.log)" ;;
+  *) row "gpu_bench.py" FAIL "crashed with exit status $bench_rc (gpu_bench.log)" ;;
+esac
+
+# --- 4. the CUDA tutorial, its launch cells included ------------------------------------------
+echo "== tutorials/06-cuda.ipynb =="
+if "$PY" -c 'import nbclient, nbformat, ipykernel' >/dev/null 2>&1; then
+  timeout "${GPU_CHECK_NOTEBOOK_TIMEOUT:-60}" "$PY" - tutorials/06-cuda.ipynb "$TMP" \
+    >"$LOGS/gpu_notebook.log" 2>&1 <<'EOF'
+import sys, nbclient, nbformat
+nb = nbformat.read(sys.argv[1], as_version=4)
+nbclient.NotebookClient(nb, timeout=50, kernel_name="python3",
+                        resources={"metadata": {"path": sys.argv[2]}}).execute()
+text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+print(text)
+assert "launch skipped" not in text, "a launch cell was skipped on a GPU machine"
+EOF
+  nb_rc=$?
+  case "$nb_rc" in
+    0) row "tutorials/06-cuda.ipynb" PASS "every cell ran, launches included" ;;
+    124) row "tutorials/06-cuda.ipynb" FAIL "timed out after ${GPU_CHECK_NOTEBOOK_TIMEOUT:-60} s" ;;
+    *) row "tutorials/06-cuda.ipynb" FAIL "exit status $nb_rc (gpu_notebook.log)" ;;
+  esac
+else
+  row "tutorials/06-cuda.ipynb" SKIP "nbclient / nbformat / ipykernel not installed"
+fi
 
 # --- verdict -----------------------------------------------------------------------------------
 if grep -q '| FAIL |' "$REPORT"; then verdict=FAIL; else verdict=PASS; fi
 printf '\n**Overall: %s**\n' "$verdict" >>"$REPORT"
+if [ -s "$LOGS/gpu_bench.md" ]; then   # the benchmark's own table after the verdict
+  printf '\n## Benchmark (scripts/gpu_bench.py)\n' >>"$REPORT"
+  sed '1d' "$LOGS/gpu_bench.md" >>"$REPORT"
+fi
 echo
 echo "== GPU check report =="
 cat "$REPORT"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """GPU smoke test: NVRTC -> CUBIN for this device's own arch -> driver load -> launch on torch
-tensors -> compare with torch. Prints versions, then a PASS/FAIL table, which also goes to
+tensors -> compare with torch; then a tilejit kernel compiled for the cuda target and
+launched through the runtime. Prints versions, then a PASS/FAIL table, which also goes to
 $GPU_CHECK_REPORT or else $OUT/gpu_check.md. Exit status 1 on any FAIL.
 
 Run through scripts/gpu_check.sh (which sets PYTHONPATH), or: PYTHONPATH=. python3 scripts/gpu_smoke.py
@@ -183,6 +184,25 @@ def main() -> int:
         i = torch.arange(n, device="cuda", dtype=torch.float32)
         assert torch.equal(h, (0.5 * i).half()) and torch.equal(b, (0.25 * i).bfloat16())
         return "exact"
+
+    @check("tilejit vector_add: cuda target, runtime launch, vs torch")
+    def _():
+        if "mod" not in state:
+            raise _Skip("the driver could not load a CUBIN")
+        import tilejit as tj
+        from tilejit.examples.kernels import vector_add
+        torch = state["torch"]
+        n = 100_003                                  # a ragged last CTA
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        out = torch.full((n + 5,), float("nan"), device="cuda")
+        vector_add[(tj.cdiv(n, 1024),)](x, y, out[:n], BLOCK=1024)
+        torch.cuda.synchronize()
+        compiled = vector_add.compiled_kernels()[-1]
+        assert compiled.target == "cuda", f"ran on {compiled.target}"
+        assert torch.equal(out[:n], x + y), "wrong result"
+        assert out[n:].isnan().all(), "wrote past the end"
+        meta = compiled.metadata
+        return f"{meta['cuda_arch']}, {meta['registers']} registers, exact"
 
     # PTX JIT by the driver works only when the driver is as new as NVRTC: a WARN, not a FAIL.
     @check("driver JIT-compiles NVRTC's PTX", warn_only=True)

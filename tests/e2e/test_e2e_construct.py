@@ -6,6 +6,7 @@ import importlib.util
 import itertools
 
 import numpy as np
+import pytest
 import torch
 from e2e_helpers import assert_guard_intact, guarded, make, torch_dtype
 from hypothesis import HealthCheck, given, settings
@@ -114,6 +115,9 @@ def laid_out(draw):
     return scope, shape, draw(layouts(shape, scope)), draw(st.sampled_from(sorted(STATEMENTS)))
 
 
+@pytest.mark.per_thread_limitation(
+    "a laid-out fragment whose layout repeats lane coordinates (a replicated tile) has no "
+    "per-thread copy rule: a DispatchError (fragment layout inference, issue 11 item 3)")
 @settings(max_examples=30, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(case=laid_out(), seed=st.integers(0, 2**16))

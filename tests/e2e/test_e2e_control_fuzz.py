@@ -13,11 +13,14 @@ import itertools
 import re
 import textwrap
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tilejit as tj
+from tilejit.knobs import knobs
+from tilejit.passes.sync_hazards import SyncHazardError
 
 _COUNTER = itertools.count()
 RANGES = ["range(n)", "range(n, 0, -1)", "range(1, n, 2)", "range(n, -1, -2)", "range(m)",
@@ -155,11 +158,15 @@ def test_programs_match_python(tmp_path, body, n, m, step):
 def test_tile_primitives_under_control_flow_run_or_are_refused(tmp_path, body, n, m, step):
     """A tile primitive that only part of its team (the CTA, or a warp) might reach is a
     ScopeError when the kernel compiles; one that compiles never deadlocks and the results
-    match Python."""
+    match Python. Per thread, the CTA's ``tile`` lives in shared memory, so warps filling
+    it where no barrier orders them (two branches of a divergent ``if``, or one after the
+    other where a barrier would deadlock) race: a SyncHazardError naming it."""
     try:
         run(body, tmp_path, n, m, step)
     except tj.ScopeError as err:   # divergent control, or a filter with an odd thread set
         assert any(reason in err.message for reason in REFUSALS), f"{err}\n{body}"
+    except SyncHazardError as err:
+        assert knobs.simt and "buffer tile" in err.message, f"{err}\n{body}"
 
 
 # -- threads exchanging values through shared memory between barriers ---------------------

@@ -39,6 +39,9 @@ from tilejit.targets.cuda.nvrtc import nvrtc_unavailable_reason
 ARCHS = ("sm_80", "sm_90a")
 THREADS = 128   # num_warps = 4, the default
 
+# The cuda target has one lowering; the CPU runs are simt=True where they stand for it.
+pytestmark = pytest.mark.team_once_only("compiles for cuda, whose lowering is per_thread")
+
 needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
                                  reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
 

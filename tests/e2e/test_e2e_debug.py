@@ -191,6 +191,7 @@ def test_bounds_checks_can_be_turned_off_and_are_part_of_the_cache_key():
         kernel[(1,)](*args)
 
 
+@pytest.mark.team_once_only("per thread, every flat access carries its bounds_check")
 def test_tile_primitives_carry_no_bounds_checks_outside_debug_mode():
     @tj.kernel
     def tiles(x, out, BLOCK: tj.constexpr):

@@ -159,6 +159,9 @@ def _load(kernel_dir, p):
     return module.probe, path
 
 
+@pytest.mark.per_thread_limitation(
+    "a laid-out fragment whose layout repeats lane coordinates (a replicated tile) has no "
+    "per-thread copy rule: a DispatchError (fragment layout inference, issue 11 item 3)")
 @settings(max_examples=50, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(p=programs(), seed=st.integers(0, 2**16))

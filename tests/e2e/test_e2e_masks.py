@@ -4,6 +4,7 @@ random shapes that are not powers of two."""
 import math
 
 import numpy as np
+import pytest
 import torch
 from e2e_helpers import assert_close, assert_guard_intact, guarded, make, torch_dtype
 from hypothesis import given, settings
@@ -190,6 +191,7 @@ def test_other_and_config_fill_both_fill_past_the_tensors_end():
     torch.testing.assert_close(out[1], torch.cat([x, torch.full((8,), 4.5)]))
 
 
+@pytest.mark.team_once_only("checks a CPU team_once family's legality")
 def test_masked_copies_decline_the_stream_family_with_a_reason():
     @tj.kernel
     def masked_global_copy(x, out, n, BLOCK: tj.constexpr):

@@ -423,6 +423,7 @@ def global_to_global(x, y, out, N: tj.constexpr):
     tj.erf(out[2, 0:N], t)
 
 
+@pytest.mark.team_once_only("checks the CPU team_once families")
 def test_cpu_families_compute_the_new_ops_or_decline_them():
     n = 40
     x, y = torch.rand(n) * 3, torch.rand(n) * 2

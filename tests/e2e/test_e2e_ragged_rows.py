@@ -77,6 +77,7 @@ def test_masked_softmax_on_ragged_lengths(n):
         assert_guard_intact(whole, (4, n), "float32")
 
 
+@pytest.mark.team_once_only("checks the CPU team_once families")
 def test_a_ragged_row_stays_in_the_vector_families():
     lanes = (CONTEXT.vector_bytes // 4,)  # f32 lanes: 781 is no multiple of any width
     x = torch.zeros(2, 781)

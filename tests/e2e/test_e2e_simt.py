@@ -20,6 +20,9 @@ from tilejit.examples import (layer_norm, matmul, row_softmax, run_layer_norm, r
 from tilejit.knobs import knobs
 from tilejit.layout import TileLayout
 
+# The kernels here choose their lowering themselves (simt=True, the knob, or both modes).
+pytestmark = pytest.mark.team_once_only("sets each kernel's lowering itself")
+
 
 def per_thread(kernel, *, shared: bool = False):
     """The binary ``kernel`` last launched with: one unit per thread, and every tile

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 import tilejit as tj
-from tilejit.errors import CompilationError
+from tilejit.errors import CompilationError, LaunchError
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
 from tilejit.targets.backend import get_backend
@@ -671,6 +671,25 @@ def test_launch_flattens_records_without_a_gpu(monkeypatch):
                      ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream")]
     assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
     assert len(m._functions) == 1
+
+
+def test_a_grid_past_cudas_limits_is_a_launch_error_and_an_empty_one_launches_nothing(
+        monkeypatch):
+    from tilejit.targets.cuda import driver
+
+    def no_driver(image, device):
+        raise AssertionError("an empty grid or a refused one must not load the kernel")
+    monkeypatch.setattr(driver, "load_module", no_driver)
+    m = get_backend("cuda").load({"cubin": b"\x7fELF"}, {"entry": "k", "threads": 128,
+                                                           "shared_bytes": 0,
+                                                           "cuda_arch": "sm_90a"})
+    launch, _ = get_backend("cuda").launchers(m)
+    launch((0, 1, 1), [7])
+    launch((5, 0, 1), [7])
+    with pytest.raises(LaunchError, match="grid y extent 65536 is above CUDA's limit of 65535"):
+        launch((1, 65536, 1), [7])
+    with pytest.raises(LaunchError, match="grid x extent 2147483648"):
+        launch((2 ** 31, 1, 1), [7])
 
 
 @pytest.mark.gpu

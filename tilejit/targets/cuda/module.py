@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from ...errors import LaunchError
 
-__all__ = ["CudaKernelModule"]
+__all__ = ["CudaKernelModule", "MAX_GRID"]
+
+MAX_GRID = (2 ** 31 - 1, 65535, 65535)   # CUDA's limits on a grid's x, y and z extents
 
 
 def _current_device() -> int:
@@ -53,7 +55,14 @@ class CudaKernelModule:
         return fn
 
     def launch_on_stream(self, grid, records, stream) -> None:
-        """Queue the kernel on ``stream`` (None: torch's current stream)."""
+        """Queue the kernel on ``stream`` (None: torch's current stream). An empty grid
+        launches nothing, as on the CPU; one past CUDA's limits is a LaunchError."""
+        for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
+            if extent > limit:
+                raise LaunchError(f"grid {'xyz'[axis]} extent {extent} is above CUDA's limit "
+                                  f"of {limit} CTAs in {'xyz'[axis]}", self.location)
+        if 0 in grid:
+            return
         args = []
         for record in records:
             if isinstance(record, tuple):

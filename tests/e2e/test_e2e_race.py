@@ -127,6 +127,27 @@ def test_the_detector_is_off_without_bounds_checks_and_outside_simt_mode():
     assert not meta["backend"]["race_check"]
 
 
+def test_one_warp_storing_an_element_from_several_lanes_is_no_race_two_warps_are():
+    @tj.kernel(simt=True)
+    def broadcast(out, WARPS: tj.constexpr):
+        s = tj.alloc_shared((1,), tj.float32)
+        if tj.warp_id() < WARPS:
+            s[0] = tj.warp_id() * 1.0                             # store
+        tj.sync()
+        if tj.thread_id() == 0:
+            out[0] = s[0]
+
+    out = torch.full((1,), -1.0)
+    broadcast[(1,)](out, WARPS=1, num_warps=2)
+    checked(broadcast)
+    assert out.item() == 0.0
+    line = line_of(broadcast, "# store")
+    with pytest.raises(tj.LaunchError, match=rf"element 0 in CTA 0: thread 31 wrote it at line "
+                       rf"{line} and thread 32 wrote it at line {line} .*between two runs of "
+                       rf"line {line}\)"):
+        broadcast[(1,)](out, WARPS=2, num_warps=2)
+
+
 @tj.kernel(simt=True)
 def handoff(x, out, PARITY: tj.constexpr):
     full = tj.alloc_barriers(1)

@@ -17,8 +17,12 @@ which ``run_ctas`` zeroes per CTA.
 - **Checks** (``tj.race.access``, called by every access of a shared buffer): a read races
   with the last write by another unit ``w`` when ``C_t[w]`` is below the write's clock; a
   write (or atomic) also with the last read. Atomics are a read and a write to plain
-  accesses, but never race with each other (relaxed atomics are still atomic). A race is a
-  ``RACE`` error record: the other unit, its site, what it did, the element.
+  accesses, but never race with each other (relaxed atomics are still atomic). Lanes of one
+  warp storing to one element from the same op do not race either: that is one warp
+  store, of which one lane's value lands (PTX), as in ``if warp == 1: s[0] = v``. A race
+  is a ``RACE`` error record: the other unit, its site, what it did, the element.
+- **Off** for kernels whose shadow would pass ``SHADOW_LIMIT`` (2 MiB of f32 shared memory,
+  ten times a GPU's): they run unchecked rather than fail to fit the CTA's memory.
 - **Synchronization** releases a clock into a barrier clock ``B = max(B, C_t)`` then
   ``C_t[t] += 1``, and acquires ``C_t = max(C_t, B)`` when the wait passes:
 
@@ -46,6 +50,7 @@ from llvmlite import ir
 
 from tilejit.ir.addressing import Addressing
 from tilejit.ir.core import KernelIR, walk
+from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import MemScope
 from tilejit.passes.dispatch import PER_THREAD
 from tilejit.passes.effects import root_buffer
@@ -60,6 +65,7 @@ PRIOR_WRITE, PRIOR_ATOMIC, PRIOR_READ = 1, 2, 3    # what the access it races wi
 # A shadow record: i32 fields.
 W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE = range(7)
 RECORD_BYTES = 32
+SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory, 10x a GPU's
 _FLAG_READS = frozenset({"load", "load_at", "atomic", "atomic_at", "atomic_cas", "atomic_cas_at"})
 _ACCESS_KIND = {"load": READ, "load_at": READ, "store": WRITE, "store_at": WRITE,
                 "atomic": ATOMIC, "atomic_at": ATOMIC, "atomic_cas": ATOMIC,
@@ -98,8 +104,10 @@ def setup(mc) -> RaceState | None:
     if not sizes:
         return None
     threads, granule = units.count, min(sizes)
-    clocks = mc.sync.reserve(threads * threads * 4, 64, "the race detector's clocks")
     records = -(-shared_bytes // granule)
+    if records * RECORD_BYTES > SHADOW_LIMIT:
+        return None   # far more shared memory than any GPU has: run unchecked
+    clocks = mc.sync.reserve(threads * threads * 4, 64, "the race detector's clocks")
     shadow = mc.sync.reserve(records * RECORD_BYTES, 64, "the race detector's shadow memory")
     return RaceState(threads, granule, shared_bytes, clocks, shadow, _flags(kernel))
 
@@ -326,7 +334,14 @@ def _access_fn(mc) -> ir.Function:
     was_atomic = b.icmp_unsigned("!=", load(W_ATOMIC), ir.Constant(I32, 0))
     is_atomic = b.icmp_unsigned("==", kind, ir.Constant(I32, ATOMIC))
     is_read = b.icmp_unsigned("==", kind, ir.Constant(I32, READ))
-    after_write = b.and_(unordered(writer, load(W_CLOCK)), b.not_(b.and_(is_atomic, was_atomic)))
+    # One store of a warp writing an element from several lanes: one lane's value lands,
+    # as PTX specifies (``if warp == 1: s[0] = v``), not a race.
+    warp_store = b.and_(b.and_(b.icmp_unsigned("==", kind, ir.Constant(I32, WRITE)),
+                               b.icmp_unsigned("==", load(W_SITE), site)),
+                        b.icmp_unsigned("<", b.xor(b.sub(writer, ir.Constant(I32, 1)), unit),
+                                        ir.Constant(I32, LANES_PER_WARP)))
+    exempt = b.or_(b.and_(is_atomic, was_atomic), warp_store)
+    after_write = b.and_(unordered(writer, load(W_CLOCK)), b.not_(exempt))
     after_read = b.and_(b.not_(is_read), unordered(reader, load(R_CLOCK)))
     prior_write = b.select(was_atomic, ir.Constant(I32, PRIOR_ATOMIC),
                            ir.Constant(I32, PRIOR_WRITE))

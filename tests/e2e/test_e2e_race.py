@@ -148,6 +148,23 @@ def test_one_warp_storing_an_element_from_several_lanes_is_no_race_two_warps_are
         broadcast[(1,)](out, WARPS=2, num_warps=2)
 
 
+def test_a_thread_that_returned_counts_as_arrived_at_later_barriers():
+    @tj.kernel(simt=True)
+    def leave_early(x, out):
+        s = tj.alloc_shared((64,), tj.float32)
+        t = tj.thread_id()
+        s[t] = x[t]
+        if t >= 32:
+            return
+        tj.sync()
+        out[t] = s[t + 32]
+
+    x, out = torch.arange(64.0), torch.zeros(32)
+    leave_early[(1,)](x, out, num_warps=2)
+    checked(leave_early)
+    torch.testing.assert_close(out, x[32:])
+
+
 @tj.kernel(simt=True)
 def handoff(x, out, PARITY: tj.constexpr):
     full = tj.alloc_barriers(1)

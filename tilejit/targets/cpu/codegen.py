@@ -47,6 +47,7 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
     _assume_multiples_of_16(frame.builder, kernel, params, values)
     em.bind(kernel.params, values)
     em.emit_block(kernel.body)
+    race.finish(em)
     frame.finish()
     body = emit_scheduler(mc, frame.fn, frame.wait_records) if units.coroutine else frame.fn
     _emit_run_ctas(mc, params, body)

@@ -73,7 +73,7 @@ def emit_sync(em, op):
     b, frame = em.b, em.frame
     base = em.byte_ptr(frame.sync, em.mc.sync_state("sync", 8))
     gen0 = b.load(_field(em, base, 1), typ=I32)
-    clocks = race.Rendezvous.make(em, 1, None, gen0, key="sync.race")
+    clocks = race.Rendezvous.make(em, 1, None, gen0, key=race.SYNC_CLOCKS)
     if clocks is not None:
         clocks.arrive(em)
     _arrive(em, base)

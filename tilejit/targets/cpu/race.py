@@ -28,7 +28,9 @@ which ``run_ctas`` zeroes per CTA.
 
   * ``sync`` and ``single`` rendezvous (a CTA, warpgroup or warp barrier): each arriving
     unit releases into the rendezvous' clock for this generation, each passing one acquires
-    it. Two clocks alternate by generation parity (a unit that passes generation g can
+    it. A unit that has finished counts as arrived at every later ``sync`` (as the
+    rendezvous counts it): at its end it releases into the generation collecting arrivals.
+    Two clocks alternate by generation parity (a unit that passes generation g can
     arrive at g + 1 before slower units have acquired g); whoever releases generation g
     clears the other one, which every unit has acquired by then. The unit that runs a
     ``single`` region acquires before it and releases after it.
@@ -65,6 +67,7 @@ PRIOR_WRITE, PRIOR_ATOMIC, PRIOR_READ = 1, 2, 3    # what the access it races wi
 # A shadow record: i32 fields.
 W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE = range(7)
 RECORD_BYTES = 32
+SYNC_CLOCKS = "sync.race"   # ``ModuleContext.named_state`` key of the ``sync`` clocks
 SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory, 10x a GPU's
 _FLAG_READS = frozenset({"load", "load_at", "atomic", "atomic_at", "atomic_cas", "atomic_cas_at"})
 _ACCESS_KIND = {"load": READ, "load_at": READ, "store": WRITE, "store_at": WRITE,
@@ -139,6 +142,18 @@ def start(em) -> None:
     b = em.b
     own = b.gep(_clock(em), [em.frame.unit], source_etype=I32)
     b.store(ir.Constant(I32, 1), own)
+
+
+def finish(em) -> None:
+    """A unit at its end counts as arrived at every later ``sync`` (``CTX_ALIVE``): it
+    releases what it did into the clock of the generation now collecting arrivals."""
+    mc = em.mc
+    if mc.race is None or SYNC_CLOCKS not in mc.named_state:
+        return
+    b = em.b
+    state = em.byte_ptr(em.frame.sync, mc.named_state["sync"])
+    generation = b.load(b.gep(state, [ir.Constant(I32, 1)], source_etype=I32), typ=I32)
+    release(em, _generation_clock(em, mc.named_state[SYNC_CLOCKS], None, generation))
 
 
 def reserve_clocks(mc, count: int) -> int | None:

@@ -249,19 +249,19 @@ def check_access(em, op, ref, ptr) -> None:
         if kind != READ:
             release(em, clock)
         return
-    byte = b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(em.frame.data, I64))
     info = {"buffer": ref.name, "access": kind}
     if ref.reshaped is None and ref.addressing == Addressing.row_major(tuple(ref.shape)):
         info["shape"] = list(ref.shape)   # row-major: the launcher names indices
     site = em.mc.add_site("race", op, **info)
-    conflict = b.call(_access_fn(em.mc), [em.frame.sync, em.frame.unit, byte,
-                                          ir.Constant(I32, site), ir.Constant(I32, kind)])
-    with b.if_then(b.icmp_unsigned("!=", conflict, ir.Constant(I64, 0)), likely=False):
-        element = b.udiv(b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(ref.ptr, I64)),
-                         ir.Constant(I64, ref.dtype.itemsize))
-        other = b.and_(b.lshr(conflict, ir.Constant(I64, 2)), ir.Constant(I64, (1 << 30) - 1))
-        em.fail(abi.RACE, site, [other, b.lshr(conflict, ir.Constant(I64, 32)),
-                                 b.and_(conflict, ir.Constant(I64, 3)), element])
+    frame = em.frame
+    # Few instructions per access (SIMT binaries compile at O0): the call fills the error
+    # record itself.
+    failed = b.call(_access_fn(em.mc), [frame.err, frame.sync, frame.data, frame.unit, ptr,
+                                        ref.ptr, ir.Constant(I64, ref.dtype.itemsize),
+                                        ir.Constant(I32, site), ir.Constant(I32, kind)])
+    go_on = b.append_basic_block("race.ok")
+    b.cbranch(failed, frame.error_exit, go_on)
+    b.position_at_end(go_on)
 
 
 # ----------------------------------------------------------------------------- functions
@@ -304,18 +304,22 @@ def _acquire_fn(mc) -> ir.Function:
 
 
 def _access_fn(mc) -> ir.Function:
-    """``i64 tj.race.access(sync, unit, byte, site, kind)``: 0, or the race found, packed as
-    ``other site << 32 | other unit << 2 | prior kind`` (the access is then not recorded)."""
-    fn, b, new = _function(mc, "tj.race.access", I64, [PTR, I32, I64, I32, I32])
+    """``i1 tj.race.access(err, sync, data, unit, ptr, base, itemsize, site, kind)``: check
+    and record the access of the element at ``ptr`` (of the buffer at ``base``); on a race
+    fill the error record (``abi.RACE``: the other unit, its site, what it did, the element)
+    and return true (the access is then not recorded)."""
+    fn, b, new = _function(mc, "tj.race.access", I1,
+                           [PTR, PTR, PTR, I32, PTR, PTR, I64, I32, I32])
     if not new:
         return fn
     race = mc.race
-    sync, unit, byte, site, kind = fn.args
+    err, sync, data, unit, ptr, base, itemsize, site, kind = fn.args
+    byte = b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(data, I64))
     check = fn.append_basic_block("check")
     outside = fn.append_basic_block("outside")   # shared buffers the plan has not placed
     b.cbranch(b.icmp_unsigned("<", byte, ir.Constant(I64, race.shared_bytes)), check, outside)
     b.position_at_end(outside)
-    b.ret(ir.Constant(I64, 0))
+    b.ret(ir.Constant(I1, 0))
     b.position_at_end(check)
     slot = b.udiv(byte, ir.Constant(I64, race.granule))
     record = b.gep(sync, [b.add(ir.Constant(I64, race.shadow),
@@ -340,10 +344,16 @@ def _access_fn(mc) -> ir.Function:
         seen = b.load(b.gep(clock, [index], source_etype=I32), typ=I32)
         return b.and_(another, b.icmp_unsigned("<", seen, at))
 
-    def pack(other, other_site, prior):
-        return b.or_(b.shl(b.zext(other_site, I64), ir.Constant(I64, 32)),
-                     b.or_(b.shl(b.zext(b.sub(other, ir.Constant(I32, 1)), I64),
-                                 ir.Constant(I64, 2)), b.zext(prior, I64)))
+    def report(other, other_site, prior):
+        element = b.udiv(b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(base, I64)), itemsize)
+        for slot, value in ((abi.ERR_CODE, ir.Constant(I64, abi.RACE)),
+                            (abi.ERR_SITE, b.zext(site, I64)), (abi.ERR_UNIT, b.zext(unit, I64)),
+                            (abi.ERR_VALUES, b.zext(b.sub(other, ir.Constant(I32, 1)), I64)),
+                            (abi.ERR_VALUES + 1, b.zext(other_site, I64)),
+                            (abi.ERR_VALUES + 2, prior),
+                            (abi.ERR_VALUES + 3, element)):
+            b.store(value, b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
+        b.ret(ir.Constant(I1, 1))
 
     writer, reader = load(W_UNIT), load(R_UNIT)
     was_atomic = b.icmp_unsigned("!=", load(W_ATOMIC), ir.Constant(I32, 0))
@@ -358,18 +368,11 @@ def _access_fn(mc) -> ir.Function:
     exempt = b.or_(b.and_(is_atomic, was_atomic), warp_store)
     after_write = b.and_(unordered(writer, load(W_CLOCK)), b.not_(exempt))
     after_read = b.and_(b.not_(is_read), unordered(reader, load(R_CLOCK)))
-    prior_write = b.select(was_atomic, ir.Constant(I32, PRIOR_ATOMIC),
-                           ir.Constant(I32, PRIOR_WRITE))
-    conflict = b.select(after_write, pack(writer, load(W_SITE), prior_write),
-                        b.select(after_read, pack(reader, load(R_SITE),
-                                                  ir.Constant(I32, PRIOR_READ)),
-                                 ir.Constant(I64, 0)))
-    found = fn.append_basic_block("race")
-    record_it = fn.append_basic_block("record")
-    b.cbranch(b.icmp_unsigned("!=", conflict, ir.Constant(I64, 0)), found, record_it)
-    b.position_at_end(found)
-    b.ret(conflict)
-    b.position_at_end(record_it)
+    with b.if_then(after_write, likely=False):
+        prior = b.select(was_atomic, ir.Constant(I64, PRIOR_ATOMIC), ir.Constant(I64, PRIOR_WRITE))
+        report(writer, load(W_SITE), prior)
+    with b.if_then(after_read, likely=False):
+        report(reader, load(R_SITE), ir.Constant(I64, PRIOR_READ))
     own = b.load(b.gep(clock, [unit], source_etype=I32), typ=I32)
     with b.if_else(is_read) as (then, otherwise):
         with then:
@@ -379,5 +382,5 @@ def _access_fn(mc) -> ir.Function:
             for index, value in ((W_UNIT, me), (W_CLOCK, own), (W_SITE, site),
                                  (W_ATOMIC, b.zext(is_atomic, I32))):
                 b.store(value, field_ptr(index))
-    b.ret(ir.Constant(I64, 0))
+    b.ret(ir.Constant(I1, 0))
     return fn

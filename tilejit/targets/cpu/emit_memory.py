@@ -9,6 +9,8 @@ on-chip buffers come from their layout (``ir.addressing.Addressing``).
 
 Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
 offset to the root buffer's pointer; ``bounds_check`` is the check a logical access does.
+In SIMT mode every access of shared memory also goes through the race detector
+(``race.check_access``).
 """
 from __future__ import annotations
 

@@ -15,6 +15,11 @@ parity P has completed (current parity != P). Arrivals and expected bytes are sc
 the threads the unit stands for. On the CPU an async copy completes at once and reports
 its bytes with ``intrinsic {target = "cpu", name = "mbarrier_complete_tx"}(bar, i, bytes)``.
 The vector intrinsics of the CPU instruction families live in ``emit_vector``.
+
+In SIMT mode the race detector (``race``) has arrivals release the unit's vector clock
+and passed waits acquire it: ``sync`` and ``single`` rendezvous, mbarrier arrivals
+(``mbarrier_arrive``, an arriving ``mbarrier_expect_tx``, ``mbarrier_complete_tx``) and
+``mbarrier_wait``. Shuffles and ``elect_sync`` order no memory.
 """
 from __future__ import annotations
 

@@ -289,8 +289,8 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
     return LaunchError(message, loc)
 
 
-# What the two accesses of a race did (``race.ACCESS_WORDS`` / ``race.PRIOR_WORDS``; the
-# launcher does not import the emitters).
+# What the two accesses of a race did: by ``race.READ/WRITE/ATOMIC`` (in the site) and
+# ``race.PRIOR_*`` (in the record); the launcher does not import the emitters.
 _RACE_ACCESS = {0: "read", 1: "wrote", 2: "updated (atomically)"}
 _RACE_PRIOR = {1: "wrote", 2: "updated (atomically)", 3: "read"}
 

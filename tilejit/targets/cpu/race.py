@@ -73,8 +73,6 @@ _FLAG_READS = frozenset({"load", "load_at", "atomic", "atomic_at", "atomic_cas",
 _ACCESS_KIND = {"load": READ, "load_at": READ, "store": WRITE, "store_at": WRITE,
                 "atomic": ATOMIC, "atomic_at": ATOMIC, "atomic_cas": ATOMIC,
                 "atomic_cas_at": ATOMIC}
-ACCESS_WORDS = {READ: "read", WRITE: "wrote", ATOMIC: "updated (atomically)"}
-PRIOR_WORDS = {PRIOR_WRITE: "wrote", PRIOR_ATOMIC: "updated (atomically)", PRIOR_READ: "read"}
 
 
 @dataclass

@@ -15,7 +15,7 @@ from llvmlite import ir
 from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
-from . import abi, emit_control, emit_memory, emit_native, emit_sync, types
+from . import abi, emit_control, emit_memory, emit_native, emit_sync, race, types
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
@@ -37,14 +37,17 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
     # The shared-memory plan (passes/shared_plan.py) placed the shared buffers in one
     # block of this many bytes: it starts the data arena, so their offsets are its own.
     mc.data.reserve(kernel.attrs["shared_bytes"] or 0, ARENA_ALIGN, "the kernel's shared memory")
+    mc.race = race.setup(mc)   # SIMT mode's race detector (with bounds checks)
     params = abi.param_slots(kernel)
     slot_types, slot_attrs = _slot_types(kernel, params, options)
     frame = (CoroFrame if units.coroutine else PlainFrame)(mc, slot_types, slot_attrs)
     em = Emitter(mc, frame, HANDLERS)
+    race.start(em)
     values = _param_values(params, frame.slots)
     _assume_multiples_of_16(frame.builder, kernel, params, values)
     em.bind(kernel.params, values)
     em.emit_block(kernel.body)
+    race.finish(em)
     frame.finish()
     body = emit_scheduler(mc, frame.fn, frame.wait_records) if units.coroutine else frame.fn
     _emit_run_ctas(mc, params, body)
@@ -54,7 +57,7 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
         "num_warps": kernel.attrs["num_warps"], "granularity": str(units.kind),
         "units_per_cta": units.count, "sites": mc.sites, "debug": options.debug,
         "noalias": options.noalias, "data_bytes": mc.data.size, "sync_bytes": mc.sync.size,
-        "spin_loops": frame.spin_loops,
+        "spin_loops": frame.spin_loops, "race_check": mc.race is not None,
     }
     return module, meta
 

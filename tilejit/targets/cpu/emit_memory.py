@@ -9,6 +9,8 @@ on-chip buffers come from their layout (``ir.addressing.Addressing``).
 
 Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
 offset to the root buffer's pointer; ``bounds_check`` is the check a logical access does.
+In SIMT mode every access of shared memory also goes through the race detector
+(``race.check_access``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from tilejit.ir.ops_native import FIRST_INDEX
 from tilejit.ir.storage import team_copies
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
 
-from . import abi, emit_native, types
+from . import abi, emit_native, race, types
 from .types import I1, I8, I32, I64, VOID
 from .units import threads_per_unit
 
@@ -160,11 +162,13 @@ def emit_bounds_check(em, op):
 
 def emit_load(em, op):
     ptr, ref = _element(em, op)
+    race.check_access(em, op, ref, ptr)
     return [types.load(em.b, ptr, ref.dtype, tag=_alias_tag(em, ref))]
 
 
 def emit_store(em, op):
     ptr, ref = _element(em, op)
+    race.check_access(em, op, ref, ptr)
     types.store(em.b, em[op.operands[1]], ptr, ref.dtype, tag=_alias_tag(em, ref))
     return []
 
@@ -185,6 +189,7 @@ _CAS_FAILURE_ORDERS = {"relaxed": "monotonic", "acquire": "acquire", "release": 
 
 def emit_atomic(em, op):
     ptr, ref = _element(em, op)
+    race.check_access(em, op, ref, ptr)
     t, name, b = ref.dtype, op.attrs["op"], em.b
     value = em[op.operands[1]]
     if name == "add":  # every thread the unit stands for adds its value
@@ -208,6 +213,7 @@ def emit_atomic_cas(em, op):
     a unit stands for: once the first has swapped, the others' compares fail (unless
     ``compare == value``, when a swap changes nothing)."""
     ptr, ref = _element(em, op)
+    race.check_access(em, op, ref, ptr)
     t, b = ref.dtype, em.b
     compare, value = em[op.operands[1]], em[op.operands[2]]
     if ref.scope is not MemScope.GLOBAL:  # one OS thread runs the CTA (see emit_atomic)

@@ -15,6 +15,11 @@ parity P has completed (current parity != P). Arrivals and expected bytes are sc
 the threads the unit stands for. On the CPU an async copy completes at once and reports
 its bytes with ``intrinsic {target = "cpu", name = "mbarrier_complete_tx"}(bar, i, bytes)``.
 The vector intrinsics of the CPU instruction families live in ``emit_vector``.
+
+In SIMT mode the race detector (``race``) has arrivals release the unit's vector clock
+and passed waits acquire it: ``sync`` and ``single`` rendezvous, mbarrier arrivals
+(``mbarrier_arrive``, an arriving ``mbarrier_expect_tx``, ``mbarrier_complete_tx``) and
+``mbarrier_wait``. Shuffles and ``elect_sync`` order no memory.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from tilejit.ir.ops_native import printf_conversions
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import TeamKind, i32
 
-from . import abi, emit_native, emit_vector, types
+from . import abi, emit_native, emit_vector, race, types
 from .frames import CTX_ALIVE
 from .types import I1, I32, I64, PTR, VOID
 from .units import instance_counts, threads_per_unit
@@ -44,6 +49,7 @@ class BarrierRef:
     ptr: ir.Value
     count: int
     name: str
+    clocks: int | None = None   # offset of the race detector's clocks, one per index
 
 
 def _field(em, base, index: int):
@@ -72,6 +78,9 @@ def emit_sync(em, op):
     b, frame = em.b, em.frame
     base = em.byte_ptr(frame.sync, em.mc.sync_state("sync", 8))
     gen0 = b.load(_field(em, base, 1), typ=I32)
+    clocks = race.Rendezvous.make(em, 1, None, gen0, key=race.SYNC_CLOCKS)
+    if clocks is not None:
+        clocks.arrive(em)
     _arrive(em, base)
     site = em.mc.add_site("wait", op, what="sync() (CTA barrier)")
 
@@ -82,10 +91,14 @@ def emit_sync(em, op):
                          b.not_(_generation_moved(em, base, gen0)))
         with b.if_then(release):
             b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            if clocks is not None:
+                clocks.released(em)
             b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
         return _generation_moved(em, base, gen0)
 
     frame.wait_until(em, ready, site)
+    if clocks is not None:
+        clocks.depart(em)
     return []
 
 
@@ -143,7 +156,8 @@ def emit_alloc_barrier(em, op):
     count = op.attrs["count"]
     offset = em.mc.sync.reserve(count * MBARRIER_BYTES, 16)
     name = op.result.name_hint or f"barrier allocated at line {op.loc.line}"
-    return [BarrierRef(em.byte_ptr(em.frame.sync, offset), count, name)]
+    return [BarrierRef(em.byte_ptr(em.frame.sync, offset), count, name,
+                       race.reserve_clocks(em.mc, count))]
 
 
 def _barrier(em, op):
@@ -182,6 +196,12 @@ def _update_fn(mc) -> ir.Function:
     return fn
 
 
+def _release(em, bar: BarrierRef, index) -> None:
+    """The race detector's release of what this unit did, on ``bar[index]``."""
+    if bar.clocks is not None:
+        race.release(em, race.clock_at(em, bar.clocks, index))
+
+
 def _update(em, state, arrivals, tx_delta) -> None:
     def as_i32(v):
         return ir.Constant(I32, v) if isinstance(v, int) else v
@@ -199,13 +219,16 @@ def emit_mbarrier_init(em, op):
 
 
 def emit_mbarrier_arrive(em, op):
-    state, _, _ = _barrier(em, op)
+    state, bar, index = _barrier(em, op)
+    _release(em, bar, index)
     _update(em, state, threads_per_unit(em), 0)
     return []
 
 
 def emit_mbarrier_expect_tx(em, op):
-    state, _, _ = _barrier(em, op)
+    state, bar, index = _barrier(em, op)
+    if op.attrs["arrive"]:
+        _release(em, bar, index)
     threads = threads_per_unit(em)
     nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
     if not (isinstance(threads, int) and threads == 1):
@@ -227,11 +250,14 @@ def emit_mbarrier_wait(em, op):
         return b.icmp_unsigned("!=", parity, ir.Constant(I32, 0))
 
     em.frame.wait_until(em, ready, site, [index, b.sext(phase, I64)])
+    if bar.clocks is not None:
+        race.acquire(em, race.clock_at(em, bar.clocks, index))
     return []
 
 
 def _complete_tx(em, op):
-    state, _, _ = _barrier(em, op)
+    state, bar, index = _barrier(em, op)
+    _release(em, bar, index)   # on behalf of the thread that issued the async copy
     nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
     _update(em, state, 0, em.b.neg(nbytes))
     return []
@@ -266,19 +292,30 @@ def emit_single(em, op):
     base = em.byte_ptr(em.frame.sync, b.add(ir.Constant(I64, base_offset),
                                             b.mul(b.zext(instance, I64), ir.Constant(I64, 8))))
     gen0 = b.load(_field(em, base, 1), typ=I32)
+    clocks = race.Rendezvous.make(em, len(counts), instance, gen0)
+    if clocks is not None:
+        clocks.arrive(em)
     _arrive(em, base)
     arrived = b.load(_field(em, base, 0), typ=I32)
     site = em.mc.add_site("wait", op, what=f"single region (team {team})")
     is_last = b.icmp_unsigned("==", arrived, _expected(em, counts, instance))
+    region = op.regions[0]
     with b.if_else(is_last) as (last, other):
         with last:  # the last unit to arrive runs the region for its team
             b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            if clocks is not None:
+                clocks.released(em)
+                clocks.depart(em)
             with em.scoped(single_team=team, team=team):
-                em.emit_block(op.regions[0])
+                em.emit_block(region)
+            if clocks is not None and any(not o.opdef.terminator for o in region.ops):
+                clocks.region_done(em)
             b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
             em.frame.progress()
         with other:
             em.frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)
+            if clocks is not None:
+                clocks.depart(em)
     return []
 
 

@@ -84,6 +84,7 @@ class ModuleContext:
     sync: Arena = field(default_factory=Arena)   # barrier and scheduler state (zeroed per CTA)
     named_state: dict = field(default_factory=dict)
     streaming_stores: bool = False  # non-temporal stores: run_ctas fences before returning
+    race: object = None   # the race detector's state (``race.RaceState``), when it is on
     alias: AliasScopes = field(init=False)
 
     def __post_init__(self):

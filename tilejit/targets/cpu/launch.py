@@ -279,12 +279,47 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
         if site["op"] == "mbarrier_wait":
             message += f" index {values[0]} for phase parity {values[1] & 1}"
         message += f" (line {site['line']})"
+    elif status == abi.RACE:
+        message = _race_message(meta, site, fields)
     elif status == abi.OUT_OF_MEMORY:
         message = (f"kernel {meta['name']!r}: cannot allocate {values[0]} bytes of memory "
                    f"(shared, or a unit's private arrays) {where}; use smaller tiles")
     else:
         message = f"kernel {meta['name']!r} failed with error code {status} {where}"
     return LaunchError(message, loc)
+
+
+# What the two accesses of a race did: by ``race.READ/WRITE/ATOMIC`` (in the site) and
+# ``race.PRIOR_*`` (in the record); the launcher does not import the emitters.
+_RACE_ACCESS = {0: "read", 1: "wrote", 2: "updated (atomically)"}
+_RACE_PRIOR = {1: "wrote", 2: "updated (atomically)", 3: "read"}
+
+
+def _race_message(meta: dict, site: dict, fields) -> str:
+    """SIMT mode's race detector found two unordered accesses of a shared element."""
+    other, other_site, prior, element = fields[abi.ERR_VALUES:abi.ERR_VALUES + 4]
+    sites = meta["sites"]
+    before = sites[other_site] if 0 <= other_site < len(sites) else {"line": "?", "file": None}
+    where = f"line {before['line']}"
+    if before.get("file") and before["file"] != site["file"]:
+        where += f" of {before['file']}"
+    shape = site.get("shape")
+    if shape and 0 <= element < math.prod(shape):
+        indices, rest = [], element
+        for extent in reversed(shape):
+            indices.append(rest % extent)
+            rest //= extent
+        what = f"element {indices[::-1] if len(shape) > 1 else indices[0]}"
+    else:
+        what = f"element {element} (storage offset)"
+    lines = sorted({before["line"], site["line"]}, key=lambda line: (str(line) == "?", line))
+    fix = (f"between lines {lines[0]} and {lines[1]}" if len(lines) == 2
+           else f"between two runs of line {lines[0]}")
+    return (f"kernel {meta['name']!r}: data race on shared buffer {site['buffer']!r} {what} "
+            f"in CTA {fields[abi.ERR_CTA]}: thread {other} {_RACE_PRIOR.get(prior, '?')} it at "
+            f"{where} and thread {fields[abi.ERR_UNIT]} {_RACE_ACCESS.get(site['access'], '?')} "
+            f"it at line {site['line']} with no barrier between (add tj.sync(), or a barrier "
+            f"that orders these threads, {fix})")
 
 
 def _grid3(grid, location: SourceLocation) -> tuple[int, int, int]:

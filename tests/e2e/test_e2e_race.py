@@ -25,6 +25,9 @@ from tilejit.targets.backend import get_backend
 from tilejit.targets.cpu import jit
 from tilejit.targets.cpu.backend import SIMT_OPT_LEVEL
 
+# Each test compiles its kernels per thread itself (the detector's mode), or checks both.
+pytestmark = pytest.mark.team_once_only("chooses the per-thread lowering itself")
+
 
 def line_of(fn, text: str) -> int:
     """The source line of ``fn`` (a kernel or function) holding ``text``."""

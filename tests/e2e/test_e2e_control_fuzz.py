@@ -13,7 +13,6 @@ import itertools
 import re
 import textwrap
 
-import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

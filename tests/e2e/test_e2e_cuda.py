@@ -30,11 +30,11 @@ import pytest
 import torch
 
 import tilejit as tj
+from support.gpu import needs_gpu, needs_nvrtc
 from tilejit.examples.kernels import layer_norm, matmul, vector_add
 from tilejit.knobs import knobs
 from tilejit.passes.dispatch import register_target
 from tilejit.targets.backend import get_backend
-from tilejit.targets.cuda.nvrtc import nvrtc_unavailable_reason
 
 ARCHS = ("sm_80", "sm_90a")
 THREADS = 128   # num_warps = 4, the default
@@ -42,19 +42,6 @@ THREADS = 128   # num_warps = 4, the default
 # The cuda target has one lowering; the CPU runs are simt=True where they stand for it.
 pytestmark = pytest.mark.team_once_only("compiles for cuda, whose lowering is per_thread")
 
-needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
-                                 reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
-
-
-def _cuda_available() -> bool:
-    try:
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-needs_gpu = pytest.mark.skipif(not _cuda_available(),
-                               reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
 
 
 # --------------------------------------------------------------------------- the kernels

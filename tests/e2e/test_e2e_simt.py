@@ -6,7 +6,6 @@ Each launch checks that it really ran per thread: the dispatch log names a cycli
 distribution for the team's primitives, and the binary simulates one unit per thread.
 ``pytest --simt`` runs any other test in this mode too (tests/conftest.py).
 """
-import numpy as np
 import pytest
 import torch
 

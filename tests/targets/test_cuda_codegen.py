@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 import tilejit as tj
+from support.gpu import cuda_available, needs_gpu, needs_nvrtc
 from tilejit.errors import CompilationError, LaunchError
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
@@ -23,20 +24,6 @@ from tilejit.targets.cuda.nvrtc import compile_cuda, nvrtc_unavailable_reason
 from tilejit.ir.types import f16, f32, f64, i1, i8, i32, i64, u32, u64
 
 ARCHS = ("sm_80", "sm_90a")
-needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
-                                 reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
-
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-needs_gpu = pytest.mark.skipif(not _cuda_available(),
-                               reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
 
 HEADER = ('kernel @{name}({params}) {{distribution = "per_thread", num_warps = {warps}{extra}}} '
           'loc("/src/k.py":1:0) {{\n')
@@ -588,7 +575,7 @@ def test_backend_arch_and_stages():
     backend = get_backend("cuda")
     assert backend.text_stages == ("cuda", "ptx")
     assert backend.arch_id("sm_80") == "sm_80"
-    if not _cuda_available():
+    if not cuda_available():
         assert backend.arch_id(None) == "sm_90a"
 
 

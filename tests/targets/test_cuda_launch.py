@@ -6,24 +6,12 @@ import struct
 
 import pytest
 
+from support.gpu import needs_gpu, needs_nvrtc
 from tilejit.errors import LaunchError
 from tilejit.targets.cuda import driver as drv
 from tilejit.targets.cuda.nvrtc import compile_cuda, nvrtc_unavailable_reason, nvrtc_version
 
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
 gpu = pytest.mark.gpu
-needs_gpu = pytest.mark.skipif(not _cuda_available(),
-                               reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
-needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
-                                 reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
 
 AXPB = r"""
 extern "C" __global__ void axpb(float* out, const float* a, const float* b, float x, int n) {

@@ -14,7 +14,6 @@ In SIMT mode every access of shared memory also goes through the race detector
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from llvmlite import ir

@@ -93,13 +93,18 @@ def test_a_team_fragment_becomes_shared_with_a_copy_per_team_and_a_laid_out_one_
             one = b.const(1, i32)
             b.store(warp, b.const(2.0, f32), [one, one])
             b.yield_()
-    cta.name_hint, laid_out.name_hint, warp.name_hint = "tile", "lanes", "mine"
+        _, body = b.team(TeamKind.THREAD)
+        with b.insert_into(body):
+            own = b.alloc(MemScope.FRAGMENT, f32, (3,))
+            b.yield_()
+    cta.name_hint, laid_out.name_hint, warp.name_hint, own.name_hint = \
+        "tile", "lanes", "mine", "own"
     placed = addresses.place_fragments(k)
     verify(placed)
     scopes = {op.result.name_hint: (op.attrs["scope"], op.attrs["per_team"])
               for op in _ops(placed, "alloc")}
     assert scopes == {"tile": (MemScope.SHARED, None), "lanes": (MemScope.FRAGMENT, None),
-                      "mine": (MemScope.SHARED, TeamKind.WARP)}
+                      "mine": (MemScope.SHARED, TeamKind.WARP), "own": (MemScope.LOCAL, None)}
     planned = shared_plan.run(placed)
     assert planned.attrs["shared_bytes"] >= 4 * 8 * 4 + 4 * (2 * 2 * 4)   # 4 warps' copies
     # a thread reaches its own warp's copy: warp_id times the copy's 4 elements, plus 3

@@ -10,7 +10,8 @@ split hands its elements to other threads from one primitive to the next, which 
 ``sync-hazards`` already orders its accesses as shared memory's. For the CTA team it
 becomes what it is, a shared buffer, which the shared-memory plan then places (and a GPU
 keeps in shared memory); a warp's or a warpgroup's becomes one with ``per_team`` copies,
-one per team instance, each thread reaching its own team's. A thread's own fragment stays.
+one per team instance, each thread reaching its own team's. A thread's own fragment
+becomes private (``local``) memory.
 
 ``lower-addresses`` (after the plan): every ``load``/``store``/``atomic``/``atomic_cas``
 through regions and views becomes the flat access of its root buffer (``load_at`` ...:
@@ -69,10 +70,13 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
             return None
         teams = [p.attrs["kind"] for p in ctx.parents if p.name == "team"]
         team = teams[-1] if teams else TeamKind.CTA
-        if team not in (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA):
-            return None   # a thread's own fragment, or a cluster's: not shared in a CTA
-        per_team = None if team is TeamKind.CTA else team
-        new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED, "per_team": per_team})
+        if team is TeamKind.THREAD:   # a thread's own fragment: its private memory
+            new = op.replace(attrs={**op.attrs, "scope": MemScope.LOCAL})
+        elif team in (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA):
+            per_team = None if team is TeamKind.CTA else team
+            new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED, "per_team": per_team})
+        else:
+            return None   # a cluster's: not in one CTA's memory
         new.result.name_hint = op.result.name_hint
         return new
 

@@ -158,14 +158,19 @@ def test_tile_primitives_under_control_flow_run_or_are_refused(tmp_path, body, n
     """A tile primitive that only part of its team (the CTA, or a warp) might reach is a
     ScopeError when the kernel compiles; one that compiles never deadlocks and the results
     match Python. Per thread, the CTA's ``tile`` lives in shared memory, so warps filling
-    it where no barrier orders them (two branches of a divergent ``if``, or one after the
-    other where a barrier would deadlock) race: a SyncHazardError naming it."""
+    it where no barrier orders them race: a SyncHazardError naming it where the compiler
+    sees it (two branches of a divergent ``if``, or one after the other where a barrier
+    would deadlock), else the race detector's LaunchError (every warp of a warp team
+    filling the CTA's tile at once)."""
     try:
         run(body, tmp_path, n, m, step)
     except tj.ScopeError as err:   # divergent control, or a filter with an odd thread set
         assert any(reason in err.message for reason in REFUSALS), f"{err}\n{body}"
     except SyncHazardError as err:
         assert knobs.simt and "buffer tile" in err.message, f"{err}\n{body}"
+    except tj.LaunchError as err:
+        assert knobs.simt and "data race on shared buffer 'tile'" in err.message, \
+            f"{err}\n{body}"
 
 
 # -- threads exchanging values through shared memory between barriers ---------------------

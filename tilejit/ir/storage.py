@@ -19,8 +19,11 @@ import math
 
 from tilejit.layout import ComposeLayout
 
-__all__ = ["SHARED_ALIGNMENT", "layout_reach", "shared_alignment", "storage_bytes",
-           "storage_elements", "swizzle_period", "team_copies"]
+from .scope import WARPS_PER_WARPGROUP
+from .types import TeamKind
+
+__all__ = ["SHARED_ALIGNMENT", "layout_reach", "reaches_threads", "shared_alignment",
+           "storage_bytes", "storage_elements", "swizzle_period", "team_copies"]
 
 SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of this
 
@@ -40,6 +43,14 @@ def layout_reach(tile) -> dict[str, tuple[int, int]]:
     low, high = reach.get("m", (0, 0))
     reach["m"] = (min(low, 0), high)  # m coordinates are offsets from the buffer's start
     return reach
+
+
+def reaches_threads(layout) -> bool:
+    """Whether ``layout`` places elements on axes other than memory (lanes, warps, ...)."""
+    if layout is None:
+        return False
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    return set(layout_reach(tile)) != {"m"}
 
 
 def swizzle_period(layout) -> int:
@@ -70,8 +81,8 @@ def team_copies(per_team, num_warps: int) -> int:
     """Copies of a buffer with one per instance of ``per_team`` (None: one) in a CTA."""
     if per_team is None:
         return 1
-    per_instance = {"warp": 1, "warpgroup": 4}[str(per_team)]
-    return -(-num_warps // per_instance)
+    warps = WARPS_PER_WARPGROUP if per_team is TeamKind.WARPGROUP else 1
+    return -(-num_warps // warps)
 
 
 def shared_alignment(dtype, layout) -> int:

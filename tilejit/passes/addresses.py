@@ -38,26 +38,17 @@ from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
 from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS
 from ..ir.rewrite import RewriteContext, Rewriter
-from ..ir.storage import layout_reach, storage_elements
+from ..ir.storage import reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
-from ..layout import ComposeLayout
 from .dispatch import PER_THREAD
 from .dispatch.registry import context_for
+from .effects import root_buffer
 
 __all__ = ["IrArith", "lower_addresses", "place_fragments"]
 
 
-
 def _per_thread(kernel: KernelIR) -> bool:
     return context_for(kernel).distribution == PER_THREAD
-
-
-def _memory_only(layout) -> bool:
-    """No layout, or one that places elements at memory offsets only (no thread axes)."""
-    if layout is None:
-        return True
-    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    return set(layout_reach(tile)) == {"m"}
 
 
 # ----------------------------------------------------------------------- place-fragments
@@ -65,8 +56,8 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
     if not _per_thread(kernel):
         return kernel
 
-    def to_shared(op: Operation, ctx: RewriteContext):
-        if op.attrs["scope"] is not MemScope.FRAGMENT or not _memory_only(op.attrs["layout"]):
+    def place(op: Operation, ctx: RewriteContext):
+        if op.attrs["scope"] is not MemScope.FRAGMENT or reaches_threads(op.attrs["layout"]):
             return None
         teams = [p.attrs["kind"] for p in ctx.parents if p.name == "team"]
         team = teams[-1] if teams else TeamKind.CTA
@@ -81,15 +72,15 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
         return new
 
     def retyped(op: Operation, ctx: RewriteContext):
-        """A team or if whose body yields a buffer that became shared: its result too."""
+        """A team or if whose body yields a buffer that was placed: its result type too."""
         types = tuple(v.type for v in op.regions[0].ops[-1].operands)
         return None if types == op.result_types else op.replace(result_types=types)
 
     if not any(op.name == "alloc" and op.attrs["scope"] is MemScope.FRAGMENT
                for op in kernel.walk()):
         return kernel
-    # One sweep: a shared alloc is no candidate again (to a fixpoint would sweep twice).
-    return Rewriter([("alloc", to_shared), ("team", retyped), ("if", retyped)],
+    # One sweep: a placed alloc is no candidate again (to a fixpoint would sweep twice).
+    return Rewriter([("alloc", place), ("team", retyped), ("if", retyped)],
                     "place-fragments").sweep(kernel)
 
 
@@ -181,7 +172,7 @@ def _addressing(buf: Value) -> Addressing | None:
     whose storage is the target's; one reached through a loop-carried value; or a
     layout-less view of a buffer not stored row-major, which :func:`_offset` re-splits)."""
     t, name = buf.type, _owner_name(buf)
-    if t.scope is not MemScope.SHARED and not _memory_only(t.layout):
+    if t.scope is not MemScope.SHARED and reaches_threads(t.layout):
         return None
     if name == "alloc":
         return (Addressing.row_major(t.shape) if t.layout is None
@@ -204,7 +195,7 @@ def _index_type(buf: Value):
         return i64
     if _owner_name(buf) == "region":
         buf = buf.owner.operands[0]
-    root = _root(buf).type
+    root = root_buffer(buf).type
     small = max(storage_elements(root.shape, root.layout), math.prod(buf.type.shape)) < 2 ** 31
     return i32 if small else i64
 
@@ -234,7 +225,7 @@ def _offset(arith: IrArith, buf: Value, indices: list):
         return buf, offset
     addressing = _addressing(buf)
     if addressing is not None:
-        root = _root(buf)
+        root = root_buffer(buf)
         offset = addressing.element_offset(arith, indices, t.shape)
         per_team = root.owner.attrs.get("per_team") if _owner_name(root) == "alloc" else None
         if per_team is not None:   # this thread's team's copy
@@ -247,12 +238,6 @@ def _offset(arith: IrArith, buf: Value, indices: list):
         flat = row_major_flat(arith, indices, t.shape)
         return _offset(arith, parent, row_major_indices(arith, flat, parent.type.shape))
     return None
-
-
-def _root(buf: Value) -> Value:
-    while _owner_name(buf) == "view":
-        buf = buf.owner.operands[0]
-    return buf
 
 
 def _describe(buf: Value) -> str:

@@ -4,7 +4,7 @@ are stores). The runtime refuses to launch such a kernel on a read-only array.""
 from __future__ import annotations
 
 from ..ir.core import KernelIR, Value, walk
-from ..ir.ops_native import WRITING_ACCESSES
+from ..ir.ops_native import READING_ACCESSES, WRITING_ACCESSES
 
 __all__ = ["root_buffer", "written_parameters"]
 
@@ -20,6 +20,13 @@ def written_parameters(kernel: KernelIR) -> list[str]:
         if op.name in _WRITES:
             written.add(root_buffer(op.operands[0]))
     return [name for arg, name in params.items() if arg in written]
+
+
+def spin_flags(kernel: KernelIR) -> set[Value]:
+    """Root buffers a ``while`` condition reads: flags threads spin on (``while flag[0] ==
+    0: pass``), which order memory as an mbarrier does, not data that races."""
+    return {root_buffer(inner.operands[0]) for op in kernel.walk() if op.name == "while"
+            for inner in walk(op.regions[0]) if inner.name in READING_ACCESSES}
 
 
 def root_buffer(buffer: Value) -> Value:

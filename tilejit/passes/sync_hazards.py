@@ -48,13 +48,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..errors import CompilationError
-from ..ir.core import Block, KernelIR, Operation, Value, walk
+from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.scope import WARPS_PER_WARPGROUP, ActiveSet, describe_filter
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 from ..layout.axes import AxisKind
 from .dispatch.registry import PER_THREAD, context_for
-from .effects import root_buffer
+from .effects import root_buffer, spin_flags
 from .scope_analysis import ScopeState, entry_state, filter_states
 from .uniformity import uniform_within
 
@@ -277,7 +277,7 @@ class _Walker:
         self.block_of: dict[Operation, Block] = {}
         self.relevant: set[Operation] = set()
         self._index(kernel.body)
-        self.flags = _flags(kernel)
+        self.flags = spin_flags(kernel)
         self.elements_move = context_for(kernel).distribution == PER_THREAD
 
     def _index(self, block: Block) -> bool:
@@ -497,19 +497,6 @@ class _Walker:
             return _covers_cta(state.active)
         return _within(hazard.first.threads, state.active) and \
             _within(hazard.second.threads, state.active)
-
-
-def _flags(kernel: KernelIR) -> set[Value]:
-    """Shared buffers a ``while`` condition reads: flags threads spin on (``while flag[0]
-    == 0: pass``), which order memory as an mbarrier does, not data that races."""
-    flags = set()
-    for op in kernel.walk():
-        if op.name == "while":
-            for inner in walk(op.regions[0]):
-                if inner.name in _FLAG_OPS and inner.name != "store" and \
-                        _tracked(inner.operands[0]):
-                    flags.add(root_buffer(inner.operands[0]))
-    return flags
 
 
 def _covers_cta(active: ActiveSet | None) -> bool:

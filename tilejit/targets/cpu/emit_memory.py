@@ -118,14 +118,19 @@ def element_ptr(em, op, ref, index_values):
         indices, ref = ref.parent_indices(b, indices), ref.parent
     native = em.state.single_team is None
     if em.options.debug or (em.options.bounds_check and native):
-        dims = [em.i64(d) for d in ref.shape]
-        ok = ir.Constant(I1, 1)
-        for index, dim in zip(indices, dims):
-            ok = b.and_(ok, b.icmp_unsigned("<", index, dim))
-        site = em.mc.add_site("bounds", op, buffer=ref.name, scope=str(ref.scope),
-                              rank=len(indices))
-        em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, indices, dims)
+        _fail_outside(em, op, indices, [em.i64(d) for d in ref.shape], buffer=ref.name,
+                      scope=str(ref.scope))
     return ref.element_ptr(b, indices), ref
+
+
+def _fail_outside(em, op, indices, dims, **site) -> None:
+    """Fail the launch (OUT_OF_BOUNDS at ``op``) unless every i64 index is below its dim
+    (unsigned: a negative one fails too)."""
+    b, ok = em.b, ir.Constant(I1, 1)
+    for index, dim in zip(indices, dims):
+        ok = b.and_(ok, b.icmp_unsigned("<", index, dim))
+    site = em.mc.add_site("bounds", op, rank=len(indices), **site)
+    em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, indices, dims)
 
 
 def _alias_tag(em, ref: BufferRef):
@@ -147,15 +152,10 @@ def emit_bounds_check(em, op):
     """A flat access's check of its logical indices (as :func:`element_ptr` checks)."""
     if not (em.options.debug or em.options.bounds_check):
         return []
-    b, rank = em.b, len(op.operands) // 2
-    values = [types.to_i64(b, em[v], v.type) for v in op.operands]
-    indices, dims = values[:rank], values[rank:]
-    ok = ir.Constant(I1, 1)
-    for index, dim in zip(indices, dims):
-        ok = b.and_(ok, b.icmp_unsigned("<", index, dim))
-    site = em.mc.add_site("bounds", op, buffer=op.attrs["buffer"],
-                          scope=str(op.attrs["scope"]), rank=rank, access=op.attrs["access"])
-    em.fail_unless(ok, abi.OUT_OF_BOUNDS, site, indices, dims)
+    rank = len(op.operands) // 2
+    values = [types.to_i64(em.b, em[v], v.type) for v in op.operands]
+    _fail_outside(em, op, values[:rank], values[rank:], buffer=op.attrs["buffer"],
+                  scope=str(op.attrs["scope"]), access=op.attrs["access"])
     return []
 
 

@@ -51,11 +51,11 @@ from dataclasses import dataclass, field
 from llvmlite import ir
 
 from tilejit.ir.addressing import Addressing
-from tilejit.ir.core import KernelIR, walk
+from tilejit.ir.ops_native import ATOMIC_ACCESSES, WRITING_ACCESSES
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import MemScope
 from tilejit.passes.dispatch import PER_THREAD
-from tilejit.passes.effects import root_buffer
+from tilejit.passes.effects import root_buffer, spin_flags
 
 from . import abi
 from .frames import counted_loop
@@ -69,10 +69,6 @@ W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE = range(7)
 RECORD_BYTES = 32
 SYNC_CLOCKS = "sync.race"   # ``ModuleContext.named_state`` key of the ``sync`` clocks
 SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory, 10x a GPU's
-_FLAG_READS = frozenset({"load", "load_at", "atomic", "atomic_at", "atomic_cas", "atomic_cas_at"})
-_ACCESS_KIND = {"load": READ, "load_at": READ, "store": WRITE, "store_at": WRITE,
-                "atomic": ATOMIC, "atomic_at": ATOMIC, "atomic_cas": ATOMIC,
-                "atomic_cas_at": ATOMIC}
 
 
 @dataclass
@@ -110,18 +106,7 @@ def setup(mc) -> RaceState | None:
         return None   # far more shared memory than any GPU has: run unchecked
     clocks = mc.sync.reserve(threads * threads * 4, 64, "the race detector's clocks")
     shadow = mc.sync.reserve(records * RECORD_BYTES, 64, "the race detector's shadow memory")
-    return RaceState(threads, granule, shared_bytes, clocks, shadow, _flags(kernel))
-
-
-def _flags(kernel: KernelIR) -> set:
-    """Shared buffers a ``while`` condition reads (see ``passes/sync_hazards._flags``)."""
-    flags = set()
-    for op in kernel.walk():
-        if op.name == "while":
-            for inner in walk(op.regions[0]):
-                if inner.name in _FLAG_READS:
-                    flags.add(root_buffer(inner.operands[0]))
-    return flags
+    return RaceState(threads, granule, shared_bytes, clocks, shadow, spin_flags(kernel))
 
 
 # ----------------------------------------------------------------------------- clocks
@@ -235,7 +220,9 @@ def check_access(em, op, ref, ptr) -> None:
     race = em.mc.race
     if race is None or ref.scope is not MemScope.SHARED:
         return
-    kind, b = _ACCESS_KIND[op.name], em.b
+    kind = ATOMIC if op.name in ATOMIC_ACCESSES else WRITE if op.name in WRITING_ACCESSES \
+        else READ
+    b = em.b
     root = root_buffer(op.operands[0])
     if root in race.flags:
         flag = race.flag_clocks.get(root)

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from tilejit.errors import CompilationError, ScopeError
 from tilejit.ir.core import Block, KernelIR, Operation, Value
 from tilejit.ir.scope import ActiveSet
-from tilejit.ir.storage import layout_reach, storage_elements
+from tilejit.ir.storage import reaches_threads, storage_elements
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
-from tilejit.layout import ComposeLayout
 
 from . import emit_scalar
 from .emit_prelude import FP8_PRELUDE, PRELUDE
@@ -238,7 +237,7 @@ def _root_buffer_name(p: CudaPrinter, op: Operation, buf: Value) -> str:
 def print_alloc(p: CudaPrinter, op: Operation) -> None:
     scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], op.attrs["shape"]
     layout, buf = op.attrs["layout"], op.result
-    over_threads = layout is not None and _thread_axes(layout)
+    over_threads = reaches_threads(layout)
     p.uses_fp8 |= dtype in (f8e4m3, f8e5m2)
     if scope is MemScope.SHARED:
         if op.attrs["offset"] is None:
@@ -264,11 +263,6 @@ def print_alloc(p: CudaPrinter, op: Operation) -> None:
         raise CompilationError(f"a {scope} buffer {what} cannot be printed by the cuda target "
                                "(a per-thread kernel keeps shared buffers, per-thread locals "
                                "and fragments laid out over threads)")
-
-
-def _thread_axes(layout) -> bool:
-    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    return any(axis != "m" for axis in layout_reach(tile))
 
 
 def element(p: CudaPrinter, op: Operation) -> str:
@@ -313,8 +307,8 @@ def print_unflattened(p: CudaPrinter, op: Operation) -> None:
     if root in p.refusals:
         raise CompilationError(p.refusals[root], op.loc)
     owner = root.owner
-    if isinstance(owner, Operation) and owner.name == "alloc" and owner.attrs["layout"] \
-            is not None and _thread_axes(owner.attrs["layout"]):
+    if isinstance(owner, Operation) and owner.name == "alloc" \
+            and reaches_threads(owner.attrs["layout"]):
         raise CompilationError(f"{owner.attrs['scope']} buffers laid out over threads are not "
                                f"supported by the cuda target yet (the buffer allocated at "
                                f"line {owner.loc.line}, layout {owner.attrs['layout']})", op.loc)

@@ -1,0 +1,104 @@
+"""Thread layouts for register fragments: the ones layout inference chooses from.
+
+* :func:`blocked_layout` -- each thread holds runs of ``vector`` contiguous elements of the
+  last dimension; consecutive lanes hold consecutive runs (innermost dimensions first, so
+  a warp reads whole rows of a tensor), warps split the outermost dimensions first (so a
+  row reduction stays inside a warp where the rows allow it), and what is left repeats in
+  each thread's registers, outermost. The layout a Triton user knows as "blocked".
+* :func:`reduced_layout` -- the layout of a reduction's result: the source's layout with
+  the reduced dimension taken out. Its thread iters become replicas (every thread that
+  held part of a row holds the row's result), its memory iters go, and the registers left
+  are packed again.
+
+Both are pure layout algebra; ``passes/layout_inference.py`` decides where they apply.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import LayoutError
+from .axes import Axis, AxisKind, m
+from .tile_layout import Iter, TileLayout
+from .transform import group_iters
+
+__all__ = ["blocked_layout", "reduced_layout"]
+
+
+def blocked_layout(shape, *, lanes: int, warps: int = 1, warp_axis: str = "warpid",
+                   vector: int = 1) -> TileLayout | None:
+    """The blocked layout of ``shape`` over ``lanes`` lanes and ``warps`` warps (on
+    ``warp_axis``), ``vector`` elements per run at most; None when the shape cannot give
+    every thread the same whole number of elements (too few, or extents the thread counts
+    do not divide). A narrower run is tried when the shape is too small for ``vector``."""
+    shape = tuple(int(n) for n in shape)
+    run = vector
+    while run >= 1:
+        layout = _blocked(shape, lanes, warps, warp_axis, run)
+        if layout is not None:
+            return layout
+        run //= 2
+    return None
+
+
+def _take(count: int, extents: list[int], order) -> list[int] | None:
+    """Split ``count`` threads over ``extents`` (dimensions in ``order``, each taking what
+    divides it); None when some are left over."""
+    taken = [1] * len(extents)
+    for d in order:
+        share = math.gcd(count, extents[d])
+        taken[d], extents[d], count = share, extents[d] // share, count // share
+    return taken if count == 1 else None
+
+
+def _blocked(shape, lanes, warps, warp_axis, run) -> TileLayout | None:
+    rank = len(shape)
+    if shape[-1] % run:
+        return None
+    rest = list(shape)
+    rest[-1] //= run
+    inner_first = range(rank - 1, -1, -1)
+    lane = _take(lanes, rest, inner_first)
+    warp = _take(warps, rest, range(rank)) if lane is not None else None
+    if warp is None:
+        return None
+    lane_stride, warp_stride = _strides(lane, inner_first), _strides(warp, inner_first)
+    registers = _strides([*rest[:-1], rest[-1] * run], inner_first)
+    groups = []
+    for d in range(rank):
+        repeat_stride = registers[d] * (run if d == rank - 1 else 1)
+        groups.append([Iter(rest[d], repeat_stride, m),
+                       Iter(warp[d], warp_stride[d], Axis(warp_axis)),
+                       Iter(lane[d], lane_stride[d], Axis("laneid"))]
+                      + ([Iter(run, 1, m)] if d == rank - 1 else []))
+    shard = [it for g in groups for it in g if it.extent > 1]
+    return TileLayout.from_iters(shard or [Iter(1, 1, m)])
+
+
+def _strides(extents: list[int], inner_first) -> list[int]:
+    """Mixed-radix strides of ``extents``, the first dimension of ``inner_first`` fastest."""
+    strides, weight = [0] * len(extents), 1
+    for d in inner_first:
+        strides[d], weight = weight, weight * extents[d]
+    return strides
+
+
+def reduced_layout(layout: TileLayout, shape, axis: int) -> TileLayout:
+    """The layout of ``shape`` reduced over ``axis`` (the same whether the result keeps the
+    axis as extent 1 or drops it), holding each result on every thread that held part of
+    its row."""
+    used, groups = group_iters(layout, shape)
+    if not 0 <= axis < len(groups):
+        raise LayoutError(f"cannot reduce axis {axis} of a rank-{len(groups)} layout")
+    if used.offset.get("m", 0):
+        raise LayoutError(f"{layout} has a memory offset: its reduction has no register "
+                          "layout of its own")
+    threads = [it for it in groups[axis] if it.axis.kind is not AxisKind.MEMORY]
+    kept = [it for d, g in enumerate(groups) if d != axis for it in g]
+    # Pack the registers that stay: the same order, no holes where the reduced ones were.
+    memory = sorted((it for it in kept if it.axis is m), key=lambda it: it.stride)
+    packed, weight = {}, 1
+    for it in memory:
+        packed[id(it)], weight = Iter(it.extent, weight, m), weight * it.extent
+    shard = [packed.get(id(it), it) for it in kept]
+    return TileLayout.from_iters(shard or [Iter(1, 1, m)], (*used.replica, *threads),
+                                 used.offset)

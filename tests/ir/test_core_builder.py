@@ -57,7 +57,8 @@ def test_attrs_are_normalized_and_defaults_filled():
         idx = b.thread_index("warp_id")
         one = b.const(1, f32)
     assert buf.owner.attrs == {"scope": MemScope.SHARED, "dtype": f16, "shape": (16, 16),
-                               "layout": None, "offset": None, "per_team": None}
+                               "layout": None, "offset": None, "per_team": None,
+                               "layout_note": None}
     assert buf.type == BufferType(f16, (16, 16), MemScope.SHARED)
     assert idx.owner.attrs["dim"] == 0 and one.owner.attrs["value"] == 1.0
 

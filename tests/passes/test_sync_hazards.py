@@ -45,9 +45,11 @@ def _mm_args():
     return torch.randn(64, 48), torch.randn(48, 64), torch.zeros(64, 64)
 
 
-def test_the_pass_runs_after_scope_analysis_and_before_fusion():
+def test_the_pass_runs_after_scope_analysis_and_layout_inference_and_before_fusion():
+    """After layout inference: a fragment it puts in registers needs no barrier."""
     names = [name for name, _ in PIPELINE]
-    assert names.index("scope-analysis") + 1 == names.index("sync-hazards")
+    assert names.index("scope-analysis") < names.index("sync-hazards")
+    assert names.index("infer-fragment-layouts") + 1 == names.index("sync-hazards")
     assert names.index("sync-hazards") < names.index("fuse-pointwise")
 
 

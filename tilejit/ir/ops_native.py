@@ -255,13 +255,16 @@ register("buffer_stride", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64),
 register("alloc", MEMORY, attrs={"scope": Attr(Enum(MemScope)), "dtype": Attr(SCALAR_TYPE),
                                  "shape": Attr(Tuple(INT)), "layout": Attr(Optional(LAYOUT), None),
                                  "offset": Attr(Optional(INT), None),
-                                 "per_team": Attr(Optional(Enum(TeamKind)), None)},
+                                 "per_team": Attr(Optional(Enum(TeamKind)), None),
+                                 "layout_note": Attr(Optional(STR), None)},
          results=lambda types, a: (BufferType(a["dtype"], a["shape"], a["scope"], a["layout"]),),
          check=_check_alloc,
          doc="offset: the shared buffer's byte offset in the CTA's shared memory "
              "(set by the plan-shared-memory pass); per_team: one copy of the storage per "
              "warp or warpgroup, each thread reaching its own team's (a team's fragment "
-             "under a per-thread split)")
+             "under a per-thread split); layout_note: how the infer-fragment-layouts pass "
+             "chose the layout, or why it chose none (set only by that pass: a layout with "
+             "a note is the compiler's, not the kernel's)")
 register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
                                         "layout": Attr(Optional(LAYOUT), None)},
          lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),

@@ -25,7 +25,8 @@ from ..errors import CompilationError, TilejitError, reraise_located
 from .builder import Builder
 from .core import Block, KernelIR, Operation, Value
 
-__all__ = ["Pattern", "RewriteContext", "Rewriter", "RewriteError", "rewrite"]
+__all__ = ["Pattern", "RewriteContext", "Rewriter", "RewriteError", "retyped_from_yield",
+           "rewrite"]
 
 
 class RewriteError(RuntimeError):
@@ -170,3 +171,12 @@ class Rewriter:
 def rewrite(kernel: KernelIR, patterns: Sequence, name: str = "rewrite") -> KernelIR:
     """Run ``patterns`` to a fixpoint over ``kernel``; returns the new kernel."""
     return Rewriter(patterns, name).run(kernel)
+
+
+def retyped_from_yield(op: Operation, ctx: RewriteContext):
+    """A pattern for ops whose results are what their body yields (``team``, ``if``): the
+    op again with its result types taken from the yield, once a rewrite changed the type
+    of a yielded buffer (its scope or layout); None when they already agree."""
+    types = tuple(v.type for v in op.regions[0].ops[-1].operands)
+    return None if types == op.result_types else op.replace(result_types=types)
+

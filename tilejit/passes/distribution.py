@@ -283,7 +283,7 @@ class Owned(Distribution):
             em.b.yield_()
 
     def __str__(self) -> str:
-        return f"owned by the threads of {self.driver.name}'s layout"
+        return f"owned by the threads of {self.driver.name}'s layout {self.driver.layout}"
 
 
 def _relative_value(axis: str, lane: int, warp: int) -> int:

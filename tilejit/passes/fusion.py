@@ -16,7 +16,8 @@ its consumers, which then compute the producer's element on the fly:
 A temporary ``T`` is folded when all of this holds (otherwise it stays, and says nothing:
 fusion is an optimization):
 
-* ``T`` is an ``alloc`` of a fragment or local without a layout, written once, whole, by
+* ``T`` is an ``alloc`` of a fragment or local without a layout of the kernel's own (none,
+  or one ``infer-fragment-layouts`` chose: its readers' layouts agree), written once, whole, by
   a pointwise op ``P`` that does not read it, and read only whole, as a source of
   consumers of the kinds above in ``P``'s block (no views, regions or element accesses);
 * ``P`` and every consumer run under the same execution scope and team, with no forced
@@ -26,6 +27,8 @@ fusion is an optimization):
 * no op between ``P`` and a consumer may change what ``P`` reads: no control flow, sync,
   native store or asynchronous op, and no tile op whose destination shares a buffer with a
   source of ``P`` (every tensor counts as sharing with every tensor: arguments may alias);
+* a temporary whose layout the compiler chose folds only where one of its chain's sources
+  has that layout and its shape (the consumer's threads keep holding its elements);
 * a reduce consumer gets ``P``'s chain only when it is ``ARITHMETIC`` over on-chip tiles
   (the reduce rules read fused elements without bounds checks, and vectorize only those
   ops), one of them with ``T``'s shape and dtype to drive it;
@@ -232,12 +235,12 @@ class _Plan:
         self.erased.update({id(op), id(temp.owner)})
 
     def is_temporary(self, op: Operation, temp: Value) -> bool:
-        """Whether ``temp`` is a fragment or local without a layout that ``op`` alone
+        """Whether ``temp`` is a fragment or local without a layout of the kernel's own that ``op`` alone
         writes (and does not read), ``op`` having no forced family and no config."""
         alloc = temp.owner
         if not (isinstance(alloc, Operation) and alloc.name == "alloc"):
             return False
-        if alloc.attrs["scope"] not in _TEMPORARY or alloc.attrs["layout"] is not None:
+        if alloc.attrs["scope"] not in _TEMPORARY or not _compilers_layout(alloc):
             return False
         if op.attrs["dispatch"] is not None or op.attrs["config"]:
             return False
@@ -258,6 +261,9 @@ class _Plan:
         if 0 in positions or any(root_buffer(dst) is root_buffer(s) and dst is not s
                                  for s in chain.tile_sources()):
             return False   # it would overwrite what a later element of the chain reads
+        if temp.type.layout is not None \
+                and not any(_holds_like(s, temp) for s in chain.tile_sources()):
+            return False   # its threads would hold no element of the consumer's domain
         same_shape = tuple(dst.type.shape) == tuple(temp.type.shape)
         if consumer.name == "tile.pointwise":
             return consumer.attrs["op"] != "iota" and same_shape
@@ -274,6 +280,21 @@ def _drives(source: Value, temp: Value) -> bool:
     t = source.type
     return tuple(t.shape) == tuple(temp.type.shape) and \
         (t.buffer if isinstance(t, RegionType) else t).dtype == temp.type.dtype
+
+
+def _holds_like(source: Value, temp: Value) -> bool:
+    """Whether ``source`` places its elements on threads as ``temp`` does (a temporary laid
+    out by the compiler folds only where a source keeps its placement, so that the
+    consumer's threads still hold what the temporary's held)."""
+    t = source.type
+    return isinstance(t, BufferType) and tuple(t.shape) == tuple(temp.type.shape) \
+        and t.layout == temp.type.layout
+
+
+def _compilers_layout(alloc: Operation) -> bool:
+    """Whether the alloc's layout, if any, is the compiler's choice (the kernel's own says
+    where the data must live, so its tile is kept)."""
+    return alloc.attrs["layout"] is None or alloc.attrs["layout_note"] is not None
 
 
 def _leaves_alone(op: Operation, chain: Chain) -> bool:

@@ -1,0 +1,116 @@
+"""The infer-fragment-layouts pass: per-thread kernels' fragments get thread layouts chosen
+from their uses (docs/lowering.md "Fragment layout inference")."""
+from __future__ import annotations
+
+import re
+
+import torch
+
+import tilejit as tj
+from tilejit.examples import kernels
+from tilejit.ir.parser import parse_kernel
+from tilejit.layout import TileLayout
+from tilejit.layout.fragments import blocked_layout, reduced_layout
+from tilejit.passes.pipeline import PIPELINE, run_pipeline
+
+
+def _stage(compiled, stage: str = "infer-fragment-layouts") -> str:
+    """The IR of a compiled kernel after ``stage`` (the pipeline rerun from its ``ir``)."""
+    names = [name for name, _ in PIPELINE]
+    passes = names[:names.index(stage) + 1]
+    return run_pipeline(parse_kernel(compiled.asm["ir"]), dump=(), passes=passes)[1][stage]
+
+
+def test_the_pass_runs_before_sync_hazards_and_fusion():
+    names = [name for name, _ in PIPELINE]
+    assert names.index("scope-analysis") < names.index("infer-fragment-layouts") \
+        < names.index("sync-hazards") < names.index("fuse-pointwise") < names.index("dispatch")
+
+
+def test_a_gemm_accumulator_gets_a_blocked_layout_and_is_owned_by_its_threads():
+    a, b = torch.randn(96, 80), torch.randn(80, 72)
+    c = torch.zeros(96, 72)
+    compiled = kernels.matmul.compile(a, b, c, BM=32, BN=32, BK=16, simt=True)
+    text = _stage(compiled, "infer-fragment-layouts")
+    acc = next(line for line in text.splitlines() if line.strip().startswith("%acc = alloc"))
+    expected = blocked_layout((32, 32), lanes=32, warps=4, vector=16)
+    assert f'layout = "{expected}"' in acc
+    assert 'layout_note = "inferred: blocked over the cta\'s 128 threads"' in acc
+    gemm = next(r for r in compiled.dispatch_log if r.primitive == "gemm")
+    assert gemm.distribution == f"owned by the threads of C's layout {expected}"
+    kernels.matmul[(3, 3)](a, b, c, BM=32, BN=32, BK=16, simt=True)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_team_once_kernels_are_left_alone():
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    compiled = kernels.matmul.compile(a, b, torch.zeros(64, 64), BM=32, BN=32, BK=16)
+    assert "layout_note" not in _stage(compiled, "infer-fragment-layouts")
+    assert _stage(compiled, "infer-fragment-layouts") == _stage(compiled, "scope-analysis")
+
+
+@tj.kernel
+def read_natively(x, out, N: tj.constexpr):
+    t = tj.fragment((N,), tj.float32)
+    tj.copy(t, x[0:N])
+    out[0] = t[3]
+
+
+@tj.kernel
+def odd_rows(x, out):
+    t = tj.fragment((3, 100), tj.float32)
+    tj.copy(t, x[0:3, 0:100])
+    tj.mul(t, t, 2.0)
+    tj.copy(out[0:3, 0:100], t)
+
+
+def test_what_cannot_go_to_registers_stays_shared_and_says_why():
+    x, out = torch.randn(128), torch.zeros(4)
+    compiled = read_natively.compile(x, out, N=128, simt=True)
+    text = _stage(compiled, "infer-fragment-layouts")
+    assert re.search(r'%t = alloc \{scope = fragment, [^}]*layout_note = "not inferred \(stays '
+                     r'in shared memory\): load at line \d+ reaches it outside a tile '
+                     r'primitive"', text), text
+    read_natively[(1,)](x, out, N=128, simt=True)
+    assert out[0] == x[3]
+    x, out = torch.randn(3, 100), torch.zeros(3, 100)
+    compiled = odd_rows.compile(x, out, simt=True)
+    assert "no blocked layout gives each of the cta's 128 threads the same whole number of " \
+           "the [3, 100] elements" in _stage(compiled, "infer-fragment-layouts")
+    odd_rows[(1,)](x, out, simt=True)
+    torch.testing.assert_close(out, x * 2)
+
+
+@tj.kernel
+def warp_rows(x, out):
+    with tj.warp():
+        row = tj.warp_id() * 4
+        t = tj.fragment((4, 32), tj.float32)
+        tj.copy(t, x[row:row + 4, 0:32])
+        tj.add(t, t, 1.0)
+        tj.copy(out[row:row + 4, 0:32], t)
+
+
+def test_a_warp_teams_fragment_is_laid_out_over_its_lanes():
+    x, out = torch.randn(8, 32), torch.zeros(8, 32)
+    compiled = warp_rows.compile(x, out, simt=True, num_warps=2)
+    text = _stage(compiled, "infer-fragment-layouts")
+    layout = blocked_layout((4, 32), lanes=32, warps=1, vector=16)
+    assert "warpid" not in str(layout)
+    assert f'layout = "{layout}"' in text and "blocked over the warp's 32 threads" in text
+    warp_rows[(1,)](x, out, simt=True, num_warps=2)
+    torch.testing.assert_close(out, x + 1)
+
+
+def test_the_ir_with_inferred_layouts_round_trips():
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    compiled = kernels.matmul.compile(a, b, torch.zeros(64, 64), BM=32, BN=32, BK=16,
+                                      simt=True)
+    text = _stage(compiled, "infer-fragment-layouts")
+    assert str(parse_kernel(text)) == text
+
+
+def test_reduced_layout_is_the_layout_of_a_reduction():
+    layout = blocked_layout((4, 256), lanes=32, warps=4, vector=4)
+    assert str(layout) == "(4,2,32,4):(1@warpid,4@m,1@laneid,1@m)"
+    assert reduced_layout(layout, (4, 256), 1) == TileLayout.parse("4:1@warpid + R[32:1@laneid]")

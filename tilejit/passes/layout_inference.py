@@ -1,0 +1,303 @@
+"""Pass ``infer-fragment-layouts``: a per-thread kernel's fragments go to registers.
+
+A fragment the kernel gave no layout has no owner thread per element, so under a
+per-thread split its team shares it through shared memory (``place-fragments``), where
+every primitive needs a barrier before it reads what another wrote. This pass gives such a
+fragment a thread layout instead, chosen from its uses, so that each thread keeps the
+elements it works on in its own registers (the GPU's register fragment):
+
+* the result of a reduction gets the reduced layout of its source (``layout.fragments.
+  reduced_layout``): every thread that holds part of a row holds the row's result;
+* a fragment read broadcast against a laid-out destination (a ``[BM, 1]`` row statistic
+  against a ``[BM, BN]`` tile) gets the destination's layout reduced over the broadcast
+  dimensions, so each thread holds the values its elements need;
+* any other gets the blocked layout of its shape over its team (``blocked_layout``:
+  vector-width runs per thread along the last dimension, lanes next, warps over the rows).
+
+A layout is kept only when dispatch finds a legal rule for every primitive that touches
+the fragment with it; when one does not, the fragments of that primitive stay without a
+layout (in shared memory) and the alloc says why. The choice prints on the alloc
+(``layout = ..., layout_note = "..."``) and in each dispatch record's distribution.
+
+Left alone: fragments with a layout of the kernel's own, thread teams' fragments (already
+private), and fragments reached by anything but tile primitives and regions (element
+accesses from native code, views, values carried by loops or yielded): those keep today's
+placement. ``team_once`` kernels pass through unchanged.
+
+Runs after ``scope-analysis`` (dispatch needs the teams) and before ``sync-hazards`` (a
+fragment in registers needs no barrier) and ``fuse-pointwise`` (which folds fragments
+whose layout was inferred as it folds those without one).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ..errors import TilejitError
+from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.opdef import OpGroup
+from ..ir.rewrite import Rewriter, retyped_from_yield
+from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
+from ..ir.types import BufferType, MemScope, RegionType, TeamKind
+from ..layout.fragments import blocked_layout, reduced_layout
+from ..layout.tile_layout import TileLayout
+from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
+from .effects import root_buffer
+
+__all__ = ["run"]
+
+_WARP_AXIS = {TeamKind.CTA: "warpid", TeamKind.WARPGROUP: "wid_in_wg", TeamKind.WARP: "warpid"}
+
+
+class _Fragment:
+    """An alloc the pass may lay out: its team and the tile ops that touch it."""
+
+    def __init__(self, alloc: Operation, team: TeamKind):
+        self.alloc, self.team = alloc, team
+        self.users: list[Operation] = []
+
+    @property
+    def value(self) -> Value:
+        return self.alloc.result
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.alloc.attrs["shape"])
+
+
+def run(kernel: KernelIR) -> KernelIR:
+    context = context_for(kernel)
+    if context.distribution != PER_THREAD:
+        return kernel
+    fragments, skipped = _candidates(kernel)
+    if not fragments:
+        return _apply(kernel, {}, skipped) if skipped else kernel
+    groups = _groups(fragments)
+    excluded: dict[Value, str] = {}
+    while True:
+        proposal, notes = _propose(kernel, fragments, excluded, context)
+        trial = _apply(kernel, proposal, notes)
+        failures = _failures(kernel, trial, proposal, context)
+        if not failures:
+            return _apply(kernel, proposal, {**skipped, **notes, **excluded})
+        for value, why in failures.items():
+            excluded[value] = why
+            for other in groups[value] - failures.keys():
+                excluded.setdefault(other, f"not inferred (stays in shared memory): it "
+                                           f"shares a primitive with a fragment that does "
+                                           f"(allocated at line {value.owner.loc.line})")
+
+
+def _groups(fragments: dict[Value, _Fragment]) -> dict[Value, frozenset]:
+    """Per fragment, the fragments linked to it through the primitives they share: they
+    get layouts together or stay in shared memory together (a primitive whose operands
+    are half in registers, half shared may have no owner thread left once fused)."""
+    parent = {v: v for v in fragments}
+
+    def find(v):
+        while parent[v] is not v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+    touching: dict[int, list[Value]] = defaultdict(list)
+    for value, fragment in fragments.items():
+        for op in fragment.users:
+            touching[id(op)].append(value)
+    for values in touching.values():
+        for other in values[1:]:
+            parent[find(other)] = find(values[0])
+    members: dict[Value, set] = defaultdict(set)
+    for value in fragments:
+        members[find(value)].add(value)
+    return {value: frozenset(members[find(value)]) for value in fragments}
+
+
+# ------------------------------------------------------------------------ candidates
+def _candidates(kernel: KernelIR) -> tuple[dict[Value, _Fragment], dict[Value, str]]:
+    """The unlaid-out fragments of teams above a thread whose every use is a tile op or a
+    region of it, in program order; and why each other one is left alone."""
+    fragments: dict[Value, _Fragment] = {}
+    users: dict[Value, list[Operation]] = defaultdict(list)
+    unsafe: dict[Value, Operation] = {}
+    used = {v for op in kernel.walk() for v in op.operands}
+
+    def exported(op: Operation, value: Value, parent: Operation | None) -> bool:
+        """A team's body yields every name it binds; one nobody reads after it is no use."""
+        return op.name == "yield" and parent is not None and parent.name == "team" \
+            and all(result not in used for v, result in zip(op.operands, parent.results)
+                    if v is value)
+
+    def visit(block: Block, team: TeamKind, parent: Operation | None) -> None:
+        for op in block.ops:
+            if op.name == "alloc" and op.attrs["scope"] is MemScope.FRAGMENT \
+                    and op.attrs["layout"] is None and team is not TeamKind.THREAD \
+                    and team is not TeamKind.CLUSTER:
+                fragments[op.result] = _Fragment(op, team)
+            for value in op.operands:
+                if not isinstance(value.type, (BufferType, RegionType)):
+                    continue
+                root = root_buffer(value)
+                if op.opdef.group is OpGroup.TILE:
+                    users[root].append(op)
+                elif (op.name != "region" or value is not op.operands[0]) \
+                        and not exported(op, value, parent):
+                    unsafe.setdefault(root, op)
+            inner = op.attrs["kind"] if op.name == "team" else team
+            for region in op.regions:
+                visit(region, inner, op)
+
+    visit(kernel.body, TeamKind.CTA, None)
+    skipped: dict[Value, str] = {}
+    for value in list(fragments):
+        if value in unsafe:
+            op = unsafe[value]
+            skipped[value] = f"not inferred (stays in shared memory): {op.name} at line " \
+                             f"{op.loc.line} reaches it outside a tile primitive"
+            del fragments[value]
+        elif not users[value]:
+            del fragments[value]
+        else:
+            fragments[value].users = list(dict.fromkeys(users[value]))
+    return fragments, skipped
+
+
+# ------------------------------------------------------------------------- proposing
+def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict,
+             context) -> tuple[dict[Value, TileLayout], dict[Value, str]]:
+    """A layout for each fragment not ``excluded`` (and a note saying where it came
+    from), to a fixpoint: a reduction's or a broadcast's layout follows another's."""
+    proposal: dict[Value, TileLayout] = {}
+    notes: dict[Value, str] = {}
+    for _ in range(len(fragments) + 1):
+        changed = False
+        for value, fragment in fragments.items():
+            if value in excluded:
+                continue
+            found = _derived(fragment, proposal) or _blocked(kernel, fragment, context)
+            if isinstance(found, str):
+                changed |= proposal.pop(value, None) is not None
+                notes[value] = found
+            elif proposal.get(value) != found[0]:
+                proposal[value], notes[value] = found
+                changed = True
+        if not changed:
+            break
+    return proposal, notes
+
+
+def _layout_of(value: Value, proposal: dict) -> TileLayout | None:
+    if value in proposal:
+        return proposal[value]
+    layout = value.type.layout if isinstance(value.type, BufferType) else None
+    return layout if isinstance(layout, TileLayout) else None
+
+
+def _derived(fragment: _Fragment, proposal: dict) -> tuple[TileLayout, str] | None:
+    """The layout a reduction or broadcast that touches the whole fragment implies."""
+    me = fragment.value
+    for op in fragment.users:
+        dst = op.operands[0]
+        if op.name == "tile.reduce" and dst is me:
+            src = op.operands[1]
+            layout = _layout_of(src, proposal)
+            if layout is not None and isinstance(src.type, BufferType):
+                found = _reduced(layout, src.type.shape, [op.attrs["axis"]])
+                if found is not None:
+                    return found, f"inferred: the reduction at line {op.loc.line} of " \
+                                  f"{src.name_hint or 'its source'}"
+    for op in fragment.users:
+        dst = op.operands[0]
+        if dst is me or not isinstance(dst.type, BufferType) or me not in op.operands[1:]:
+            continue
+        layout = _layout_of(dst, proposal)
+        dims = _broadcast_dims(fragment.shape, dst.type.shape)
+        if layout is None or not dims:
+            continue
+        found = _reduced(layout, dst.type.shape, dims)
+        if found is not None:
+            return found, f"inferred: read broadcast against {dst.name_hint or 'a tile'} " \
+                          f"at line {op.loc.line}"
+    return None
+
+
+def _broadcast_dims(shape, domain) -> list[int]:
+    """The dimensions of ``domain`` a ``shape`` operand is broadcast over (numpy rules:
+    aligned on the right, a missing or size-1 dimension broadcasts); [] when it is not a
+    broadcast of ``domain``."""
+    if len(shape) > len(domain) or tuple(shape) == tuple(domain):
+        return []
+    lead = len(domain) - len(shape)
+    dims = list(range(lead))
+    for d, (n, extent) in enumerate(zip(shape, domain[lead:])):
+        if n == extent:
+            continue
+        if n != 1:
+            return []
+        dims.append(lead + d)
+    return dims
+
+
+def _reduced(layout: TileLayout, shape, dims) -> TileLayout | None:
+    shape = list(shape)
+    try:
+        for d in dims:
+            layout = reduced_layout(layout, shape, d)
+            shape[d] = 1
+    except TilejitError:
+        return None
+    return layout
+
+
+def _blocked(kernel: KernelIR, fragment: _Fragment, context) -> tuple[TileLayout, str] | str:
+    dtype = fragment.alloc.attrs["dtype"]
+    warps = {TeamKind.CTA: kernel.attrs["num_warps"], TeamKind.WARPGROUP: WARPS_PER_WARPGROUP,
+             TeamKind.WARP: 1}[fragment.team]
+    vector = max(1, context.vector_bytes // dtype.itemsize)
+    layout = blocked_layout(fragment.shape, lanes=LANES_PER_WARP, warps=warps,
+                            warp_axis=_WARP_AXIS[fragment.team], vector=vector)
+    threads = warps * LANES_PER_WARP
+    if layout is None:
+        return f"not inferred (stays in shared memory): no blocked layout gives each of the " \
+               f"{fragment.team}'s {threads} threads the same whole number of the " \
+               f"{list(fragment.shape)} elements"
+    return layout, f"inferred: blocked over the {fragment.team}'s {threads} threads"
+
+
+# ------------------------------------------------------------------------ validating
+def _apply(kernel: KernelIR, proposal: dict[Value, TileLayout], notes: dict) -> KernelIR:
+    """``kernel`` with the proposed layouts and every note on their allocs."""
+    allocs = iter([op for op in kernel.walk() if op.name == "alloc"])
+
+    def lay_out(op: Operation, ctx):
+        # The rewriter offers rebuilt ops in the order of a pre-order walk.
+        value = next(allocs).result
+        if value not in notes:
+            return None
+        attrs = {"layout_note": notes[value]}
+        if value in proposal:
+            attrs["layout"] = proposal[value]
+        return op.replace(attrs=attrs)
+
+    return Rewriter([("alloc", lay_out), ("team", retyped_from_yield)],
+                    "infer-fragment-layouts").sweep(kernel)
+
+
+def _failures(kernel: KernelIR, trial: KernelIR, proposal: dict, context) -> dict[Value, str]:
+    """Per proposed fragment that a primitive has no legal rule for with the proposal, why
+    (the trial kernel has the same ops as ``kernel``, in the same order)."""
+    failures: dict[Value, str] = {}
+    for op, tried in zip(kernel.walk(), trial.walk()):
+        if op.opdef.group is not OpGroup.TILE:
+            continue
+        mine = [root_buffer(v) for v in op.operands
+                if isinstance(v.type, (BufferType, RegionType)) and root_buffer(v) in proposal]
+        if not mine:
+            continue
+        try:
+            select(PrimitiveCall.of(tried, context))
+        except TilejitError as err:
+            why = " ".join(err.message.split())
+            for value in mine:
+                failures.setdefault(value, f"not inferred (stays in shared memory): {op.name} "
+                                           f"at line {op.loc.line} has no rule with "
+                                           f"{_layout_of(value, proposal)}: {why}")
+    return failures

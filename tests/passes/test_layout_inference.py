@@ -114,3 +114,46 @@ def test_reduced_layout_is_the_layout_of_a_reduction():
     layout = blocked_layout((4, 256), lanes=32, warps=4, vector=4)
     assert str(layout) == "(4,2,32,4):(1@warpid,4@m,1@laneid,1@m)"
     assert reduced_layout(layout, (4, 256), 1) == TileLayout.parse("4:1@warpid + R[32:1@laneid]")
+
+
+def _gemm_of_a_computed_tile(a, b, c, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr):
+    scaled = tj.fragment((M, K), tj.float32)
+    tj.copy(scaled, a[0:M, 0:K])
+    tj.mul(scaled, scaled, 2.0)
+    b_tile = tj.alloc_shared((K, N), tj.float32)
+    tj.copy(b_tile, b[0:K, 0:N])
+    acc = tj.fragment((M, N), tj.float32)
+    tj.fill(acc, 0.0)
+    tj.gemm(acc, scaled, b_tile)
+    tj.copy(c[0:M, 0:N], acc)
+
+
+gemm_of_a_computed_tile = tj.kernel(_gemm_of_a_computed_tile)
+
+
+def test_an_operand_no_rule_reads_from_registers_is_converted_through_shared_memory():
+    """The fma gemm needs whole rows of A in every thread: the laid-out A tile is copied to
+    shared memory for it (a logged conversion, with the barrier sync-hazards adds), while
+    both tiles stay in registers."""
+    a, b = torch.randn(32, 24), torch.randn(24, 16)
+    c = torch.zeros(32, 16)
+    compiled = gemm_of_a_computed_tile.compile(a, b, c, M=32, N=16, K=24, simt=True)
+    text = _stage(compiled, "sync-hazards")
+    lines = text.splitlines()
+    staging = next(i for i, line in enumerate(lines) if "converts scaled's layout" in line)
+    assert "scope = shared" in lines[staging]
+    assert 'layout_note = "converts scaled\'s layout for tile.gemm at line' in lines[staging]
+    assert lines[staging + 1].strip().startswith("tile.copy(")
+    assert lines[staging + 2].strip().startswith("sync {reason = \"auto_sync: shared buffer")
+    for name in ("scaled", "acc"):
+        alloc = next(line for line in lines if line.strip().startswith(f"%{name} = alloc"))
+        assert 'layout_note = "inferred: blocked' in alloc
+    gemm_of_a_computed_tile[(1,)](a, b, c, M=32, N=16, K=24, simt=True)
+    torch.testing.assert_close(c, (a * 2) @ b, rtol=1e-4, atol=1e-4)
+    # Without auto_sync nothing may add the barrier a conversion needs: the tiles stay
+    # shared (and sync-hazards then reports the barriers that are missing).
+    unsynced = parse_kernel(compiled.asm["ir"].replace('{target = "cpu", ',
+                                                      '{target = "cpu", auto_sync = false, ', 1))
+    text = run_pipeline(unsynced, dump=(),
+                        passes=["scope-analysis", "infer-fragment-layouts"])[1]["infer-fragment-layouts"]
+    assert "converts" not in text and "not inferred (stays in shared memory): tile.gemm" in text

@@ -30,7 +30,9 @@ whose layout was inferred as it folds those without one).
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
+from dataclasses import replace
 
 from ..errors import TilejitError
 from ..ir.core import Block, KernelIR, Operation, Value
@@ -70,15 +72,16 @@ def run(kernel: KernelIR) -> KernelIR:
         return kernel
     fragments, skipped = _candidates(kernel)
     if not fragments:
-        return _apply(kernel, {}, skipped) if skipped else kernel
+        return _apply(kernel, {}, skipped, {}) if skipped else kernel
     groups = _groups(fragments)
     excluded: dict[Value, str] = {}
+    may_stage = kernel.attrs.get("auto_sync", True)   # a staged copy needs a barrier
     while True:
         proposal, notes = _propose(kernel, fragments, excluded, context)
-        trial = _apply(kernel, proposal, notes)
-        failures = _failures(kernel, trial, proposal, context)
+        trial = _apply(kernel, proposal, notes, {})
+        failures, staged = _failures(kernel, trial, proposal, context, may_stage)
         if not failures:
-            return _apply(kernel, proposal, {**skipped, **notes, **excluded})
+            return _apply(kernel, proposal, {**skipped, **notes, **excluded}, staged)
         for value, why in failures.items():
             excluded[value] = why
             for other in groups[value] - failures.keys():
@@ -263,12 +266,16 @@ def _blocked(kernel: KernelIR, fragment: _Fragment, context) -> tuple[TileLayout
 
 
 # ------------------------------------------------------------------------ validating
-def _apply(kernel: KernelIR, proposal: dict[Value, TileLayout], notes: dict) -> KernelIR:
-    """``kernel`` with the proposed layouts and every note on their allocs."""
+def _apply(kernel: KernelIR, proposal: dict[Value, TileLayout], notes: dict,
+           staged: dict[int, tuple[int, ...]]) -> KernelIR:
+    """``kernel`` with the proposed layouts and every note on their allocs, and each
+    ``staged`` tile op (numbered in program order) reading those operands through a copy
+    in shared memory."""
     allocs = iter([op for op in kernel.walk() if op.name == "alloc"])
+    tile_ops = itertools.count()
 
+    # The rewriter offers rebuilt ops in the order of a pre-order walk.
     def lay_out(op: Operation, ctx):
-        # The rewriter offers rebuilt ops in the order of a pre-order walk.
         value = next(allocs).result
         if value not in notes:
             return None
@@ -277,27 +284,86 @@ def _apply(kernel: KernelIR, proposal: dict[Value, TileLayout], notes: dict) -> 
             attrs["layout"] = proposal[value]
         return op.replace(attrs=attrs)
 
-    return Rewriter([("alloc", lay_out), ("team", retyped_from_yield)],
+    def stage(op: Operation, ctx):
+        indices = staged.get(next(tile_ops))
+        return _staged(op, indices, ctx.builder) if indices else None
+
+    return Rewriter([("alloc", lay_out), (_is_tile, stage), ("team", retyped_from_yield)],
                     "infer-fragment-layouts").sweep(kernel)
 
 
-def _failures(kernel: KernelIR, trial: KernelIR, proposal: dict, context) -> dict[Value, str]:
-    """Per proposed fragment that a primitive has no legal rule for with the proposal, why
-    (the trial kernel has the same ops as ``kernel``, in the same order)."""
+def _is_tile(op: Operation) -> bool:
+    return op.opdef.group is OpGroup.TILE
+
+
+def _staged(op: Operation, indices, b) -> Operation:
+    """``op`` reading its operands at ``indices`` from copies in shared memory (a layout
+    conversion: the copy runs in the registers' layout, ``op`` reads shared memory, which
+    every thread reaches; sync-hazards orders the two)."""
+    operands = list(op.operands)
+    for i in indices:
+        source = operands[i]
+        t = source.type
+        name = source.name_hint or root_buffer(source).name_hint or "a fragment"
+        copy = b.create("alloc", [], {
+            "scope": MemScope.SHARED, "dtype": (t.buffer if isinstance(t, RegionType) else t).dtype,
+            "shape": tuple(t.shape),
+            "layout_note": f"converts {name}'s layout for {op.name} at line {op.loc.line}: "
+                           "no rule reads it from registers"}).result
+        b.create("tile.copy", [copy, source], {"scope": op.attrs["scope"], "team": op.attrs["team"]})
+        operands[i] = copy
+    return op.replace(operands=operands)
+
+
+def _illegal(call: PrimitiveCall) -> str | None:
+    """Why no rule implements ``call`` (None: one does)."""
+    try:
+        select(call)
+    except TilejitError as err:
+        return " ".join(err.message.split())
+    return None
+
+
+def _staging(call: PrimitiveCall, op: Operation, proposal: dict) -> tuple[int, ...] | None:
+    """The sources of ``op`` that, read from shared memory instead of registers, make
+    ``call`` legal: one of them, or all; None when neither does. Replicated layouts are not
+    staged (every copy's owner would store the element)."""
+    reads = [i for i, v in enumerate(op.operands) if i > 0
+             and isinstance(v.type, (BufferType, RegionType)) and root_buffer(v) in proposal
+             and not proposal[root_buffer(v)].replica]
+    tries = [(i,) for i in reads] + ([tuple(reads)] if len(reads) > 1 else [])
+    for indices in tries:
+        operands = tuple(replace(o, role=MemScope.SHARED, layout=None) if k in indices else o
+                         for k, o in enumerate(call.operands))
+        if _illegal(replace(call, operands=operands)) is None:
+            return indices
+    return None
+
+
+def _failures(kernel: KernelIR, trial: KernelIR, proposal: dict, context,
+              may_stage: bool) -> tuple[dict[Value, str], dict[int, tuple[int, ...]]]:
+    """Per proposed fragment that a primitive has no legal rule for with the proposal, why;
+    and the primitives (numbered in program order) made legal by reading some of their
+    sources through shared memory, with those sources' operand indices. The trial kernel
+    has the same ops as ``kernel``, in the same order."""
     failures: dict[Value, str] = {}
-    for op, tried in zip(kernel.walk(), trial.walk()):
-        if op.opdef.group is not OpGroup.TILE:
-            continue
+    staged: dict[int, tuple[int, ...]] = {}
+    tile_pairs = ((op, tried) for op, tried in zip(kernel.walk(), trial.walk()) if _is_tile(op))
+    for position, (op, tried) in enumerate(tile_pairs):
         mine = [root_buffer(v) for v in op.operands
                 if isinstance(v.type, (BufferType, RegionType)) and root_buffer(v) in proposal]
         if not mine:
             continue
-        try:
-            select(PrimitiveCall.of(tried, context))
-        except TilejitError as err:
-            why = " ".join(err.message.split())
-            for value in mine:
-                failures.setdefault(value, f"not inferred (stays in shared memory): {op.name} "
-                                           f"at line {op.loc.line} has no rule with "
-                                           f"{_layout_of(value, proposal)}: {why}")
-    return failures
+        call = PrimitiveCall.of(tried, context)
+        why = _illegal(call)
+        if why is None:
+            continue
+        indices = _staging(call, op, proposal) if may_stage else None
+        if indices is not None:
+            staged[position] = indices
+            continue
+        for value in mine:
+            failures.setdefault(value, f"not inferred (stays in shared memory): {op.name} "
+                                       f"at line {op.loc.line} has no rule with "
+                                       f"{_layout_of(value, proposal)}: {why}")
+    return failures, staged

@@ -99,6 +99,26 @@ def sum_of_squares(x, out, R: tj.constexpr, N: tj.constexpr, SRC: tj.constexpr,
     tj.copy(out[0:R], s)
 
 
+@tj.kernel
+def half_rows_summed(x, out, R: tj.constexpr, N: tj.constexpr, SRC: tj.constexpr,
+                     DST: tj.constexpr):
+    t = tj.fragment((R, N), tj.float16, layout=SRC)
+    tj.copy(t, x[0:R, 0:N])
+    s = tj.fragment((R, 1), tj.float32, layout=DST)   # the axis kept, a wider dtype
+    tj.reduce(s, t, "sum", 1)
+    tj.copy(out[0:R, 0:1], s)
+
+
+@pytest.mark.parametrize("rows, cols, warps", [(4, 8, 1), (6, 128, 4)])
+def test_f16_rows_summed_in_f32_keeping_the_axis(rows, cols, warps, lowering):
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(11)).half()
+    src, dst = layouts(rows, cols, warps)   # (4, 8): one element per thread
+    out = torch.zeros(rows, 1)
+    half_rows_summed[(1,)](x, out, R=rows, N=cols, SRC=src, DST=dst, num_warps=warps)
+    torch.testing.assert_close(out, x.float().sum(1, keepdim=True), rtol=1e-4, atol=1e-4)
+    reduce_record(half_rows_summed, lowering)
+
+
 # Per thread, ``t * t`` is a fragment without a layout, which a per-thread split shares
 # between threads: sync-hazards orders it with a barrier, and fusion stops at barriers.
 UNLAID_TEMPORARY = pytest.mark.per_thread_limitation(

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import LayoutError
+from ..ir.core import Value
 from ..ir.scope import LANES_PER_WARP, ExecScope
 from ..ir.types import TeamKind
 from ..layout import AxisKind, Iter, TileLayout
@@ -32,7 +33,7 @@ from .loopgen import Box, Emitter
 from .ownership import (OWNED_AXES, active_threads, misread, owners, owners_at, unflatten,
                         unowned_element)
 
-__all__ = ["Cyclic", "Distribution", "Owned", "Uniform", "choose", "team_thread"]
+__all__ = ["Cyclic", "Decoded", "Distribution", "Owned", "Uniform", "choose", "team_thread"]
 
 # Absolute coordinates of the axes an intra-team layout uses.
 _ABSOLUTE = {"laneid": "lane_id", "warpid": "warp_id", "wid_in_wg": "warp_id_in_wg",
@@ -141,6 +142,16 @@ class _Loop:
     dim: int
 
 
+@dataclass(frozen=True)
+class Decoded:
+    """A thread's place in an ``Owned`` driver's layout: its digit of each thread iter
+    (keyed by the iter's id), per dim the part of the index those digits give (its first
+    element), and the check that its coordinates name elements at all (None: they do)."""
+    digits: dict
+    base: tuple
+    owns: Value | None
+
+
 @dataclass
 class Owned(Distribution):
     """Each thread visits the elements of ``driver`` its layout places on it."""
@@ -244,24 +255,31 @@ class Owned(Distribution):
                 f"{self.driver.name}{list(p)} but holds no copy of "
                 f"{operand.name}{list(q)}: the layouts place them differently")
 
+    def decode(self, em: Emitter) -> Decoded:
+        """The thread's coordinates decoded into the layout's digits (once per primitive,
+        in the prologue)."""
+        return em.once(("owned", self.driver.name), lambda: self._decode(em))
+
+    def _decode(self, em: Emitter) -> Decoded:
+        kind = self.scope.kind
+        coords, digits = {}, {}
+        for axis, iters in self.axes.items():
+            coords[axis] = em.index(em.sub(_relative_coord(em, axis, kind),
+                                           self.offsets.get(axis, 0)))
+            for it in iters:
+                outermost = it is iters[-1] and axis not in self.guarded
+                digits[id(it)] = _digit(em, coords[axis], it, outermost)
+        base = [0] * len(self.driver.shape)
+        for it, dim, weight in self.thread_terms:
+            base[dim] = em.add(base[dim], em.mul(digits[id(it)], weight))
+        checks = [em.b.cmp("eq", em.index(_recompose(em, self.axes[a], digits)), coords[a])
+                  for a in self.guarded]
+        return Decoded(digits, tuple(base), em.all_of(checks))
+
     def emit(self, em: Emitter, items) -> None:
         """Visit this thread's elements (one box: the driver's whole domain)."""
         ((_, body),) = items
-        kind = self.scope.kind
-        coords, digits = {}, {}
-        with em.hoisted():
-            for axis, iters in self.axes.items():
-                coords[axis] = em.index(em.sub(_relative_coord(em, axis, kind),
-                                               self.offsets.get(axis, 0)))
-                for it in iters:
-                    outermost = it is iters[-1] and axis not in self.guarded
-                    digits[id(it)] = _digit(em, coords[axis], it, outermost)
-            base = [0] * len(self.driver.shape)
-            for it, dim, weight in self.thread_terms:
-                base[dim] = em.add(base[dim], em.mul(digits[id(it)], weight))
-            checks = [em.b.cmp("eq", em.index(_recompose(em, self.axes[a], digits)), coords[a])
-                      for a in self.guarded]
-            owns = em.all_of(checks)
+        decoded = self.decode(em)
 
         def level(k: int, idx: list):
             if k == len(self.loops):
@@ -272,12 +290,12 @@ class Owned(Distribution):
                 em.add(i, em.mul(q, loop.weight)) if d == loop.dim else i
                 for d, i in enumerate(idx)]))
 
-        if owns is None:
-            level(0, base)
+        if decoded.owns is None:
+            level(0, list(decoded.base))
             return
-        _, then, orelse = em.b.if_(owns)
+        _, then, orelse = em.b.if_(decoded.owns)
         with em.b.insert_into(then):
-            level(0, base)
+            level(0, list(decoded.base))
             em.b.yield_()
         with em.b.insert_into(orelse):
             em.b.yield_()

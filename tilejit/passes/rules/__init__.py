@@ -6,6 +6,7 @@ Importing this package registers them (the registry does so on first use):
 |---|---|---|---|
 | copy, pointwise | ``vector`` | no | ``elementwise`` |
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
+| reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
 | gemm | ``fma`` | yes | ``gemm_fma`` |
 | scan | ``serial`` | yes | ``scan`` |
@@ -16,6 +17,6 @@ Importing this package registers them (the registry does so on first use):
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import atomic, elementwise, gemm_fma, indexed, reduce, scan
+from . import atomic, elementwise, gemm_fma, indexed, reduce, reduce_shuffle, scan
 
-__all__ = ["atomic", "elementwise", "gemm_fma", "indexed", "reduce", "scan"]
+__all__ = ["atomic", "elementwise", "gemm_fma", "indexed", "reduce", "reduce_shuffle", "scan"]

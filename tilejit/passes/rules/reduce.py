@@ -7,7 +7,8 @@ work follows the call's distribution:
 
 * uniform (``team_once``, or a one-thread team): the unit reduces every output;
 * owned: each thread reduces the outputs the destination's layout gives it, which needs
-  it to hold whole rows of the source (checked against the layouts);
+  it to hold whole rows of the source (checked against the layouts; rows spread over
+  threads are the ``shuffle`` family's, ``reduce_shuffle.py``);
 * cyclic: for each output, thread ``t`` folds elements ``t, t+T, ...`` of the axis
   (starting from the identity), then the team combines its partials as a tree --
   ``warp_shuffle xor`` within a warp and, for a CTA team, one partial per warp through
@@ -36,9 +37,11 @@ from ..loopgen import Box, Emitter, broadcast_index
 from .common import element_access_reasons, identity, out_of_bounds_fill, verdict
 from .elementwise import compute_steps
 
-__all__ = ["TREE_REDUCE"]
+__all__ = ["COMBINE", "TREE_REDUCE", "element_loader", "fold_slots", "lane_butterfly",
+           "xor_offsets"]
 
-_COMBINE = {"sum": "add", "max": "max", "min": "min"}
+# reduce op -> the binary op that combines two partial results
+COMBINE = {"sum": "add", "max": "max", "min": "min"}
 
 
 def _source_index(call: PrimitiveCall, out_idx, a) -> list:
@@ -121,17 +124,24 @@ def _lower_index(call: PrimitiveCall, em: Emitter) -> None:
     em.each([(Box.full(dst.shape), fold)])
 
 
+def element_loader(call: PrimitiveCall, em: Emitter):
+    """``element(out_idx, a)``: element ``a`` of the reduced axis for output ``out_idx``,
+    in the destination's dtype (the dtype a value reduction folds in)."""
+    load, dtype = _loader(call, em), call["dst"].dtype
+
+    def element(out_idx, a):
+        value = load(out_idx, a)
+        return value if value.type == dtype else em.b.cast(value, dtype)
+    return element
+
+
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     if call.attrs["op"] in INDEX_REDUCE_OPS:
         _lower_index(call, em)
         return
     dst, src = call["dst"], call["src"]
-    axis, combine = call.attrs["axis"], _COMBINE[call.attrs["op"]]
-    length, dtype, load = src.shape[axis], dst.dtype, _loader(call, em)
-
-    def element(out_idx, a):
-        value = load(out_idx, a)
-        return value if value.type == dtype else em.b.cast(value, dtype)
+    axis, combine = call.attrs["axis"], COMBINE[call.attrs["op"]]
+    length, dtype, element = src.shape[axis], dst.dtype, element_loader(call, em)
 
     def fold(out_idx, start, step, init):
         (acc,) = em.loop(start, length, step, lambda a, acc: [
@@ -157,14 +167,34 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     em.nest([(domain, tree)])
 
 
+def xor_offsets(extent: int, stride: int) -> list[int]:
+    """The lane distances that pair the lanes of an iter of ``extent`` lanes ``stride``
+    apart (both powers of two), largest first: one xor butterfly step each."""
+    return [stride << k for k in reversed(range(extent.bit_length() - 1))]
+
+
+def lane_butterfly(em: Emitter, combine: str, value, offsets):
+    """``value`` combined with the lanes that differ from this one in the bits of
+    ``offsets`` (``warp_shuffle xor``); afterwards each of those lanes holds the total.
+    Every lane of the warp must take part."""
+    for offset in offsets:
+        value = em.b.binary(combine, value, em.b.warp_shuffle("xor", value, em.const(offset)))
+    return value
+
+
+def fold_slots(em: Emitter, combine: str, scratch, index, count: int):
+    """``scratch[*index, 0..count)`` folded in order, from the first slot."""
+    prefix = [em.index(i) for i in index]
+    (total,) = em.loop(1, count, 1, lambda w, acc: [
+        em.b.binary(combine, acc, em.b.load(scratch, [*prefix, em.index(w)]))],
+        inits=[em.b.load(scratch, [*prefix, em.const(0)])])
+    return total
+
+
 def _team_combine(em: Emitter, call: PrimitiveCall, partial):
     """Every thread's partial combined; afterwards every thread of the team holds it."""
-    combine, b = _COMBINE[call.attrs["op"]], em.b
-    offset = LANES_PER_WARP // 2
-    while offset:
-        other = b.warp_shuffle("xor", partial, em.const(offset))
-        partial = b.binary(combine, partial, other)
-        offset //= 2
+    combine, b = COMBINE[call.attrs["op"]], em.b
+    partial = lane_butterfly(em, combine, partial, xor_offsets(LANES_PER_WARP, 1))
     if call.team is TeamKind.WARP:
         return partial
     warps = call.scope.active.num_warps
@@ -178,8 +208,7 @@ def _team_combine(em: Emitter, call: PrimitiveCall, partial):
     with b.insert_into(orelse):
         b.yield_()
     b.sync()
-    (total,) = em.loop(1, warps, 1, lambda w, acc: [
-        b.binary(combine, acc, b.load(scratch, [em.index(w)]))], inits=[b.load(scratch, [em.const(0)])])
+    total = fold_slots(em, combine, scratch, (), warps)
     b.sync()  # the scratch is reused by the next output
     return total
 

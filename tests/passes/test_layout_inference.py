@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 import tilejit as tj
@@ -157,3 +158,21 @@ def test_an_operand_no_rule_reads_from_registers_is_converted_through_shared_mem
     text = run_pipeline(unsynced, dump=(),
                         passes=["scope-analysis", "infer-fragment-layouts"])[1]["infer-fragment-layouts"]
     assert "converts" not in text and "not inferred (stays in shared memory): tile.gemm" in text
+
+
+@pytest.mark.parametrize("rows, cols, warps", [(1, 256, 4), (4, 128, 4), (3, 64, 1)])
+def test_softmax_keeps_its_tiles_in_registers_with_no_barrier(rows, cols, warps):
+    """The example softmax per thread: the row tile, the exponentials and the row
+    statistics all get layouts, the reductions shuffle, and nothing needs a barrier."""
+    x = torch.randn(rows * 2 + 1, cols)
+    out = torch.zeros_like(x)
+    compiled = kernels.row_softmax.compile(x, out, BM=rows, BN=cols, simt=True,
+                                           num_warps=warps)
+    text = _stage(compiled, "infer-fragment-layouts")
+    notes = re.findall(r'layout_note = "([^"]*)"', text)
+    assert notes and all(note.startswith("inferred") for note in notes), notes
+    assert [r.rule for r in compiled.dispatch_log if r.primitive == "reduce"] == ["shuffle"] * 2
+    assert all(r.distribution.startswith("owned") for r in compiled.dispatch_log)
+    assert not re.search(r"^\s*sync\b", compiled.asm["lowered"], re.M)
+    kernels.row_softmax[(3,)](x, out, BM=rows, BN=cols, simt=True, num_warps=warps)
+    torch.testing.assert_close(out, torch.softmax(x, 1))

@@ -14,7 +14,7 @@ import pytest
 
 import tilejit as tj
 from support.gpu import cuda_available, needs_gpu, needs_nvrtc
-from tilejit.errors import CompilationError, LaunchError
+from tilejit.errors import CompilationError
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
 from tilejit.targets.backend import get_backend
@@ -701,60 +701,6 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     if name in ("row_softmax", "layer_norm", "matmul"):
         assert meta["shared_bytes"] > 0 and "tj_smem" in compiled.asm["cuda"]
     assert compiled.module._functions == {}    # loading touched no driver
-
-
-def test_launch_flattens_records_without_a_gpu(monkeypatch):
-    """The launcher's calls, against a stand-in for the driver's loaded function."""
-    from tilejit.targets.cuda import driver
-
-    calls = []
-
-    class FakeFunction:
-        def __init__(self):
-            self.max_shared = None
-
-        def set_max_dynamic_shared(self, nbytes):
-            self.max_shared = nbytes
-
-        def __call__(self, *args, grid, block, shared_mem, stream):
-            calls.append((args, grid, block, shared_mem, stream))
-
-    class FakeModule:
-        def get_function(self, name):
-            assert name == "k"
-            return fn
-
-    fn = FakeFunction()
-    monkeypatch.setattr(driver, "load_module", lambda image, device: FakeModule())
-    m = get_backend("cuda").load({"cubin": b"\x7fELF"}, {"entry": "k", "threads": 256,
-                                                          "shared_bytes": 64 * 1024,
-                                                          "cuda_arch": "sm_90a"})
-    launch, launch_on_stream = get_backend("cuda").launchers(m)
-    launch((3, 1, 1), [(4096, 10, 20, 20, 1), 7, 2.5])
-    launch_on_stream((1, 1, 1), [(8192, 5, 1)], "stream")
-    assert calls == [((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None),
-                     ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream")]
-    assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
-    assert len(m._functions) == 1
-
-
-def test_a_grid_past_cudas_limits_is_a_launch_error_and_an_empty_one_launches_nothing(
-        monkeypatch):
-    from tilejit.targets.cuda import driver
-
-    def no_driver(image, device):
-        raise AssertionError("an empty grid or a refused one must not load the kernel")
-    monkeypatch.setattr(driver, "load_module", no_driver)
-    m = get_backend("cuda").load({"cubin": b"\x7fELF"}, {"entry": "k", "threads": 128,
-                                                           "shared_bytes": 0,
-                                                           "cuda_arch": "sm_90a"})
-    launch, _ = get_backend("cuda").launchers(m)
-    launch((0, 1, 1), [7])
-    launch((5, 0, 1), [7])
-    with pytest.raises(LaunchError, match="grid y extent 65536 is above CUDA's limit of 65535"):
-        launch((1, 65536, 1), [7])
-    with pytest.raises(LaunchError, match="grid x extent 2147483648"):
-        launch((2 ** 31, 1, 1), [7])
 
 
 @pytest.mark.gpu

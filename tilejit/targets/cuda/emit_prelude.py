@@ -1,10 +1,11 @@
 """The C++ helpers every printed kernel starts with: the CPU target's semantics in CUDA.
 
 Each helper implements one rule of ``tilejit/targets/cpu/emit_native.py`` (integer
-arithmetic that wraps, division and shifts that never trap, Python's floor division and modulo, NaN-propagating
-float max/min, saturating float-to-int casts) or wraps one PTX instruction sequence
-(mbarriers, elect). They are ``__forceinline__`` templates: constant operands fold away,
-so ``tj_floordiv(i, 16)`` costs what ``i >> 4`` with a sign fix-up costs.
+arithmetic that wraps, division and shifts that never trap, Python's floor division and
+modulo, NaN-propagating float max/min, saturating float-to-int casts) or wraps one PTX
+instruction sequence (mbarriers, elect). They are ``__forceinline__`` templates: constant
+operands fold away, so ``tj_floordiv(i, 16)`` costs what ``i >> 4`` with a sign fix-up
+costs.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ template <> struct tj_unsigned<unsigned long long> { typedef unsigned long long 
 // Integer add, sub, mul and neg wrap modulo 2^bits, as the CPU's LLVM IR (no nsw) does.
 // C++ leaves signed overflow undefined, so they compute in an unsigned type of at least
 // 32 bits (a narrower one would promote to int, where u16 * u16 overflows) and convert
-// back, which wraps. The unsigned operation is the same PTX instruction (add.s32 is add.u32).
+// back, which wraps. The unsigned operation is the same PTX instruction as the signed one.
 template <typename T> struct tj_wrapping {
   typedef decltype(0u + (typename tj_unsigned<T>::type)0) type;
 };

@@ -179,7 +179,8 @@ def print_unary(p: CudaPrinter, op: Operation) -> None:
     elif name == "neg":
         p.define(op.result, f"tj_neg({p[x]})" if t != i1 else p[x])
     elif name == "abs":   # abs(MIN) wraps to MIN, as on the CPU
-        p.define(op.result, f"{p[x]} < 0 ? tj_neg({p[x]}) : {p[x]}" if t.kind == "int" else p[x])
+        p.define(op.result,
+                 f"{p[x]} < 0 ? tj_neg({p[x]}) : {p[x]}" if t.kind == "int" else p[x])
     else:
         raise CompilationError(f"unary '{name}' needs a float operand, got {t}")
 

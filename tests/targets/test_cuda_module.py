@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tilejit as tj
-from support.gpu import needs_gpu, needs_nvrtc
+from support.gpu import needs_gpu, needs_nvrtc, needs_two_gpus
 from tilejit.errors import LaunchError
 from tilejit.targets.backend import get_backend
 from tilejit.targets.cuda import driver
@@ -140,10 +140,6 @@ def test_a_stream_of_another_device_is_a_launch_error():
 
 
 # --------------------------------------------------------------------------- on a GPU
-needs_two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or
-                                    torch.cuda.device_count() < 2, reason="needs two GPUs")
-
-
 @pytest.mark.gpu
 @needs_gpu
 def test_direct_and_stream_launches_run_on_the_tensors_device():

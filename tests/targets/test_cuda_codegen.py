@@ -14,7 +14,7 @@ import pytest
 
 import tilejit as tj
 from support.gpu import cuda_available, needs_gpu, needs_nvrtc
-from tilejit.errors import CompilationError, LaunchError
+from tilejit.errors import CompilationError
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
 from tilejit.targets.backend import get_backend
@@ -97,7 +97,7 @@ def test_flat_accesses_and_control_flow_print_as_c():
     assert "int n) {" in lines
     assert "const int cta = (int)blockIdx.x;" in lines
     assert "const int tid = (int)threadIdx.x;" in lines
-    assert "const int base = cta * 128;" in lines       # constants are inlined
+    assert "const int base = tj_mul(cta, 128);" in lines   # constants are inlined
     assert "const bool ok = i < n;" in lines
     assert "const float xi = x[i];" in lines             # load_at(%x, %i)
     assert "out[i] = r;" in lines                        # store_at(%out, %r, %i)
@@ -112,11 +112,11 @@ def test_flat_accesses_and_control_flow_print_as_c():
     assert "int acc = 0;" in lines and "int prod = 1;" in lines
     assert "#pragma unroll 4" in lines
     assert "for (int j = 0; j < n; j += 1) {" in lines
-    assert "const int a2 = acc + j;" in lines
-    swap = lines[lines.index("const int a2 = acc + j;") + 1:][:4]
+    assert "const int a2 = tj_add(acc, j);" in lines
+    swap = lines[lines.index("const int a2 = tj_add(acc, j);") + 1:][:4]
     assert swap == ["const auto acc_next = prod;", "const auto prod_next = a2;",
                     "acc = acc_next;", "prod = prod_next;"]
-    assert "const int s = acc - prod;" in lines
+    assert "const int s = tj_sub(acc, prod);" in lines
     assert "// line 11" in lines
 
 
@@ -176,9 +176,9 @@ def test_shuffles_barriers_and_shared_memory():
     assert "extern __shared__ __align__(1024) unsigned char tj_smem[];" in lines
     assert "float* const s = reinterpret_cast<float*>(tj_smem + 256);" in lines
     # Strides the signature fixed are constants; the others are parameters.
-    assert "const long long o = warp64 * x_stride0;" in lines
-    assert "const long long o2 = o + 1LL;" in lines
-    assert "const long long o3 = o2 + x_shape0;" in lines
+    assert "const long long o = tj_mul(warp64, x_stride0);" in lines
+    assert "const long long o2 = tj_add(o, 1LL);" in lines
+    assert "const long long o3 = tj_add(o2, x_shape0);" in lines
     assert "const float x16 = __shfl_xor_sync(0xffffffffu, v, 16);" in lines
     assert "const float m = tj_maximum(v, x16);" in lines   # NaN-propagating, as the CPU
     # A run-time delta: every lane shuffles, then a source past the warp reads its own.
@@ -505,11 +505,15 @@ int main() {
 """
 
 
-def _py_int(op, x, y, bits=32, signed=True):
+def _py_int(op, x, y=0, bits=32, signed=True):
     """The CPU target's integer semantics (emit_native.py), in Python."""
     def wrap(v):
         v &= (1 << bits) - 1
         return v - (1 << bits) if signed and v >= 1 << (bits - 1) else v
+    wrapping = {"add": lambda: x + y, "sub": lambda: x - y, "mul": lambda: x * y,
+                "neg": lambda: -x, "abs": lambda: abs(x)}
+    if op in wrapping:
+        return wrap(wrapping[op]())
     if op in ("div", "floordiv", "mod"):
         if y == 0:
             return 0
@@ -526,22 +530,44 @@ def _py_int(op, x, y, bits=32, signed=True):
     return 0 if count >= bits else x >> count
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
-def test_prelude_helpers_compute_the_cpu_semantics(tmp_path):
-    """The prelude's integer and float helpers, compiled for the host, against the CPU
-    target's rules: floor division and modulo of negative numbers, by zero, MIN / -1,
-    shift counts past the width, Python's float divmod, NaN-propagating max."""
+def _host_flags(tmp_path) -> list[str]:
+    """g++ flags that make undefined behaviour (signed overflow) fail the run: -O2 lets the
+    optimizer assume there is none, the UB sanitizer aborts where there is. Without the
+    sanitizer (not installed) the run checks results only."""
+    ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover"]
+    probe = tmp_path / "probe.cpp"
+    probe.write_text("int main() { return 0; }\n")
+    works = subprocess.run(["g++", *ubsan, "-o", str(tmp_path / "probe"), str(probe)],
+                           capture_output=True).returncode == 0
+    return ["-std=c++17", "-O2", *(ubsan if works else [])]
+
+
+def _run_on_host(tmp_path, code: str):
+    """The prelude's helpers (up to the casts) followed by ``code``, compiled for the host
+    and run: its output lines."""
     start = PRELUDE.index("template <typename T> struct tj_unsigned")
     end = PRELUDE.index("// Float -> int casts")
     helpers = PRELUDE[start:end].replace("__device__ __forceinline__", "inline")
     helpers = helpers.replace("TJ_DEVICE", "inline")
     source = tmp_path / "helpers.cpp"
-    source.write_text(HOST_SHIM + "#define TJ_DEVICE inline\n" + helpers + HOST_MAIN)
+    source.write_text(HOST_SHIM + "#define TJ_DEVICE inline\n" + helpers + code)
     exe = tmp_path / "helpers"
-    subprocess.run(["g++", "-std=c++17", "-O1", "-fwrapv", "-o", str(exe), str(source)],
+    subprocess.run(["g++", *_host_flags(tmp_path), "-o", str(exe), str(source)],
                    check=True, capture_output=True, text=True)
-    out = iter(subprocess.run([str(exe)], check=True, capture_output=True,
-                              text=True).stdout.splitlines())
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return iter(run.stdout.splitlines())
+
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+
+
+@needs_gxx
+def test_prelude_helpers_compute_the_cpu_semantics(tmp_path):
+    """The prelude's integer and float helpers, compiled for the host, against the CPU
+    target's rules: floor division and modulo of negative numbers, by zero, MIN / -1,
+    shift counts past the width, Python's float divmod, NaN-propagating max."""
+    out = _run_on_host(tmp_path, HOST_MAIN)
     xs, ys = [7, -7, 0, 5, -5, -2**31, 2**31 - 1, 1], [2, -2, 3, -3, 0, -1, 1, 32, 33, -1]
     for x in xs:
         for y in ys:
@@ -568,6 +594,58 @@ def test_prelude_helpers_compute_the_cpu_semantics(tmp_path):
                 assert (q, m) == divmod(a, b)
                 assert math.copysign(1, m) == math.copysign(1, divmod(a, b)[1])
     assert next(out).split() == ["0", "-0", "nan"]
+
+
+WRAPPING = {32: ("i32", "int", [0, 1, -1, 2, -2, 3, 65536, 2**31 - 1, -2**31]),
+            64: ("i64", "long long", [0, 1, -1, 2, -2, 3, 2**32, 2**63 - 1, -2**63])}
+
+
+def wrapping_kernel():
+    """add, sub, mul, neg and abs of i32 and i64 scalars, each stored so it is printed."""
+    lines = []
+    for bits, (t, _, _) in WRAPPING.items():
+        for name in ("add", "sub", "mul"):
+            lines.append(f"%{name}{bits} = binary(%a{bits}, %b{bits}) {{op = {name}}} : {t}")
+        for name in ("neg", "abs"):
+            lines.append(f"%{name}{bits} = unary(%a{bits}) {{op = {name}}} : {t}")
+        for k, name in enumerate(("add", "sub", "mul", "neg", "abs")):
+            lines.append(f"%c{k}_{bits} = const {{value = {k}}} : i32")
+            lines.append(f"store_at(%out{bits}, %{name}{bits}, %c{k}_{bits})")
+    params = ", ".join(f"%a{bits}: {t}, %b{bits}: {t}, "
+                       f"%out{bits}: buffer<global, {t}, [?], strides=[1]>"
+                       for bits, (t, _, _) in WRAPPING.items())
+    return kernel("wrapping", params, "\n".join(f"{line} loc(2:4)" for line in lines))
+
+
+@needs_gxx
+def test_printed_integer_arithmetic_wraps_as_on_the_cpu(tmp_path):
+    """The printer's own expressions for signed 32- and 64-bit add, sub, mul, neg and abs,
+    run on the host at the overflow edges (INT_MAX + 1, INT_MIN * -1, -INT_MIN, abs(MIN)):
+    they wrap as the CPU's LLVM IR does, where C's operators would be undefined behaviour
+    (the UB sanitizer aborts on them; -O2 may assume they cannot overflow)."""
+    source, _ = print_cuda(wrapping_kernel(), "sm_90a")
+    printed = dict(re.findall(r"const (?:int|long long) (\w+) = (.+);",
+                              "\n".join(body_lines(source))))
+    code = []
+    for bits, (_, c_type, values) in WRAPPING.items():
+        for name in ("add", "sub", "mul", "neg", "abs"):
+            code.append(f"{c_type} {name}{bits}({c_type} a{bits}, {c_type} b{bits}) "
+                        f"{{ return {printed[f'{name}{bits}']}; }}")
+        listing = ", ".join(f"{v}LL" if v != -2**63 else "LLONG_MIN" for v in values)
+        code.append(f"void run{bits}() {{\n"
+                    f"  const long long values[] = {{{listing}}};\n"
+                    f"  for (long long x : values) for (long long y : values) {{\n"
+                    f"    const {c_type} a = ({c_type})x, b = ({c_type})y;\n"
+                    f"    printf(\"%lld %lld %lld %lld %lld\\n\", (long long)add{bits}(a, b), "
+                    f"(long long)sub{bits}(a, b), (long long)mul{bits}(a, b), "
+                    f"(long long)neg{bits}(a, b), (long long)abs{bits}(a, b));\n  }}\n}}")
+    code.append("int main() { run32(); run64(); return 0; }")
+    out = _run_on_host(tmp_path, "\n".join(code) + "\n")
+    for bits, (_, _, values) in WRAPPING.items():
+        for x in values:
+            for y in values:
+                want = [_py_int(op, x, y, bits=bits) for op in ("add", "sub", "mul", "neg", "abs")]
+                assert [int(v) for v in next(out).split()] == want, (bits, x, y)
 
 
 # --------------------------------------------------------------------------- backend
@@ -623,60 +701,6 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     if name in ("row_softmax", "layer_norm", "matmul"):
         assert meta["shared_bytes"] > 0 and "tj_smem" in compiled.asm["cuda"]
     assert compiled.module._functions == {}    # loading touched no driver
-
-
-def test_launch_flattens_records_without_a_gpu(monkeypatch):
-    """The launcher's calls, against a stand-in for the driver's loaded function."""
-    from tilejit.targets.cuda import driver
-
-    calls = []
-
-    class FakeFunction:
-        def __init__(self):
-            self.max_shared = None
-
-        def set_max_dynamic_shared(self, nbytes):
-            self.max_shared = nbytes
-
-        def __call__(self, *args, grid, block, shared_mem, stream):
-            calls.append((args, grid, block, shared_mem, stream))
-
-    class FakeModule:
-        def get_function(self, name):
-            assert name == "k"
-            return fn
-
-    fn = FakeFunction()
-    monkeypatch.setattr(driver, "load_module", lambda image, device: FakeModule())
-    m = get_backend("cuda").load({"cubin": b"\x7fELF"}, {"entry": "k", "threads": 256,
-                                                          "shared_bytes": 64 * 1024,
-                                                          "cuda_arch": "sm_90a"})
-    launch, launch_on_stream = get_backend("cuda").launchers(m)
-    launch((3, 1, 1), [(4096, 10, 20, 20, 1), 7, 2.5])
-    launch_on_stream((1, 1, 1), [(8192, 5, 1)], "stream")
-    assert calls == [((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None),
-                     ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream")]
-    assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
-    assert len(m._functions) == 1
-
-
-def test_a_grid_past_cudas_limits_is_a_launch_error_and_an_empty_one_launches_nothing(
-        monkeypatch):
-    from tilejit.targets.cuda import driver
-
-    def no_driver(image, device):
-        raise AssertionError("an empty grid or a refused one must not load the kernel")
-    monkeypatch.setattr(driver, "load_module", no_driver)
-    m = get_backend("cuda").load({"cubin": b"\x7fELF"}, {"entry": "k", "threads": 128,
-                                                           "shared_bytes": 0,
-                                                           "cuda_arch": "sm_90a"})
-    launch, _ = get_backend("cuda").launchers(m)
-    launch((0, 1, 1), [7])
-    launch((5, 0, 1), [7])
-    with pytest.raises(LaunchError, match="grid y extent 65536 is above CUDA's limit of 65535"):
-        launch((1, 65536, 1), [7])
-    with pytest.raises(LaunchError, match="grid x extent 2147483648"):
-        launch((2 ** 31, 1, 1), [7])
 
 
 @pytest.mark.gpu

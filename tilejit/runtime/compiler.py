@@ -100,7 +100,9 @@ class CompiledKernel:
 
     ``launch(grid, records)`` / ``launch_on_stream(grid, records, stream)`` run it with the
     launch records of the runtime arguments (``runtime_params``; see ``Backend``) and a
-    checked 3-int grid; ``compiled[grid](*runtime_args)`` checks the arguments first.
+    checked 3-int grid, on the target's current device; ``launchers_for(bound)`` are the
+    same bound to the device of the arguments ``bound``. ``compiled[grid](*runtime_args)``
+    checks the arguments first.
     """
 
     name: str
@@ -126,6 +128,12 @@ class CompiledKernel:
         return cls(meta["name"], meta["target"], meta["arch"], asm,
                    [_record_from_json(r) for r in meta["dispatch_log"]],
                    tuple(meta["runtime_params"]), meta, module, *backend.launchers(module))
+
+    def launchers_for(self, bound: dict) -> tuple[Callable, Callable]:
+        """``launch`` and ``launch_on_stream`` for arguments of the signature of ``bound``
+        (name -> value): the backend binds what that signature fixes (a CUDA device)."""
+        arguments = {name: bound[name] for name in self.runtime_params}
+        return get_backend(self.target).launchers(self.module, arguments)
 
     def dump(self, stages: frozenset[str]) -> None:
         """Print the stages named (as ``TILEJIT_DUMP`` does when compiling)."""

@@ -137,7 +137,7 @@ class Kernel:
             compiled.check_writable(bound)
         except TilejitError as err:   # shown at the kernel's definition, from the user's frame
             raise err.with_location(self._location()).with_traceback(None) from None
-        entry = FastEntry(compiled, watch, self.runtime_candidates)
+        entry = FastEntry(compiled, watch, self.runtime_candidates, bound)
         if not knobs.always_compile and _hashable(key):
             self._fast[key] = entry
         return entry

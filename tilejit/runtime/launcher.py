@@ -29,18 +29,21 @@ _PLAIN_TYPES = frozenset({int, float, bool, str, type(None), ScalarType})
 
 class FastEntry:
     """What a launch needs once its signature is found: the two backend calls, and the
-    module-level values the code was compiled with (``watch``) to notice a changed one."""
+    module-level values the code was compiled with (``watch``) to notice a changed one.
+    The calls are bound to ``bound``, the arguments of the launch that found the signature
+    missing: what the signature fixes about them (the device of CUDA tensors) holds for
+    every launch that finds it."""
 
     __slots__ = ("compiled", "watch", "launch", "launch_on_stream")
 
-    def __init__(self, compiled, watch: tuple, candidates: tuple[str, ...]):
+    def __init__(self, compiled, watch: tuple, candidates: tuple[str, ...], bound: dict):
         self.compiled, self.watch = compiled, watch
-        launch, launch_on_stream = compiled.launch, compiled.launch_on_stream
+        launch, launch_on_stream = compiled.launchers_for(bound)
         if compiled.runtime_params != candidates:
             # A tj.constexpr value passed for an ordinary parameter was compiled in: drop it.
             keep = [i for i, n in enumerate(candidates) if n in compiled.runtime_params]
-            launch = functools.partial(_select_records, compiled.launch, keep)
-            launch_on_stream = functools.partial(_select_records, compiled.launch_on_stream, keep)
+            launch = functools.partial(_select_records, launch, keep)
+            launch_on_stream = functools.partial(_select_records, launch_on_stream, keep)
         self.launch, self.launch_on_stream = launch, launch_on_stream
 
     def is_stale(self) -> bool:

@@ -63,11 +63,14 @@ class Backend(abc.ABC):
     """How the runtime drives one target: compile lowered IR, load what compile made, launch.
 
     ``arch_id(arch)`` names what the binary is specific to (part of the cache key).
-    ``launchers(module)`` returns ``launch(grid, records)`` (the default stream: on CUDA,
-    torch's current one) and ``launch_on_stream(grid, records, stream)``, taking one launch
-    record per runtime argument as ``arguments.facts`` makes them (``(address, *shape,
-    *strides)`` for a tensor, the value for a scalar) and trusting them; a launch calls them
-    directly, so they should be the module's own methods where the target allows.
+    ``launchers(module, arguments)`` returns ``launch(grid, records)`` (the default stream:
+    on CUDA, torch's current one) and ``launch_on_stream(grid, records, stream)``, taking one
+    launch record per runtime argument as ``arguments.facts`` makes them (``(address,
+    *shape, *strides)`` for a tensor, the value for a scalar) and trusting them; a launch
+    calls them directly, so they should be the module's own methods where the target allows.
+    ``arguments`` (name -> value, or None) are those of a launch whose signature the
+    launchers serve: a target binds what the signature fixes about them (the CUDA device of
+    the tensors); without them it decides at each launch (the current device).
     """
 
     name: str                          # the ``target=`` name
@@ -125,7 +128,8 @@ class Backend(abc.ABC):
         """The launchable module, from what ``compile`` returned (read back from disk)."""
 
     @abc.abstractmethod
-    def launchers(self, module: Any) -> tuple[Callable, Callable]:
+    def launchers(self, module: Any,
+                  arguments: Mapping[str, Any] | None = None) -> tuple[Callable, Callable]:
         ...
 
 
@@ -151,7 +155,8 @@ class Placeholder(Backend):
     def load(self, files: dict[str, bytes], meta: dict) -> Any:
         raise self._not_implemented()
 
-    def launchers(self, module: Any) -> tuple[Callable, Callable]:
+    def launchers(self, module: Any,
+                  arguments: Mapping[str, Any] | None = None) -> tuple[Callable, Callable]:
         raise self._not_implemented()
 
 

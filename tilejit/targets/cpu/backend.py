@@ -81,7 +81,7 @@ class CpuBackend(Backend):
         return jit.load(jit.CpuArtifact(llir=files["llir"].decode(), obj=files["obj"],
                                         entry=meta["entry"], meta=meta["backend"]))
 
-    def launchers(self, module):
+    def launchers(self, module, arguments=None):
         launch = module.launch_records
         # The CPU runs a launch before returning: there is no stream to queue it on.
         return launch, lambda grid, records, stream: launch(grid, records)

@@ -3,7 +3,8 @@
 
 Compiling needs only NVRTC (no GPU, no driver): the stages are ``cuda`` (the printed
 source), ``ptx`` and ``cubin``, and the metadata carries the CUBIN's resource usage.
-Loading makes a module that touches the driver on its first launch (docs/cuda.md).
+Loading makes a module that touches the driver on its first launch on each device; a
+launch runs on the device of its tensors (docs/cuda.md).
 """
 from __future__ import annotations
 
@@ -84,10 +85,22 @@ class CudaBackend(Backend):
     def load(self, files: dict[str, bytes], meta: dict):
         from .module import CudaKernelModule
         return CudaKernelModule(files["cubin"], meta["entry"], meta["threads"],
-                                meta.get("shared_bytes") or 0, meta["cuda_arch"])
+                                meta.get("shared_bytes") or 0, meta["cuda_arch"],
+                                tuple(meta["runtime_params"]))
 
-    def launchers(self, module):
-        return module.launch, module.launch_on_stream
+    def launchers(self, module, arguments=None):
+        # The launch signature fixes the tensors' device (torch's get_device() is in it):
+        # launches of the signature run there, whichever device is current.
+        from .module import launch_device
+        device = launch_device(arguments or {})
+
+        def launch(grid, records):
+            module.launch_records(grid, records, None, device)
+
+        def launch_on_stream(grid, records, stream):
+            module.launch_records(grid, records, stream, device)
+
+        return launch, launch_on_stream
 
 
 BACKEND = register_backend(CudaBackend())

@@ -230,6 +230,8 @@ def _stream_handle(stream, device: int) -> int:
             return int(torch.cuda.current_stream(device).cuda_stream)
         return 0
     if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        if stream.device.index != device:   # another context's stream: the launch fails
+            raise LaunchError(f"the stream is on {stream.device}, the launch on cuda:{device}")
         return int(stream.cuda_stream)
     try:
         return int(stream)  # a raw handle, or a cuda-python CUstream

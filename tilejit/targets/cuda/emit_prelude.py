@@ -1,10 +1,11 @@
 """The C++ helpers every printed kernel starts with: the CPU target's semantics in CUDA.
 
 Each helper implements one rule of ``tilejit/targets/cpu/emit_native.py`` (integer
-division and shifts that never trap, Python's floor division and modulo, NaN-propagating
-float max/min, saturating float-to-int casts) or wraps one PTX instruction sequence
-(mbarriers, elect). They are ``__forceinline__`` templates: constant operands fold away,
-so ``tj_floordiv(i, 16)`` costs what ``i >> 4`` with a sign fix-up costs.
+arithmetic that wraps, division and shifts that never trap, Python's floor division and
+modulo, NaN-propagating float max/min, saturating float-to-int casts) or wraps one PTX
+instruction sequence (mbarriers, elect). They are ``__forceinline__`` templates: constant
+operands fold away, so ``tj_floordiv(i, 16)`` costs what ``i >> 4`` with a sign fix-up
+costs.
 """
 from __future__ import annotations
 
@@ -27,10 +28,31 @@ template <> struct tj_unsigned<long long> { typedef unsigned long long type; };
 template <> struct tj_unsigned<unsigned long long> { typedef unsigned long long type; };
 #define TJ_SIGNED(T) (T(-1) < T(0))
 
+// Integer add, sub, mul and neg wrap modulo 2^bits, as the CPU's LLVM IR (no nsw) does.
+// C++ leaves signed overflow undefined, so they compute in an unsigned type of at least
+// 32 bits (a narrower one would promote to int, where u16 * u16 overflows) and convert
+// back, which wraps. The unsigned operation is the same PTX instruction as the signed one.
+template <typename T> struct tj_wrapping {
+  typedef decltype(0u + (typename tj_unsigned<T>::type)0) type;
+};
+template <typename T> TJ_DEVICE T tj_add(T a, T b) {
+  typedef typename tj_wrapping<T>::type U;
+  return T((U)a + (U)b);
+}
+template <typename T> TJ_DEVICE T tj_sub(T a, T b) {
+  typedef typename tj_wrapping<T>::type U;
+  return T((U)a - (U)b);
+}
+template <typename T> TJ_DEVICE T tj_mul(T a, T b) {
+  typedef typename tj_wrapping<T>::type U;
+  return T((U)a * (U)b);
+}
+template <typename T> TJ_DEVICE T tj_neg(T a) { return tj_sub(T(0), a); }
+
 // Integer division by zero gives 0; MIN / -1 wraps to MIN and MIN % -1 is 0 (no trap).
 template <typename T> TJ_DEVICE T tj_div(T a, T b) {
   if (b == T(0)) return T(0);
-  if (TJ_SIGNED(T) && b == T(-1)) return T(0 - (typename tj_unsigned<T>::type)a);
+  if (TJ_SIGNED(T) && b == T(-1)) return tj_neg(a);
   return T(a / b);
 }
 template <typename T> TJ_DEVICE T tj_rem(T a, T b) {  // C's truncating remainder

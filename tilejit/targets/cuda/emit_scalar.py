@@ -115,7 +115,8 @@ FLOAT_BINARY = {
     "pow": "{pow}({a}, {b})",
 }
 INT_BINARY = {
-    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "tj_div({a}, {b})",
+    "add": "tj_add({a}, {b})", "sub": "tj_sub({a}, {b})", "mul": "tj_mul({a}, {b})",
+    "div": "tj_div({a}, {b})",
     "floordiv": "tj_floordiv({a}, {b})", "mod": "tj_mod({a}, {b})",
     "max": "tj_max({a}, {b})", "min": "tj_min({a}, {b})",
     "and": "{a} & {b}", "or": "{a} | {b}", "xor": "{a} ^ {b}",
@@ -137,10 +138,6 @@ def print_binary(p: CudaPrinter, op: Operation) -> None:
     a, b = p[lhs], p[rhs]
     if t == i1 and name in BOOL_BINARY:
         expr = f"bool({BOOL_BINARY[name].format(a=a, b=b)})"
-    elif t.bits < 32 and name in ("add", "sub", "mul"):
-        # Narrow ints promote to int, where u16 * u16 could overflow: compute unsigned.
-        operator = {"add": "+", "sub": "-", "mul": "*"}[name]
-        expr = f"({C_TYPES[t]})((unsigned){a} {operator} (unsigned){b})"
     else:
         expr = INT_BINARY[name].format(a=a, b=b, bits=t.bits)
         if t.bits < 32 and name in ("and", "or", "xor"):
@@ -180,10 +177,10 @@ def print_unary(p: CudaPrinter, op: Operation) -> None:
     elif name == "not":
         p.define(op.result, f"!{p[x]}" if t == i1 else f"({C_TYPES[t]})~{p[x]}")
     elif name == "neg":
-        p.define(op.result, f"({C_TYPES[t]})(0 - {p[x]})" if t != i1 else p[x])
-    elif name == "abs":
-        p.define(op.result, f"{p[x]} < 0 ? ({C_TYPES[t]})(0 - {p[x]}) : {p[x]}"
-                 if t.kind == "int" else p[x])
+        p.define(op.result, f"tj_neg({p[x]})" if t != i1 else p[x])
+    elif name == "abs":   # abs(MIN) wraps to MIN, as on the CPU
+        p.define(op.result,
+                 f"{p[x]} < 0 ? tj_neg({p[x]}) : {p[x]}" if t.kind == "int" else p[x])
     else:
         raise CompilationError(f"unary '{name}' needs a float operand, got {t}")
 

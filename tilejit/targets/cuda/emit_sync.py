@@ -160,7 +160,7 @@ _BITS = {16: ("unsigned short", "h"), 32: ("unsigned", "r"), 64: ("unsigned long
 # Float max/min of atomics ignore NaN, as LLVM's atomicrmw fmax/fmin on the CPU do.
 _COMBINE = {"add": "{old} + {value}", "max": "fmax({old}, {value})",
             "min": "fmin({old}, {value})", "xchg": "{value}"}
-_INT_COMBINE = {"add": "{old} + {value}", "max": "tj_max({old}, {value})",
+_INT_COMBINE = {"add": "tj_add({old}, {value})", "max": "tj_max({old}, {value})",
                 "min": "tj_min({old}, {value})", "xchg": "{value}"}
 
 

@@ -3,19 +3,23 @@
 Creating a :class:`CudaKernelModule` touches no driver: a machine without a GPU loads
 kernels from the disk cache to inspect them. The first launch on a device loads the CUBIN
 there (``driver.load_module``, the device's primary context, which torch shares) and
-looks the kernel up; later launches reuse that function. A launch flattens the launch
-records (``(address, *shape, *strides)`` per tensor, the value per scalar) into the
-kernel's parameters, which the printer declares in that order (emit.py).
+looks the kernel up; later launches reuse that function. A launch runs on the device its
+tensors sit on (:func:`launch_device`), not on torch's current one, and queues on that
+device's stream. It flattens the launch records (``(address, *shape, *strides)`` per
+tensor, the value per scalar) into the kernel's parameters, which the printer declares in
+that order (emit.py).
 """
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import LaunchError
 
-__all__ = ["CudaKernelModule", "MAX_GRID"]
+__all__ = ["CudaKernelModule", "MAX_GRID", "launch_device"]
 
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)   # CUDA's limits on a grid's x, y and z extents
 
@@ -27,6 +31,24 @@ def _current_device() -> int:
     return 0
 
 
+def launch_device(arguments: Mapping[str, Any]) -> int | None:
+    """The CUDA device a launch with these arguments (name -> value) runs on: the one its
+    tensors (values with ``is_cuda`` and ``device``) sit on; None where no argument is a
+    tensor (the launch takes torch's current device). A tensor off CUDA, or tensors on two
+    devices, is a LaunchError naming them: a kernel given another device's address faults
+    or reads that device's memory through peer access."""
+    tensors = {name: value for name, value in arguments.items() if hasattr(value, "is_cuda")}
+    for name, tensor in tensors.items():
+        if not tensor.is_cuda:
+            raise LaunchError(f"argument {name!r} is a tensor on {tensor.device}; the cuda "
+                              "target launches on CUDA tensors")
+    devices = {tensor.device.index for tensor in tensors.values()}
+    if len(devices) > 1:
+        listing = ", ".join(f"{name!r} on {tensor.device}" for name, tensor in tensors.items())
+        raise LaunchError(f"the tensors of one launch must sit on one device: {listing}")
+    return next(iter(devices), None)
+
+
 @dataclass
 class CudaKernelModule:
     """One kernel's CUBIN with what a launch needs: entry name, threads, shared bytes."""
@@ -36,6 +58,7 @@ class CudaKernelModule:
     threads: int                      # 32 * num_warps, the block's x extent
     shared_bytes: int                 # dynamic shared memory per CTA (the planned bytes)
     arch: str
+    params: tuple[str, ...]           # the runtime parameters' names, for errors
     location: object = None           # for errors of ``compiled[grid](...)``
     _functions: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -54,9 +77,12 @@ class CudaKernelModule:
                     self._functions[device] = fn
         return fn
 
-    def launch_on_stream(self, grid, records, stream) -> None:
-        """Queue the kernel on ``stream`` (None: torch's current stream). An empty grid
-        launches nothing, as on the CPU; one past CUDA's limits is a LaunchError."""
+    def launch_records(self, grid, records, stream, device: int | None) -> None:
+        """Queue the kernel on ``device`` (None: torch's current one) and ``stream`` (None:
+        torch's current stream of that device). The caller vouches for the records and the
+        device (the runtime took both from arguments of the signature it compiled for). An
+        empty grid launches nothing, as on the CPU; one past CUDA's limits is a
+        LaunchError."""
         for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
             if extent > limit:
                 raise LaunchError(f"grid {'xyz'[axis]} extent {extent} is above CUDA's limit "
@@ -67,16 +93,19 @@ class CudaKernelModule:
         for record in records:
             if isinstance(record, tuple):
                 args.extend(record)      # a tensor: address, shape, strides
-            elif hasattr(record, "data_ptr"):   # a tensor itself (``compiled[grid](...)``)
-                args += [record.data_ptr(), *record.shape, *record.stride()]
             else:
                 args.append(record)      # a scalar
-        fn = self.function(_current_device())
+        fn = self.function(_current_device() if device is None else device)
         fn(*args, grid=grid, block=(self.threads, 1, 1), shared_mem=self.shared_bytes,
            stream=stream)
 
-    def launch(self, grid, records) -> None:
-        self.launch_on_stream(grid, records, None)
+    def launch(self, grid, args) -> None:
+        """Run on the arguments as given (``compiled[grid](*args)``): each tensor becomes its
+        launch record, on the device the tensors sit on."""
+        device = launch_device(dict(zip(self.params, args)))
+        records = [(arg.data_ptr(), *arg.shape, *arg.stride()) if hasattr(arg, "is_cuda")
+                   else arg for arg in args]
+        self.launch_records(grid, records, None, device)
 
     def unload(self) -> None:
         for fn in self._functions.values():

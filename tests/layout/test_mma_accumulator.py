@@ -5,8 +5,8 @@ atoms are dealt (warps split the atom rows first, each warp a contiguous block, 
 atoms row-major in its registers, four values each)."""
 import pytest
 
-from tilejit.layout import TileLayout
-from tilejit.layout.fragments import mma_accumulator_layout, mma_atom_layout
+from tilejit.layout import TileLayout, mma_m16n8k16_c_layout
+from tilejit.layout.fragments import lane_registers, mma_accumulator_layout, mma_atom_layout
 
 
 def expected_place(row, col, shape, warps):
@@ -53,3 +53,10 @@ def test_the_warp_axis_is_the_callers_and_the_atom_grid_is_dealt_rows_first():
 def test_shapes_that_do_not_tile_have_no_layout(shape, warps):
     assert mma_atom_layout(shape, warps) is None
     assert mma_accumulator_layout(shape, warps) is None
+
+
+def test_lane_registers_reads_a_warp_fragment_backwards():
+    table = lane_registers(mma_m16n8k16_c_layout(), (16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        assert table[lane] == [(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1) for i in range(4)]

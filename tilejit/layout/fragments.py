@@ -15,6 +15,8 @@
   (``hw_nvidia.mma_m16n8k16_c_layout``); warps split the atoms (:func:`mma_atom_layout`),
   rows first, each warp taking a contiguous block of them, and a warp's atoms follow one
   another in its threads' registers, four values each.
+* :func:`lane_registers` -- a warp fragment's layout (an mma operand's) read backwards:
+  which element each lane holds in each register.
 
 All are pure layout algebra; ``passes/layout_inference.py`` decides where they apply.
 """
@@ -28,8 +30,8 @@ from .hw_nvidia import mma_m16n8k16_c_layout
 from .tile_layout import Iter, TileLayout
 from .transform import group_iters, tile
 
-__all__ = ["MMA_ATOM", "blocked_layout", "mma_accumulator_layout", "mma_atom_layout",
-           "reduced_layout"]
+__all__ = ["MMA_ATOM", "blocked_layout", "lane_registers", "mma_accumulator_layout",
+           "mma_atom_layout", "reduced_layout"]
 
 MMA_ATOM = {"m16n8k16": (16, 8)}   # the C (and D) tile of one mma.sync, rows x columns
 
@@ -146,3 +148,16 @@ def mma_accumulator_layout(shape, warps: int, warp_axis: str = "warpid",
     atom = MMA_ATOM[inst]
     grid = (shape[0] // atom[0], shape[1] // atom[1])
     return tile(mma_m16n8k16_c_layout(), atoms, grid, atom)
+
+
+def lane_registers(layout: TileLayout, shape) -> list[list[int]]:
+    """Per lane, per register, the row-major index in ``shape`` of the element the warp
+    fragment ``layout`` (over ``laneid`` and ``m`` alone, every element once: the mma
+    operand layouts) places there."""
+    size = math.prod(shape)
+    lanes = layout.size("laneid")
+    table = [[0] * (size // lanes) for _ in range(lanes)]
+    for flat in range(size):
+        place = layout.apply(flat)
+        table[place["laneid"]][place["m"]] = flat
+    return table

@@ -11,8 +11,6 @@ from a GPU's.
 """
 from __future__ import annotations
 
-import math
-
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
@@ -20,6 +18,7 @@ from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.layout import (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
                             mma_m16n8k16_c_layout)
+from tilejit.layout.fragments import lane_registers
 
 from . import types
 from .emit_sync import warp_exchange
@@ -34,28 +33,17 @@ AREA_ELEMENTS = C_AT + M * N
 OPERANDS_PER_LANE = sum(MMA_FRAGMENT_SIZES["m16n8k16"])
 
 
-def _fragment_positions(layout, shape, at: int) -> list[list[int]]:
-    """Per lane, per register of the fragment ``layout``: the area element it fills (the
-    element's row-major index in ``shape``, plus ``at``)."""
-    size = math.prod(shape)
-    positions = [[0] * (size // LANES_PER_WARP) for _ in range(LANES_PER_WARP)]
-    for flat in range(size):
-        place = layout.apply(flat)
-        positions[place["laneid"]][place["m"]] = at + flat
-    return positions
-
-
 def _position_table(mc) -> ir.GlobalVariable:
     """``table[lane * 16 + j]``: where operand ``j`` of ``lane`` goes in the area."""
     name = "tj.mma.m16n8k16.positions"
     table = mc.module.globals.get(name)
     if table is not None:
         return table
-    per_operand = [_fragment_positions(mma_m16n8k16_a_layout(), (M, K), A_AT),
-                   _fragment_positions(mma_m16n8k16_b_layout(), (K, N), B_AT),
-                   _fragment_positions(mma_m16n8k16_c_layout(), (M, N), C_AT)]
-    entries = [p for lane in range(LANES_PER_WARP) for fragment in per_operand
-               for p in fragment[lane]]
+    per_operand = [(lane_registers(mma_m16n8k16_a_layout(), (M, K)), A_AT),
+                   (lane_registers(mma_m16n8k16_b_layout(), (K, N)), B_AT),
+                   (lane_registers(mma_m16n8k16_c_layout(), (M, N)), C_AT)]
+    entries = [at + index for lane in range(LANES_PER_WARP) for registers, at in per_operand
+               for index in registers[lane]]
     table = ir.GlobalVariable(mc.module, ir.ArrayType(I32, len(entries)), name)
     table.initializer = ir.Constant(table.value_type, entries)
     table.linkage, table.global_constant = "internal", True

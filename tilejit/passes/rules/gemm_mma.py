@@ -155,34 +155,37 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     b_places = _fragment(em, mma_m16n8k16_b_layout(b.dtype.name), (depth, cols), lane)
     c_places = _fragment(em, mma_m16n8k16_c_layout(), (rows, cols), lane)
 
-    # The warp's atoms: register part (constants, the cache keys) and first row and column.
-    owned = []
+    # The warp's atoms: their register part (constants: what atoms of one row or column
+    # share) and their first row and column; then the loop-invariant indices of the
+    # fragments' rows of A and columns of B, per atom row and column.
+    owned, a_rows, b_cols = [], {}, {}
     for j in range(grid[0] * grid[1] // warps):
         key = tuple(_logical_index(em, atoms, grid, {"m": j}))
         origin = tuple(em.mul(em.add(w, r), size)
                        for w, r, size in zip(warp_part, key, (rows, cols)))
         owned.append((key, origin))
-    c_indices = [[em.add(origin[0], i), em.add(origin[1], jj)]
-                 for _, origin in owned for i, jj in c_places]
+        a_rows.setdefault(key[0], [em.add(origin[0], r) for r, _ in a_places])
+        b_cols.setdefault(key[1], [em.add(origin[1], s) for _, s in b_places])
+    c_indices = [[em.add(origin[0], r), em.add(origin[1], s)]
+                 for _, origin in owned for r, s in c_places]
     zero = em.const(0.0, f32)
     init = [em.load(c, idx) if call.attrs["accum"] else zero for idx in c_indices]
+    per_atom = len(c_places)
 
     def element(operand, row, col, transposed):
         return em.load(operand, [col, row] if transposed else [row, col])
 
-    per_atom = len(c_places)
-
     def step(kk, *accs):
         a_frags, b_frags, results = {}, {}, []
-        for j, (key, origin) in enumerate(owned):
-            if key[0] not in a_frags:
-                a_frags[key[0]] = [element(a, em.add(origin[0], r), em.add(kk, q), ta)
-                                   for r, q in a_places]
-            if key[1] not in b_frags:
-                b_frags[key[1]] = [element(b, em.add(kk, q), em.add(origin[1], s), tb)
-                                   for q, s in b_places]
+        for j, ((row_key, col_key), _) in enumerate(owned):
+            if row_key not in a_frags:
+                a_frags[row_key] = [element(a, row, em.add(kk, q), ta)
+                                    for row, (_, q) in zip(a_rows[row_key], a_places)]
+            if col_key not in b_frags:
+                b_frags[col_key] = [element(b, em.add(kk, q), col, tb)
+                                    for col, (q, _) in zip(b_cols[col_key], b_places)]
             acc = accs[per_atom * j:per_atom * (j + 1)]
-            results += em.b.mma_sync(a_frags[key[0]], b_frags[key[1]], acc, INST)
+            results += em.b.mma_sync(a_frags[row_key], b_frags[col_key], acc, INST)
         return results
 
     for idx, value in zip(c_indices, em.loop(0, k, depth, step, inits=init)):

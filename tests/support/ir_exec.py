@@ -24,7 +24,7 @@ from tilejit.ir.core import Block, KernelIR, Operation
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
 from tilejit.layout import mma_m16n8k16_a_layout, mma_m16n8k16_b_layout, mma_m16n8k16_c_layout
-from tilejit.layout.fragments import MMA_ATOM, lane_registers
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers
 
 __all__ = ["ExecError", "numpy_dtype", "run_kernel"]
 
@@ -279,8 +279,7 @@ class _CTA:
     def op_mma_sync(self, op, mask):
         """Each warp's ``D = A @ B + C``, its lanes' values placed by the PTX fragment
         layouts; every lane of a warp takes part."""
-        rows, cols = MMA_ATOM[op.attrs["shape"]]
-        depth = rows   # m16n8k16
+        rows, cols, depth = MMA_SHAPES[op.attrs["shape"]]
         shapes = ((rows, depth), (depth, cols), (rows, cols))
         places = [lane_registers(layout, shape) for layout, shape in
                   zip((mma_m16n8k16_a_layout(), mma_m16n8k16_b_layout(),

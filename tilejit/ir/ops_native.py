@@ -4,8 +4,10 @@ from __future__ import annotations
 import math
 import re
 
+from ..layout.fragments import MMA_SHAPES
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
+from .scope import LANES_PER_WARP
 from .storage import shared_alignment
 from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16, f16,
                     f32, i1, i32, i64)
@@ -36,9 +38,12 @@ FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access ->
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at"}
-# mma_sync: per shape, how many values of A, B and C one lane holds (PTX ISA, "Matrix
-# Fragments for mma.m16n8k16"), and the element types it multiplies and accumulates in.
-MMA_FRAGMENT_SIZES = {"m16n8k16": (8, 4, 4)}
+# mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
+# ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
+# and accumulates in.
+MMA_FRAGMENT_SIZES = {shape: (m * k // LANES_PER_WARP, k * n // LANES_PER_WARP,
+                              m * n // LANES_PER_WARP)
+                      for shape, (m, n, k) in MMA_SHAPES.items()}
 MMA_INPUT_TYPES = (f16, bf16)
 MMA_ACCUMULATOR_TYPES = (f32,)
 

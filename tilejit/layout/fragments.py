@@ -30,10 +30,12 @@ from .hw_nvidia import mma_m16n8k16_c_layout
 from .tile_layout import Iter, TileLayout
 from .transform import group_iters, tile
 
-__all__ = ["MMA_ATOM", "blocked_layout", "lane_registers", "mma_accumulator_layout",
+__all__ = ["MMA_SHAPES", "blocked_layout", "lane_registers", "mma_accumulator_layout",
            "mma_atom_layout", "reduced_layout"]
 
-MMA_ATOM = {"m16n8k16": (16, 8)}   # the C (and D) tile of one mma.sync, rows x columns
+# (m, n, k) of each mma.sync shape: D (m x n) = A (m x k) @ B (k x n) + C; an "atom" of the
+# accumulator is one instruction's m x n tile.
+MMA_SHAPES = {"m16n8k16": (16, 8, 16)}
 
 
 def blocked_layout(shape, *, lanes: int, warps: int = 1, warp_axis: str = "warpid",
@@ -123,7 +125,7 @@ def mma_atom_layout(shape, warps: int, warp_axis: str = "warpid",
     atoms. Warps split the grid's rows first, then its columns, each warp taking a
     contiguous block; None when the atoms do not tile ``shape`` or the warps cannot share
     them evenly."""
-    (rows, cols), (atom_rows, atom_cols) = shape, MMA_ATOM[inst]
+    (rows, cols), (atom_rows, atom_cols, _) = shape, MMA_SHAPES[inst]
     if rows % atom_rows or cols % atom_cols:
         return None
     grid = [rows // atom_rows, cols // atom_cols]
@@ -145,7 +147,7 @@ def mma_accumulator_layout(shape, warps: int, warp_axis: str = "warpid",
     atoms = mma_atom_layout(shape, warps, warp_axis, inst)
     if atoms is None:
         return None
-    atom = MMA_ATOM[inst]
+    atom = MMA_SHAPES[inst][:2]
     grid = (shape[0] // atom[0], shape[1] // atom[1])
     return tile(mma_m16n8k16_c_layout(), atoms, grid, atom)
 

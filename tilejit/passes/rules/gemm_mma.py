@@ -24,7 +24,7 @@ from ...ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from ...ir.types import MemScope, TeamKind, f32
 from ...layout import TileLayout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout
 from ...layout import mma_m16n8k16_c_layout
-from ...layout.fragments import mma_accumulator_layout, mma_atom_layout
+from ...layout.fragments import MMA_SHAPES, mma_accumulator_layout, mma_atom_layout
 from ...layout.transform import group_iters
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
@@ -34,7 +34,7 @@ from ..loopgen import Emitter, Index
 __all__ = ["MMA_GEMM"]
 
 INST = "m16n8k16"
-SHAPE = (16, 8, 16)
+SHAPE = MMA_SHAPES[INST]
 # Per team kind: how many warps share the accumulator, and the axis its layout names them by.
 _TEAM_WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg",
                    TeamKind.CTA: "warpid"}

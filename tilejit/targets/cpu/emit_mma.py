@@ -18,7 +18,7 @@ from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.layout import (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
                             mma_m16n8k16_c_layout)
-from tilejit.layout.fragments import lane_registers
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers
 
 from . import types
 from .emit_sync import warp_exchange
@@ -26,7 +26,7 @@ from .types import F32, I32, I64, PTR
 
 __all__ = ["HANDLERS"]
 
-M, N, K = 16, 8, 16
+M, N, K = MMA_SHAPES["m16n8k16"]
 # The exchange area, in f32 elements: A (M x K, row-major), then B (K x N), then C (M x N).
 A_AT, B_AT, C_AT = 0, M * K, M * K + K * N
 AREA_ELEMENTS = C_AT + M * N

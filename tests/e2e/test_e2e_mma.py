@@ -50,6 +50,7 @@ def run(m, n, k, bm, bn, bk, dtype, warps=4, layout=None, tb=False, seed=0):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("m, n, k, bm, bn, bk", [(32, 16, 32, 32, 16, 16),
+                                                 (64, 64, 32, 64, 64, 16),
                                                  (64, 64, 64, 64, 64, 32),
                                                  (64, 32, 48, 32, 16, 16)])
 def test_mma_gemm_matches_torch(lowering, dtype, m, n, k, bm, bn, bk):

@@ -24,8 +24,8 @@ WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg", None: "wa
 
 
 def gemm_kernel(m, n, k, warps, num_warps=None, team=None, layout="mma", in_dtype=f16,
-                tb=False, accum=True, filtered=False):
-    """A, B staged in shared memory, C in an f32 fragment; C (+)= A @ op(B), written back.
+                ta=False, tb=False, accum=True, filtered=False):
+    """A, B staged in shared memory, C in an f32 fragment; C (+)= op(A) @ op(B), written back.
     ``warps``: the warps sharing C (the team's)."""
     layout = mma_accumulator_layout((m, n), warps, WARP_AXIS[team]) if layout == "mma" \
         else layout
@@ -39,11 +39,11 @@ def gemm_kernel(m, n, k, warps, num_warps=None, team=None, layout="mma", in_dtyp
             return tile
 
         def gemm():
-            sa = stage(a, (m, k), SHARED, None, in_dtype)
+            sa = stage(a, (k, m) if ta else (m, k), SHARED, None, in_dtype)
             sb = stage(bm, (n, k) if tb else (k, n), SHARED, None, in_dtype)
             sc = stage(c, (m, n), FRAGMENT, layout, f32)
             b.sync()
-            b.tile("gemm", sc, sa, sb, transpose_b=tb, accum=accum, team=team)
+            b.tile("gemm", sc, sa, sb, transpose_a=ta, transpose_b=tb, accum=accum, team=team)
             b.tile("copy", b.region(c, [zero, zero], (m, n)), sc, team=team)
 
         if filtered:
@@ -69,17 +69,17 @@ def gemm_record(log):
 @pytest.mark.parametrize("m, n, k, warps, num_warps, team", [
     (32, 16, 32, 4, 4, None), (64, 32, 16, 4, 4, None), (16, 32, 32, 2, 2, None),
     (64, 16, 32, 4, 8, TeamKind.WARPGROUP), (16, 16, 32, 1, 2, TeamKind.WARP)])
-@pytest.mark.parametrize("tb, accum", [(False, True), (True, False)])
-def test_mma_gemm_matches_numpy(m, n, k, warps, num_warps, team, tb, accum):
-    kernel = gemm_kernel(m, n, k, warps, num_warps, team, tb=tb, accum=accum)
+@pytest.mark.parametrize("ta, tb, accum", [(False, False, True), (True, True, False)])
+def test_mma_gemm_matches_numpy(m, n, k, warps, num_warps, team, ta, tb, accum):
+    kernel = gemm_kernel(m, n, k, warps, num_warps, team, ta=ta, tb=tb, accum=accum)
     lk, log = lowered(kernel, TENSOR_CORES)
     record = gemm_record(log)
     assert (record.rule, record.shape) == ("mma", (16, 8, 16))
     rng = np.random.default_rng(m + n + k)
-    a = rng.uniform(-1, 1, (m, k)).astype(np.float16)
+    a = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(np.float16)
     b = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(np.float16)
     c = rng.uniform(-1, 1, (m, n)).astype(np.float32)
-    product = a.astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    product = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
     expected = product + c if accum else product
     run_kernel(lk, {"A": a, "B": b, "C": c})
     np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)

@@ -44,7 +44,7 @@ def mma_kernel(dtype: str):
 def test_mma_sync_prints_as_one_inline_ptx_instruction(dtype):
     source, _ = print_cuda(mma_kernel(dtype), "sm_90a")
     (line,) = [line.strip() for line in source.splitlines() if "mma.sync" in line]
-    assert line.startswith(f'asm("mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32 '
+    assert line.startswith(f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32 '
                            '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"')
     assert '"=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)' in line
     assert '"r"(((unsigned)tj_bits(av1) << 16 | tj_bits(av0)))' in line   # a0 in the low half

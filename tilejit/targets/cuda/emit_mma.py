@@ -6,6 +6,8 @@ and D values are one register each. The instruction exists from sm_80 on.
 """
 from __future__ import annotations
 
+import itertools
+
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
 from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
@@ -25,8 +27,8 @@ def _packed(p: CudaPrinter, values) -> list[str]:
 
 def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
     if p.sm < MIN_SM:
-        raise CompilationError(f"mma_sync (mma.sync.aligned.{op.attrs['shape']}) needs sm_80 "
-                               f"or later; compiling for {p.arch}")
+        raise CompilationError(f"mma_sync (mma.sync.aligned.{op.attrs['shape']}) needs "
+                               f"sm_{MIN_SM} or later; compiling for {p.arch}")
     attrs = op.attrs
     a_count, b_count, _ = MMA_FRAGMENT_SIZES[attrs["shape"]]
     a, b = op.operands[:a_count], op.operands[a_count:a_count + b_count]
@@ -34,7 +36,7 @@ def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
     instruction = (f"mma.sync.aligned.{attrs['shape']}.{attrs['a_layout']}.{attrs['b_layout']}"
                    f".{attrs['c_type']}.{attrs['a_type']}.{attrs['b_type']}.{attrs['c_type']}")
     d = [p.declare(result, hint=result.name_hint or "d") for result in op.results]
-    registers = iter(range(len(d) + len(a) // 2 + len(b) // 2 + len(c)))
+    registers = itertools.count()   # the asm operand numbers, outputs first
 
     def group(count: int) -> str:
         return "{" + ", ".join(f"%{next(registers)}" for _ in range(count)) + "}"
@@ -44,7 +46,9 @@ def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
     outputs = ", ".join(f'"=f"({name})' for name in d)
     inputs = ", ".join([*(f'"r"({x})' for x in _packed(p, a) + _packed(p, b)),
                         *(f'"f"({p[v]})' for v in c)])
-    p.emit(f'asm("{instruction} {operands};" : {outputs} : {inputs});')
+    # volatile: .aligned needs every lane of the warp at this one instruction, so the
+    # compiler must not move it (into a branch, out of a loop) or merge it.
+    p.emit(f'asm volatile("{instruction} {operands};" : {outputs} : {inputs});')
 
 
 HANDLERS = {"mma_sync": print_mma_sync}

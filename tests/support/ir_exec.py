@@ -4,8 +4,8 @@ CTAs run one after another; the threads of a CTA run in lockstep, SIMT style: ev
 SSA value is a numpy vector with one entry per thread and control flow runs under an
 active mask (a ``for`` whose bounds differ per thread iterates until every thread is done;
 an ``if`` runs both branches under complementary masks). That makes per-thread code,
-``warp_shuffle`` and ``sync`` exact, and ``single {team}`` runs its region on the first
-active thread of each team instance.
+``warp_shuffle``, ``mma_sync`` and ``sync`` exact, and ``single {team}`` runs its region on
+the first active thread of each team instance.
 
 Storage: global buffers are the numpy arrays passed in (indexed logically; every access is
 bounds-checked, which is how tests catch missing masks); shared buffers are flat memory
@@ -23,6 +23,8 @@ import numpy as np
 from tilejit.ir.core import Block, KernelIR, Operation
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
+from tilejit.layout import mma_m16n8k16_a_layout, mma_m16n8k16_b_layout, mma_m16n8k16_c_layout
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers
 
 __all__ = ["ExecError", "numpy_dtype", "run_kernel"]
 
@@ -273,6 +275,31 @@ class _CTA:
         if not mask[src[mask]].all():
             raise ExecError(f"warp_shuffle at {op.loc} reads an inactive lane")
         return [value[src]]
+
+    def op_mma_sync(self, op, mask):
+        """Each warp's ``D = A @ B + C``, its lanes' values placed by the PTX fragment
+        layouts; every lane of a warp takes part."""
+        rows, cols, depth = MMA_SHAPES[op.attrs["shape"]]
+        shapes = ((rows, depth), (depth, cols), (rows, cols))
+        places = [lane_registers(layout, shape) for layout, shape in
+                  zip((mma_m16n8k16_a_layout(), mma_m16n8k16_b_layout(),
+                       mma_m16n8k16_c_layout()), shapes)]
+        values, results = self.args(op), [self.full(0.0, t) for t in op.result_types]
+        for first in range(0, self.threads, LANES_PER_WARP):
+            lanes = slice(first, first + LANES_PER_WARP)
+            if not mask[lanes].all():
+                raise ExecError(f"mma_sync at {op.loc} with inactive lanes in its warp")
+            matrices, given = [], iter(values)
+            for shape, place in zip(shapes, places):
+                flat = np.zeros(shape[0] * shape[1])
+                for i in range(len(place[0])):
+                    flat[[regs[i] for regs in place]] = next(given)[lanes]
+                matrices.append(flat.reshape(shape))
+            a, b, c = matrices
+            d = (a @ b + c).reshape(-1)
+            for i, result in enumerate(results):
+                result[lanes] = d[[regs[i] for regs in places[2]]]
+        return results
 
     def op_device_print(self, op, mask):
         return None

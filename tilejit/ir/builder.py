@@ -15,6 +15,7 @@ API (every method validates against the op catalogue and raises a located
     b.region(buf, starts, sizes, keep=None)                  b.load(buf, indices)
     b.atomic(op, buf, value, indices)   b.atomic_cas(buf, compare, value, indices)
     b.warp_shuffle(mode, value, lane)   b.elect_sync()
+    b.mma_sync(a, b, c, shape="m16n8k16") -> the lane's D values (a list)
     b.alloc_barrier(count)        b.intrinsic(target, name, args, result_type=None)
 
     # ops without results return the Operation
@@ -151,6 +152,14 @@ class Builder:
     # -- sync and intrinsics ----------------------------------------------------------
     def warp_shuffle(self, mode: str, value: Value, lane: Value) -> Value:
         return self._value("warp_shuffle", (value, lane), mode=mode)
+
+    def mma_sync(self, a: Sequence[Value], b: Sequence[Value], c: Sequence[Value],
+                 shape: str = "m16n8k16") -> list[Value]:
+        """A warp's ``D = A @ B + C`` from this lane's fragment values; its D values."""
+        op = self.create("mma_sync", (*a, *b, *c),
+                         {"shape": shape, "a_type": a[0].type, "b_type": b[0].type,
+                          "c_type": c[0].type})
+        return list(op.results)
 
     def elect_sync(self) -> Value:
         return self._value("elect_sync")

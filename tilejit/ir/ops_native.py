@@ -4,10 +4,13 @@ from __future__ import annotations
 import math
 import re
 
+from ..layout.fragments import MMA_SHAPES
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
+from .scope import LANES_PER_WARP
 from .storage import shared_alignment
-from .types import BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, i1, i32, i64
+from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16, f16,
+                    f32, i1, i32, i64)
 
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
 
@@ -35,6 +38,14 @@ FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access ->
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at"}
+# mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
+# ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
+# and accumulates in.
+MMA_FRAGMENT_SIZES = {shape: (m * k // LANES_PER_WARP, k * n // LANES_PER_WARP,
+                              m * n // LANES_PER_WARP)
+                      for shape, (m, n, k) in MMA_SHAPES.items()}
+MMA_INPUT_TYPES = (f16, bf16)
+MMA_ACCUMULATOR_TYPES = (f32,)
 
 
 def same_as(index: int):
@@ -181,6 +192,28 @@ def _check_flat(op):
     return None
 
 
+def _check_mma_sync(op):
+    """A, B and C fragment values in that order, of a_type, b_type and c_type."""
+    a_type, b_type, c_type = op.attrs["a_type"], op.attrs["b_type"], op.attrs["c_type"]
+    if a_type not in MMA_INPUT_TYPES or a_type != b_type:
+        return f"mma_sync multiplies f16 or bf16 matrices of one type, not {a_type} by {b_type}"
+    if c_type not in MMA_ACCUMULATOR_TYPES:
+        return f"mma_sync accumulates in f32, not {c_type}"
+    counts = MMA_FRAGMENT_SIZES[op.attrs["shape"]]
+    if len(op.operands) != sum(counts):
+        return (f"mma_sync {op.attrs['shape']} takes {counts[0]} A, {counts[1]} B and "
+                f"{counts[2]} C values per lane ({sum(counts)} operands), got {len(op.operands)}")
+    expected = [a_type] * counts[0] + [b_type] * counts[1] + [c_type] * counts[2]
+    for index, (value, wanted) in enumerate(zip(op.operands, expected)):
+        if value.type != wanted:
+            return f"mma_sync operand {index} is {value.type}, its fragment holds {wanted}"
+    return None
+
+
+def _mma_results(types, attrs):
+    return (attrs["c_type"],) * MMA_FRAGMENT_SIZES[attrs["shape"]][2]
+
+
 def _check_bounds(op):
     return None if len(op.operands) % 2 == 0 else "bounds_check takes one extent per index"
 
@@ -306,6 +339,15 @@ register("bounds_check", MEMORY, "*values:int",
 
 register("warp_shuffle", SYNC, "value:scalar lane:int", {"mode": Attr(Choice(*SHUFFLE_MODES))},
          same_as(0))
+register("mma_sync", SYNC, "*fragments:scalar",
+         {"shape": Attr(Choice(*MMA_FRAGMENT_SIZES)), "a_type": Attr(SCALAR_TYPE),
+          "b_type": Attr(SCALAR_TYPE), "c_type": Attr(SCALAR_TYPE),
+          "a_layout": Attr(Choice("row"), "row"), "b_layout": Attr(Choice("col"), "col")},
+         _mma_results, check=_check_mma_sync,
+         doc="a warp's matrix multiply-accumulate D = A @ B + C (PTX mma.sync.aligned): each "
+             "of the warp's 32 lanes passes its fragment values of A, B and C, in the PTX "
+             "fragment order (layout/hw_nvidia.py), and gets its values of D; every lane of "
+             "the warp takes part")
 register("elect_sync", SYNC, results=fixed(i1))
 register("sync", SYNC, attrs={"reason": Attr(Optional(STR), None)}, results=fixed(),
          doc="CTA-wide barrier; reason: why the sync-hazards pass inserted it")

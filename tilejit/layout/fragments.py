@@ -10,7 +10,15 @@
   held part of a row holds the row's result), its memory iters go, and the registers left
   are packed again.
 
-Both are pure layout algebra; ``passes/layout_inference.py`` decides where they apply.
+* :func:`mma_accumulator_layout` -- the accumulator of ``mma.sync.m16n8k16`` over a team's
+  warps: the tile cut into 16x8 atoms, each laid out as the instruction's C fragment
+  (``hw_nvidia.mma_m16n8k16_c_layout``); warps split the atoms (:func:`mma_atom_layout`),
+  rows first, each warp taking a contiguous block of them, and a warp's atoms follow one
+  another in its threads' registers, four values each.
+* :func:`lane_registers` -- a warp fragment's layout (an mma operand's) read backwards:
+  which element each lane holds in each register.
+
+All are pure layout algebra; ``passes/layout_inference.py`` decides where they apply.
 """
 from __future__ import annotations
 
@@ -18,10 +26,16 @@ import math
 
 from ..errors import LayoutError
 from .axes import Axis, AxisKind, m
+from .hw_nvidia import mma_m16n8k16_c_layout
 from .tile_layout import Iter, TileLayout
-from .transform import group_iters
+from .transform import group_iters, tile
 
-__all__ = ["blocked_layout", "reduced_layout"]
+__all__ = ["MMA_SHAPES", "blocked_layout", "lane_registers", "mma_accumulator_layout",
+           "mma_atom_layout", "reduced_layout"]
+
+# (m, n, k) of each mma.sync shape: D (m x n) = A (m x k) @ B (k x n) + C; an "atom" of the
+# accumulator is one instruction's m x n tile.
+MMA_SHAPES = {"m16n8k16": (16, 8, 16)}
 
 
 def blocked_layout(shape, *, lanes: int, warps: int = 1, warp_axis: str = "warpid",
@@ -102,3 +116,50 @@ def reduced_layout(layout: TileLayout, shape, axis: int) -> TileLayout:
     shard = [packed.get(id(it), it) for it in kept]
     return TileLayout.from_iters(shard or [Iter(1, 1, m)], (*used.replica, *threads),
                                  used.offset)
+
+
+def mma_atom_layout(shape, warps: int, warp_axis: str = "warpid",
+                    inst: str = "m16n8k16") -> TileLayout | None:
+    """How the atoms of an mma accumulator of ``shape`` are dealt to ``warps`` warps (on
+    ``warp_axis``): a layout of the atom grid ``(M / 16, N / 8)`` whose ``m`` counts a warp's
+    atoms. Warps split the grid's rows first, then its columns, each warp taking a
+    contiguous block; None when the atoms do not tile ``shape`` or the warps cannot share
+    them evenly."""
+    (rows, cols), (atom_rows, atom_cols, _) = shape, MMA_SHAPES[inst]
+    if rows % atom_rows or cols % atom_cols:
+        return None
+    grid = [rows // atom_rows, cols // atom_cols]
+    split = _take(warps, list(grid), range(2))
+    if split is None:
+        return None
+    own = [n // w for n, w in zip(grid, split)]   # a warp's atoms along each dimension
+    warp = Axis(warp_axis)
+    return TileLayout.from_iters([Iter(split[0], split[1], warp), Iter(own[0], own[1], m),
+                                  Iter(split[1], 1, warp), Iter(own[1], 1, m)]).canonicalize()
+
+
+def mma_accumulator_layout(shape, warps: int, warp_axis: str = "warpid",
+                           inst: str = "m16n8k16") -> TileLayout | None:
+    """The accumulator of an ``M x N`` gemm computed by ``inst`` over ``warps`` warps:
+    each atom of :func:`mma_atom_layout` laid out as the instruction's C fragment. Thread
+    registers ``4 * a .. 4 * a + 3`` hold the fragment of the warp's atom ``a``. None where
+    :func:`mma_atom_layout` is None."""
+    atoms = mma_atom_layout(shape, warps, warp_axis, inst)
+    if atoms is None:
+        return None
+    atom = MMA_SHAPES[inst][:2]
+    grid = (shape[0] // atom[0], shape[1] // atom[1])
+    return tile(mma_m16n8k16_c_layout(), atoms, grid, atom)
+
+
+def lane_registers(layout: TileLayout, shape) -> list[list[int]]:
+    """Per lane, per register, the row-major index in ``shape`` of the element the warp
+    fragment ``layout`` (over ``laneid`` and ``m`` alone, every element once: the mma
+    operand layouts) places there."""
+    size = math.prod(shape)
+    lanes = layout.size("laneid")
+    table = [[0] * (size // lanes) for _ in range(lanes)]
+    for flat in range(size):
+        place = layout.apply(flat)
+        table[place["laneid"]][place["m"]] = flat
+    return table

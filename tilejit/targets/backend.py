@@ -96,7 +96,8 @@ class Backend(abc.ABC):
         c = self.capabilities
         return DispatchContext(self.name, distribution=c.distribution,
                                vector_bytes=c.vector_bytes, registers=c.registers_per_thread,
-                               element_loops=c.element_loops)
+                               element_loops=c.element_loops,
+                               tensor_core_shapes=dict(c.tensor_core_shapes))
 
     def register(self) -> DispatchContext:
         """Register the dispatch context and the target's own rule families, once; returns

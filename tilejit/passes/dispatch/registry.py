@@ -152,9 +152,10 @@ def lookup(family: str, primitive: str, target: str) -> Rule | None:
 class DispatchContext:
     """What dispatch knows about the target: its name and arch, how a team's work is
     distributed (``team_once`` or ``per_thread``), the widest vector in bytes, how many
-    accumulators a register-blocked rule may keep live, and whether the target can run
-    per-element loops at all (the generic rules need them). A target's backend makes it
-    from its capabilities (``tilejit.targets.backend``)."""
+    accumulators a register-blocked rule may keep live, whether the target can run
+    per-element loops at all (the generic rules need them), and the ``(m, n, k)`` shapes
+    of its matrix instructions per family (``{"mma": ((16, 8, 16),)}``). A target's
+    backend makes it from its capabilities (``tilejit.targets.backend``)."""
 
     target: str
     arch: str | None = None
@@ -162,6 +163,8 @@ class DispatchContext:
     vector_bytes: int = 16
     registers: int = 32
     element_loops: bool = True
+    tensor_core_shapes: Mapping[str, tuple[tuple[int, int, int], ...]] = \
+        field(default_factory=dict, hash=False)
 
     def __post_init__(self):
         if self.distribution not in (TEAM_ONCE, PER_THREAD):

@@ -8,6 +8,7 @@ Importing this package registers them (the registry does so on first use):
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
+| gemm | ``mma`` (tensor cores, per thread) | no | ``gemm_mma`` |
 | gemm | ``fma`` | yes | ``gemm_fma`` |
 | scan | ``serial`` | yes | ``scan`` |
 | permute, gather | ``scalar`` | yes | ``indexed`` |
@@ -17,6 +18,7 @@ Importing this package registers them (the registry does so on first use):
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import atomic, elementwise, gemm_fma, indexed, reduce, reduce_shuffle, scan
+from . import atomic, elementwise, gemm_fma, gemm_mma, indexed, reduce, reduce_shuffle, scan
 
-__all__ = ["atomic", "elementwise", "gemm_fma", "indexed", "reduce", "reduce_shuffle", "scan"]
+__all__ = ["atomic", "elementwise", "gemm_fma", "gemm_mma", "indexed", "reduce",
+           "reduce_shuffle", "scan"]

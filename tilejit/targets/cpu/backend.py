@@ -47,7 +47,9 @@ class CpuBackend(Backend):
         return Capabilities(distribution=TEAM_ONCE, vector_bytes=vector_bytes,
                             registers_per_thread=registers,
                             shared_memory_per_cta=CTA_MEMORY_LIMIT, max_threads_per_cta=None,
-                            element_loops=True)
+                            element_loops=True,
+                            # SIMT mode runs mma.sync per warp (emit_mma.py), as a GPU does
+                            tensor_core_shapes={"mma": ((16, 8, 16),)})
 
     def import_rules(self) -> None:
         from .rules import async_copy  # noqa: F401  (copy_async / gemm_async families)

@@ -39,9 +39,6 @@ from .units import instance_counts, threads_per_unit
 
 MBARRIER_BYTES = 16
 PENDING, EXPECTED, TX, PHASE = range(4)
-# Per warp: count, generation, and two value buffers used alternately by generation, so a
-# lane already at its next shuffle cannot overwrite values slower lanes are still reading.
-SHUFFLE_BYTES = 8 + 2 * LANES_PER_WARP * 8
 
 
 @dataclass
@@ -103,34 +100,48 @@ def emit_sync(em, op):
 
 
 # ----------------------------------------------------------------------------- warps
-def emit_warp_shuffle(em, op):
-    value, lane_arg = em.operands(op)
-    units = em.mc.units
-    if units.kind is not TeamKind.THREAD:
-        return [value]  # every lane of the unit holds the same value
-    b, frame = em.b, em.frame
+def warp_exchange(em, op, key: str, nbytes: int, deposit, what: str):
+    """The meeting of a warp collective (a shuffle, an mma): ``deposit(area)`` writes this
+    lane's values into its warp's area, every lane of the warp arrives, and the area --
+    now holding what each lane wrote -- is returned for reading. Per warp the sync arena
+    holds a count, a generation and two areas of ``nbytes``, used alternately by
+    generation, so a lane already at its next collective cannot overwrite values slower
+    lanes are still reading."""
+    units, b, frame = em.mc.units, em.b, em.frame
     warp = units.warp_id(b, frame.unit)
-    lane = units.thread_index(b, "lane_id", frame.unit)
-    offset = em.mc.sync_state("shuffle", SHUFFLE_BYTES * units.num_warps)
+    stride = 8 + 2 * nbytes
+    offset = em.mc.sync_state(key, stride * units.num_warps)
     base = em.byte_ptr(frame.sync, b.add(ir.Constant(I64, offset),
-                                         b.mul(b.zext(warp, I64), ir.Constant(I64, SHUFFLE_BYTES))))
+                                         b.mul(b.zext(warp, I64), ir.Constant(I64, stride))))
     gen0 = b.load(_field(em, base, 1), typ=I32)
-    values = b.gep(base, [ir.Constant(I64, 8)], source_etype=ir.IntType(8))
-    row = b.mul(b.zext(b.and_(gen0, ir.Constant(I32, 1)), I64), ir.Constant(I64, LANES_PER_WARP))
-
-    def slot(index):
-        return b.gep(values, [b.add(row, b.zext(index, I64))], source_etype=I64)
-
-    b.store(types.int_bits(b, value), slot(lane))
+    parity = b.zext(b.and_(gen0, ir.Constant(I32, 1)), I64)
+    area = em.byte_ptr(base, b.add(ir.Constant(I64, 8), b.mul(parity, ir.Constant(I64, nbytes))))
+    deposit(area)
     _arrive(em, base)
     with b.if_then(b.icmp_unsigned("==", b.load(_field(em, base, 0), typ=I32),
                                    ir.Constant(I32, em.state.lanes))):
         b.store(ir.Constant(I32, 0), _field(em, base, 0))
         b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
-    site = em.mc.add_site("wait", op, what=f"warp_shuffle {op.attrs['mode']}")
+    site = em.mc.add_site("wait", op, what=what)
     frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)
+    return area
+
+
+def emit_warp_shuffle(em, op):
+    value, lane_arg = em.operands(op)
+    units, b = em.mc.units, em.b
+    if units.kind is not TeamKind.THREAD:
+        return [value]  # every lane of the unit holds the same value
+    lane = units.thread_index(b, "lane_id", em.frame.unit)
+
+    def slot(area, index):
+        return b.gep(area, [b.zext(index, I64)], source_etype=I64)
+
+    area = warp_exchange(em, op, "shuffle", LANES_PER_WARP * 8,
+                         lambda area: b.store(types.int_bits(b, value), slot(area, lane)),
+                         f"warp_shuffle {op.attrs['mode']}")
     source = _shuffle_source(em, op.attrs["mode"], lane, _i32(em, lane_arg, op.operands[1].type))
-    return [types.from_int_bits(b, b.load(slot(source), typ=I64), value.type)]
+    return [types.from_int_bits(b, b.load(slot(area, source), typ=I64), value.type)]
 
 
 def _shuffle_source(em, mode: str, lane, delta):

@@ -7,6 +7,8 @@ or ``thread_id`` -> thread, ``warp_id``/``warp_id_in_wg``/``elect_sync`` -> warp
 team; side effects that count threads are scaled by that number
 (:func:`threads_per_unit`).
 
+``mma_sync`` makes G = thread: each lane holds its own part of the matrices.
+
 An atomic whose old value is used makes G = thread: the threads a coarser unit stood for
 would each have seen another old value. An unused one is exact at any G (adds are scaled;
 max, min, xchg and compare-and-swap give the same memory however often they repeat).
@@ -53,6 +55,8 @@ def natural_granularity(kernel: KernelIR) -> TeamKind:
         elif op.name == "elect_sync":
             branch_only = all(_is_elect_branch(user, op.result) for user in users[op.result])
             granularity = min(granularity, WARP if branch_only else THREAD)
+        elif op.name == "mma_sync":
+            granularity = THREAD  # each lane holds its own fragment values
         elif op.name in ATOMIC_ACCESSES and users[op.result]:
             granularity = THREAD  # each thread sees another old value
     return granularity

@@ -440,3 +440,7 @@ from . import emit_sync  # noqa: E402  (registers its handlers into HANDLERS)
 from .emit_sync import c_string as _c_string  # noqa: E402
 
 HANDLERS.update(emit_sync.HANDLERS)
+
+from . import emit_mma  # noqa: E402  (mma_sync)
+
+HANDLERS.update(emit_mma.HANDLERS)

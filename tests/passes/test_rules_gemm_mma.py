@@ -1,0 +1,120 @@
+"""The ``mma`` gemm family at the pass level: what it accepts and declines (with reasons),
+and its lowering run by the IR executor against numpy, for CTA, warpgroup and warp teams."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.ir_exec import run_kernel
+from support.tile_kernels import SIMT, global_matrix, lowered, make_kernel
+
+from tilejit.ir import FilterSpec
+from tilejit.ir.core import walk
+from tilejit.ir.types import MemScope, TeamKind, f16, f32, i32
+from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
+from tilejit.passes import scope_analysis
+from tilejit.passes.dispatch import PER_THREAD, DispatchContext, register_target
+from tilejit.passes.dispatch.call import PrimitiveCall
+from tilejit.passes.rules.gemm_mma import MMA_GEMM
+
+SHARED, FRAGMENT = MemScope.SHARED, MemScope.FRAGMENT
+# A GPU-like test target with mma.sync m16n8k16 (SIMT has no tensor cores).
+TENSOR_CORES = register_target(DispatchContext("mma-test", distribution=PER_THREAD,
+                                               tensor_core_shapes={"mma": ((16, 8, 16),)}))
+WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg", None: "warpid"}
+
+
+def gemm_kernel(m, n, k, warps, num_warps=None, team=None, layout="mma", in_dtype=f16,
+                ta=False, tb=False, accum=True, filtered=False):
+    """A, B staged in shared memory, C in an f32 fragment; C (+)= op(A) @ op(B), written back.
+    ``warps``: the warps sharing C (the team's)."""
+    layout = mma_accumulator_layout((m, n), warps, WARP_AXIS[team]) if layout == "mma" \
+        else layout
+
+    def body(b, a, bm, c):
+        zero = b.const(0, i32)
+
+        def stage(src, shape, scope, lay, dt):
+            tile = b.alloc(scope, dt, shape, lay)
+            b.tile("copy", tile, b.region(src, [zero, zero], shape), team=team)
+            return tile
+
+        def gemm():
+            sa = stage(a, (k, m) if ta else (m, k), SHARED, None, in_dtype)
+            sb = stage(bm, (n, k) if tb else (k, n), SHARED, None, in_dtype)
+            sc = stage(c, (m, n), FRAGMENT, layout, f32)
+            b.sync()
+            b.tile("gemm", sc, sa, sb, transpose_a=ta, transpose_b=tb, accum=accum, team=team)
+            b.tile("copy", b.region(c, [zero, zero], (m, n)), sc, team=team)
+
+        if filtered:
+            warp = b.thread_index("warp_id")
+            _, then, orelse = b.if_(b.cmp("lt", warp, b.const(2, i32)),
+                                    filter=FilterSpec("warp", 0, 2))
+            with b.insert_into(then):
+                gemm()
+                b.yield_()
+            with b.insert_into(orelse):
+                b.yield_()
+        else:
+            gemm()
+    return make_kernel([("A", global_matrix(in_dtype)), ("B", global_matrix(in_dtype)),
+                        ("C", global_matrix(f32))], body, num_warps=num_warps or warps)
+
+
+def gemm_record(log):
+    (record,) = [r for r in log if r.primitive == "gemm"]
+    return record
+
+
+@pytest.mark.parametrize("m, n, k, warps, num_warps, team", [
+    (32, 16, 32, 4, 4, None), (64, 32, 16, 4, 4, None), (16, 32, 32, 2, 2, None),
+    (64, 16, 32, 4, 8, TeamKind.WARPGROUP), (16, 16, 32, 1, 2, TeamKind.WARP)])
+@pytest.mark.parametrize("ta, tb, accum", [(False, False, True), (True, True, False)])
+def test_mma_gemm_matches_numpy(m, n, k, warps, num_warps, team, ta, tb, accum):
+    kernel = gemm_kernel(m, n, k, warps, num_warps, team, ta=ta, tb=tb, accum=accum)
+    lk, log = lowered(kernel, TENSOR_CORES)
+    record = gemm_record(log)
+    assert (record.rule, record.shape) == ("mma", (16, 8, 16))
+    rng = np.random.default_rng(m + n + k)
+    a = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(np.float16)
+    b = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(np.float16)
+    c = rng.uniform(-1, 1, (m, n)).astype(np.float32)
+    product = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    expected = product + c if accum else product
+    run_kernel(lk, {"A": a, "B": b, "C": c})
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    # one mma_sync per atom of the warp and k-step (the k loop runs k / 16 times)
+    mmas = [op for op in walk(lk.body) if op.name == "mma_sync"]
+    assert len(mmas) == (m // 16) * (n // 8) // warps
+
+
+def declined(kernel, context=TENSOR_CORES) -> str:
+    return dict(gemm_record(lowered(kernel, context)[1]).rejected)["mma"]
+
+
+def test_a_target_without_tensor_cores_declines():
+    assert "target 'simt-test' has no mma.sync m16n8k16" in declined(
+        gemm_kernel(32, 16, 32, 4), SIMT)
+
+
+def test_inputs_shapes_and_layouts_it_cannot_take_are_declined_with_their_reasons():
+    reason = declined(gemm_kernel(32, 16, 32, 4, in_dtype=f32))
+    assert "A and B are f32 and f32: mma.sync multiplies f16 or bf16 tiles of one type" in reason
+    reason = declined(gemm_kernel(32, 16, 24, 4))
+    assert "M, N, K = 32, 16, 24: mma.sync m16n8k16 needs multiples of 16, 8 and 16" in reason
+    reason = declined(gemm_kernel(16, 8, 16, 4, layout=blocked_layout((16, 8), lanes=32,
+                                                                      warps=4)))
+    assert "C [16, 8] holds 1 atoms of 16x8, which the cta's 4 warps cannot share evenly" \
+        in reason
+    blocked = blocked_layout((32, 16), lanes=32, warps=4)
+    reason = declined(gemm_kernel(32, 16, 32, 4, layout=blocked))
+    assert f"C is laid out by {blocked}; mma.sync needs an f32 fragment laid out by the " \
+        f"accumulator layout {mma_accumulator_layout((32, 16), 4)}" in reason
+
+
+def test_a_team_with_inactive_warps_is_declined():
+    kernel = scope_analysis.run(gemm_kernel(32, 16, 32, 4, filtered=True))
+    (gemm,) = [op for op in walk(kernel.body) if op.name == "tile.gemm"]
+    verdict = MMA_GEMM.check(PrimitiveCall.of(gemm, TENSOR_CORES))
+    assert verdict.reasons == ("only warps 0..1, lanes 0..31 are active: every lane of the "
+                               "cta's warps takes part in mma.sync",)

@@ -1,0 +1,71 @@
+"""mma_sync printed by the cuda target: one inline-PTX mma.sync.aligned with the 16-bit A and
+B values packed in pairs into 32-bit registers; NVRTC compiles it for sm_80 and sm_90a
+without spills; below sm_80 it is a located error. The kernel is textual per-thread IR
+whose lanes read their fragments from tensors (x: 8 A values per lane, y: 4 B, z: 4 C) and
+write their D values to d."""
+import pytest
+from support.gpu import needs_nvrtc
+
+from tilejit.errors import CompilationError
+from tilejit.ir.parser import parse_kernel
+from tilejit.ir.verifier import verify
+from tilejit.targets.cuda.emit import print_cuda
+from tilejit.targets.cuda.nvrtc import compile_cuda
+
+FRAGMENTS = (("x", "a", 8), ("y", "b", 4), ("z", "c", 4))
+
+
+def mma_kernel(dtype: str):
+    params = ", ".join(f"%{name}: buffer<global, {dtype if part != 'c' else 'f32'}, [?], "
+                       "strides=[1]>" for name, part, _ in FRAGMENTS)
+    lines = [f'kernel @mma({params}, %d: buffer<global, f32, [?], strides=[1]>) '
+             '{distribution = "per_thread", num_warps = 1} loc("/src/k.py":1:0) {',
+             "  %lane = thread_index {kind = lane_id} : i32 loc(2:4)"]
+    values = []
+    for name, part, count in FRAGMENTS:
+        lines.append(f"  %{part}n = const {{value = {count}}} : i32 loc(3:4)")
+        lines.append(f"  %{part}0 = binary(%lane, %{part}n) {{op = mul}} : i32 loc(3:4)")
+        for i in range(count):
+            t = "f32" if part == "c" else dtype
+            lines.append(f"  %{part}i{i} = const {{value = {i}}} : i32 loc(3:4)")
+            lines.append(f"  %{part}o{i} = binary(%{part}0, %{part}i{i}) {{op = add}} : i32 "
+                         "loc(3:4)")
+            lines.append(f"  %{part}v{i} = load_at(%{name}, %{part}o{i}) : {t} loc(3:4)")
+            values.append(f"%{part}v{i}")
+    lines.append(f"  %d0, %d1, %d2, %d3 = mma_sync({', '.join(values)}) {{shape = m16n8k16, "
+                 f"a_type = {dtype}, b_type = {dtype}, c_type = f32}} : f32, f32, f32, f32 "
+                 "loc(4:4)")
+    for i in range(4):
+        lines.append(f"  store_at(%d, %d{i}, %co{i}) loc(5:4)")
+    return verify(parse_kernel("\n".join(lines + ["}"])))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_mma_sync_prints_as_one_inline_ptx_instruction(dtype):
+    source, _ = print_cuda(mma_kernel(dtype), "sm_90a")
+    (line,) = [line.strip() for line in source.splitlines() if "mma.sync" in line]
+    assert line.startswith(f'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{dtype}.{dtype}.f32 '
+                           '{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"')
+    assert '"=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)' in line
+    assert '"r"(((unsigned)tj_bits(av1) << 16 | tj_bits(av0)))' in line   # a0 in the low half
+    assert '"f"(cv3)' in line
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_nvrtc_compiles_it_to_mma_sync_without_spills(dtype, arch):
+    source, entry = print_cuda(mma_kernel(dtype), arch)
+    program = compile_cuda(source, arch)
+    assert any(line.strip().startswith(f"mma.sync.aligned.m16n8k16.row.col.f32.{dtype}."
+                                       f"{dtype}.f32")
+               for line in program.ptx.splitlines())
+    usage = program.resources()[entry]
+    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+
+
+def test_below_sm_80_it_is_a_located_error():
+    with pytest.raises(CompilationError, match="needs sm_80 or later; compiling for sm_75") \
+            as info:
+        print_cuda(mma_kernel("f16"), "sm_75")
+    assert info.value.line == 4

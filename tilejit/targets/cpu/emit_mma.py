@@ -1,0 +1,106 @@
+"""``mma_sync`` on the CPU's per-thread (SIMT) units: a warp's tensor-core multiply-add.
+
+Each lane widens its A, B and C fragment values to f32 and writes them into its warp's
+exchange area (``emit_sync.warp_exchange``) at the matrix positions the PTX fragment
+layouts give them (``layout/hw_nvidia.py``: the same layout objects the dispatch rule
+reads, enumerated into one constant table of positions per (lane, operand)). Once the
+warp has met, the area holds the whole 16x16 A, 16x8 B and 16x8 C, and each lane
+computes its four D values ``C[r, c] + sum_k A[r, k] * B[k, c]`` in f32, k in order.
+An f16 or bf16 product is exact in f32, so only the order of the additions can differ
+from a GPU's.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.errors import CompilationError
+from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
+from tilejit.ir.scope import LANES_PER_WARP
+from tilejit.layout import (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
+                            mma_m16n8k16_c_layout)
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers
+
+from . import types
+from .emit_sync import warp_exchange
+from .types import F32, I32, I64, PTR
+
+__all__ = ["HANDLERS"]
+
+M, N, K = MMA_SHAPES["m16n8k16"]
+# The exchange area, in f32 elements: A (M x K, row-major), then B (K x N), then C (M x N).
+A_AT, B_AT, C_AT = 0, M * K, M * K + K * N
+AREA_ELEMENTS = C_AT + M * N
+OPERANDS_PER_LANE = sum(MMA_FRAGMENT_SIZES["m16n8k16"])
+
+
+def _position_table(mc) -> ir.GlobalVariable:
+    """``table[lane * 16 + j]``: where operand ``j`` of ``lane`` goes in the area."""
+    name = "tj.mma.m16n8k16.positions"
+    table = mc.module.globals.get(name)
+    if table is not None:
+        return table
+    per_operand = [(lane_registers(mma_m16n8k16_a_layout(), (M, K)), A_AT),
+                   (lane_registers(mma_m16n8k16_b_layout(), (K, N)), B_AT),
+                   (lane_registers(mma_m16n8k16_c_layout(), (M, N)), C_AT)]
+    entries = [at + index for lane in range(LANES_PER_WARP) for registers, at in per_operand
+               for index in registers[lane]]
+    table = ir.GlobalVariable(mc.module, ir.ArrayType(I32, len(entries)), name)
+    table.initializer = ir.Constant(table.value_type, entries)
+    table.linkage, table.global_constant = "internal", True
+    return table
+
+
+def _dot_function(mc) -> ir.Function:
+    """``tj.mma.m16n8k16.dot(area, c)``: ``C[c] + sum_k A[row, k] * B[k, col]`` for the
+    C element ``c = row * N + col`` of a filled area, in f32."""
+    name = "tj.mma.m16n8k16.dot"
+    fn = mc.module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(mc.module, ir.FunctionType(F32, [PTR, I32]), name)
+    fn.linkage = "internal"
+    area, c = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def element(index):
+        return b.load(b.gep(area, [b.zext(index, I64)], source_etype=F32), typ=F32)
+
+    row = b.udiv(c, ir.Constant(I32, N))
+    col = b.urem(c, ir.Constant(I32, N))
+    a_row = b.add(b.mul(row, ir.Constant(I32, K)), ir.Constant(I32, A_AT))
+    acc = element(b.add(c, ir.Constant(I32, C_AT)))
+    for k in range(K):
+        a = element(b.add(a_row, ir.Constant(I32, k)))
+        bk = element(b.add(col, ir.Constant(I32, B_AT + k * N)))
+        acc = b.fadd(acc, b.fmul(a, bk))
+    b.ret(acc)
+    return fn
+
+
+def emit_mma_sync(em, op):
+    units, b, active = em.mc.units, em.b, em.state.active   # thread units (units.py)
+    if active is None or active.elected or tuple(active.lanes) != (0, LANES_PER_WARP):
+        where = "not known here" if active is None else active.describe()
+        raise CompilationError(f"mma_sync needs all {LANES_PER_WARP} lanes of its warp; the "
+                               f"active threads are {where}")
+    lane = units.thread_index(b, "lane_id", em.frame.unit)
+    table = types.opaque(_position_table(em.mc))
+    first = b.mul(lane, ir.Constant(I32, OPERANDS_PER_LANE))
+
+    def position(j: int):
+        index = b.add(first, ir.Constant(I32, j))
+        return b.load(b.gep(table, [b.zext(index, I64)], source_etype=I32), typ=I32)
+
+    def deposit(area):
+        for j, (value, value_type) in enumerate(zip(em.operands(op), op.operands)):
+            slot = b.gep(area, [b.zext(position(j), I64)], source_etype=F32)
+            b.store(types.widen(b, value, value_type.type), slot)
+
+    area = warp_exchange(em, op, "mma", AREA_ELEMENTS * 4, deposit, "mma_sync")
+    c_first = OPERANDS_PER_LANE - len(op.results)
+    dot = _dot_function(em.mc)
+    return [b.call(dot, [area, b.sub(position(c_first + i), ir.Constant(I32, C_AT))])
+            for i in range(len(op.results))]
+
+
+HANDLERS = {"mma_sync": emit_mma_sync}

@@ -1,0 +1,54 @@
+"""The cuda printer's tensor-core ops: ``mma_sync`` as one inline-PTX ``mma.sync.aligned``.
+
+PTX takes 16-bit A and B fragments packed in pairs into 32-bit registers, the element of
+lower index in the lower half (PTX ISA "Matrix Fragments for mma.m16n8k16"); the f32 C
+and D values are one register each. The instruction exists from sm_80 on.
+"""
+from __future__ import annotations
+
+import itertools
+
+from tilejit.errors import CompilationError
+from tilejit.ir.core import Operation
+from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
+
+from .emit import CudaPrinter
+
+__all__ = ["HANDLERS"]
+
+MIN_SM = 80
+
+
+def _packed(p: CudaPrinter, values) -> list[str]:
+    """The 16-bit values as 32-bit registers of two, the first in the low half."""
+    return [f"((unsigned)tj_bits({p[high]}) << 16 | tj_bits({p[low]}))"
+            for low, high in zip(values[::2], values[1::2])]
+
+
+def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
+    if p.sm < MIN_SM:
+        raise CompilationError(f"mma_sync (mma.sync.aligned.{op.attrs['shape']}) needs "
+                               f"sm_{MIN_SM} or later; compiling for {p.arch}")
+    attrs = op.attrs
+    a_count, b_count, _ = MMA_FRAGMENT_SIZES[attrs["shape"]]
+    a, b = op.operands[:a_count], op.operands[a_count:a_count + b_count]
+    c = op.operands[a_count + b_count:]
+    instruction = (f"mma.sync.aligned.{attrs['shape']}.{attrs['a_layout']}.{attrs['b_layout']}"
+                   f".{attrs['c_type']}.{attrs['a_type']}.{attrs['b_type']}.{attrs['c_type']}")
+    d = [p.declare(result, hint=result.name_hint or "d") for result in op.results]
+    registers = itertools.count()   # the asm operand numbers, outputs first
+
+    def group(count: int) -> str:
+        return "{" + ", ".join(f"%{next(registers)}" for _ in range(count)) + "}"
+
+    operands = " ".join([group(len(d)) + ",", group(len(a) // 2) + ",",
+                         group(len(b) // 2) + ",", group(len(c))])
+    outputs = ", ".join(f'"=f"({name})' for name in d)
+    inputs = ", ".join([*(f'"r"({x})' for x in _packed(p, a) + _packed(p, b)),
+                        *(f'"f"({p[v]})' for v in c)])
+    # volatile: .aligned needs every lane of the warp at this one instruction, so the
+    # compiler must not move it (into a branch, out of a loop) or merge it.
+    p.emit(f'asm volatile("{instruction} {operands};" : {outputs} : {inputs});')
+
+
+HANDLERS = {"mma_sync": print_mma_sync}

@@ -11,7 +11,7 @@ import tilejit as tj
 from tilejit.examples import kernels
 from tilejit.ir.parser import parse_kernel
 from tilejit.layout import TileLayout
-from tilejit.layout.fragments import blocked_layout, reduced_layout
+from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
 from tilejit.passes.pipeline import PIPELINE, run_pipeline
 
 
@@ -176,3 +176,22 @@ def test_softmax_keeps_its_tiles_in_registers_with_no_barrier(rows, cols, warps)
     assert not re.search(r"^\s*sync\b", compiled.asm["lowered"], re.M)
     kernels.row_softmax[(3,)](x, out, BM=rows, BN=cols, simt=True, num_warps=warps)
     torch.testing.assert_close(out, torch.softmax(x, 1))
+
+
+def test_an_f16_gemms_accumulator_gets_the_tensor_core_layout():
+    a, b = torch.randn(64, 96).half(), torch.randn(96, 32).half()
+    c = torch.zeros(64, 32)
+    compiled = kernels.matmul.compile(a, b, c, BM=32, BN=32, BK=32, simt=True)
+    layout = mma_accumulator_layout((32, 32), 4)
+    acc = next(line for line in _stage(compiled).splitlines()
+               if line.strip().startswith("%acc = alloc"))
+    assert f'layout = "{layout}"' in acc
+    assert 'layout_note = "inferred: the tensor-core accumulator of the gemm at line' in acc
+    assert [r.rule for r in compiled.dispatch_log if r.primitive == "gemm"] == ["mma"]
+    kernels.matmul[(2, 1)](a, b, c, BM=32, BN=32, BK=32, simt=True)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+    # A shape the tensor cores do not tile falls back to the blocked layout and fma.
+    compiled = kernels.matmul.compile(a, b, torch.zeros(64, 32), BM=8, BN=32, BK=32,
+                                      simt=True)
+    assert [r.rule for r in compiled.dispatch_log if r.primitive == "gemm"] == ["fma"]
+    assert "inferred: blocked" in _stage(compiled)

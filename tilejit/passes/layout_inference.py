@@ -39,14 +39,16 @@ from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.rewrite import Rewriter, retyped_from_yield
 from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
-from ..ir.types import BufferType, MemScope, RegionType, TeamKind
-from ..layout.fragments import blocked_layout, reduced_layout
+from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
+from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
 from ..layout.tile_layout import TileLayout
 from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
 from .effects import root_buffer
 
 __all__ = ["run"]
 
+_TENSOR_CORE_NOTE = "inferred: the tensor-core accumulator"
+_TENSOR_CORE_INPUTS = {f16, bf16}
 _WARP_AXIS = {TeamKind.CTA: "warpid", TeamKind.WARPGROUP: "wid_in_wg", TeamKind.WARP: "warpid"}
 
 
@@ -76,12 +78,17 @@ def run(kernel: KernelIR) -> KernelIR:
     groups = _groups(fragments)
     excluded: dict[Value, str] = {}
     may_stage = kernel.attrs.get("auto_sync", True)   # a staged copy needs a barrier
+    no_tensor_cores: set[Value] = set()   # accumulators to lay out without them
     while True:
-        proposal, notes = _propose(kernel, fragments, excluded, context)
+        proposal, notes = _propose(kernel, fragments, excluded, context, no_tensor_cores)
         trial = _apply(kernel, proposal, notes, {})
         failures, staged = _failures(kernel, trial, proposal, context, may_stage)
         if not failures:
             return _apply(kernel, proposal, {**skipped, **notes, **excluded}, staged)
+        retry = {v for v in failures if notes[v].startswith(_TENSOR_CORE_NOTE)}
+        if retry:   # try those again with the blocked layout before giving up on them
+            no_tensor_cores |= retry
+            continue
         for value, why in failures.items():
             excluded[value] = why
             for other in groups[value] - failures.keys():
@@ -165,7 +172,7 @@ def _candidates(kernel: KernelIR) -> tuple[dict[Value, _Fragment], dict[Value, s
 
 # ------------------------------------------------------------------------- proposing
 def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict,
-             context) -> tuple[dict[Value, TileLayout], dict[Value, str]]:
+             context, no_tensor_cores: set) -> tuple[dict[Value, TileLayout], dict[Value, str]]:
     """A layout for each fragment not ``excluded`` (and a note saying where it came
     from), to a fixpoint: a reduction's or a broadcast's layout follows another's."""
     proposal: dict[Value, TileLayout] = {}
@@ -175,7 +182,9 @@ def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict
         for value, fragment in fragments.items():
             if value in excluded:
                 continue
-            found = _derived(fragment, proposal) or _blocked(kernel, fragment, context)
+            found = _derived(fragment, proposal) \
+                or (value not in no_tensor_cores and _accumulator(kernel, fragment)) \
+                or _blocked(kernel, fragment, context)
             if isinstance(found, str):
                 changed |= proposal.pop(value, None) is not None
                 notes[value] = found
@@ -250,10 +259,35 @@ def _reduced(layout: TileLayout, shape, dims) -> TileLayout | None:
     return layout
 
 
+def _team_warps(kernel: KernelIR, fragment: _Fragment) -> int:
+    return {TeamKind.CTA: kernel.attrs["num_warps"], TeamKind.WARPGROUP: WARPS_PER_WARPGROUP,
+            TeamKind.WARP: 1}[fragment.team]
+
+
+def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str] | None:
+    """The tensor-core accumulator layout, for an f32 fragment a gemm of f16/bf16 operands
+    accumulates into (the per-thread ``mma`` family needs it; dispatch has the last word)."""
+    gemms = [op for op in fragment.users if op.name == "tile.gemm"
+             and op.operands[0] is fragment.value
+             and {_dtype(v) for v in op.operands[1:3]} <= _TENSOR_CORE_INPUTS]
+    if not gemms or fragment.alloc.attrs["dtype"] != f32 or len(fragment.shape) != 2:
+        return None
+    warps = _team_warps(kernel, fragment)
+    layout = mma_accumulator_layout(fragment.shape, warps, _WARP_AXIS[fragment.team])
+    if layout is None:
+        return None
+    return layout, f"{_TENSOR_CORE_NOTE} of the gemm at line {gemms[0].loc.line} over " \
+                   f"{warps} warp(s)"
+
+
+def _dtype(value: Value):
+    t = value.type
+    return (t.buffer if isinstance(t, RegionType) else t).dtype
+
+
 def _blocked(kernel: KernelIR, fragment: _Fragment, context) -> tuple[TileLayout, str] | str:
     dtype = fragment.alloc.attrs["dtype"]
-    warps = {TeamKind.CTA: kernel.attrs["num_warps"], TeamKind.WARPGROUP: WARPS_PER_WARPGROUP,
-             TeamKind.WARP: 1}[fragment.team]
+    warps = _team_warps(kernel, fragment)
     vector = max(1, context.vector_bytes // dtype.itemsize)
     layout = blocked_layout(fragment.shape, lanes=LANES_PER_WARP, warps=warps,
                             warp_axis=_WARP_AXIS[fragment.team], vector=vector)

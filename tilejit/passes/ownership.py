@@ -4,10 +4,11 @@ from the layouts' thread-axis iters, with the per-element enumeration kept as th
 reference the closed forms are tested against and as their fallback."""
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import LayoutError
 from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP, ExecScope
@@ -30,12 +31,14 @@ def thread_of(location: dict) -> tuple[int, int]:
             location.get("warpid", 0) + location.get("wid_in_wg", 0) + tid // LANES_PER_WARP)
 
 
-def active_threads(scope: ExecScope) -> set[tuple[int, int]]:
+@functools.lru_cache(maxsize=256)   # every ownership question of a primitive asks it
+def active_threads(scope: ExecScope) -> frozenset[tuple[int, int]]:
     def rel(w):
         if scope.kind is TeamKind.WARPGROUP:
             return w % WARPS_PER_WARPGROUP
         return w if scope.kind >= TeamKind.CTA else 0
-    return {(lane, rel(w)) for lane in scope.active.lane_ids for w in scope.active.warp_ids}
+    return frozenset((lane, rel(w)) for lane in scope.active.lane_ids
+                     for w in scope.active.warp_ids)
 
 
 def owners(layout: TileLayout, shape) -> list[frozenset]:
@@ -103,6 +106,8 @@ class ThreadProjection:
     dims: tuple[tuple[_Digit, ...], ...]
     base: Vec
     copies: tuple[Vec, ...]
+    # threads() per digit sum: a tile's elements take few distinct sums, each asked often
+    _held: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, layout: TileLayout, shape) -> ThreadProjection | None:
@@ -138,7 +143,11 @@ class ThreadProjection:
 
     def threads(self, v: Vec) -> frozenset:
         """The threads holding the copies of an element whose digits sum to ``v``."""
-        return frozenset(_thread_at(_add(_add(self.base, v), c)) for c in self.copies)
+        held = self._held.get(v)
+        if held is None:
+            held = self._held[v] = frozenset(_thread_at(_add(_add(self.base, v), c))
+                                             for c in self.copies)
+        return held
 
 
 def _dim_values(n: int, sides: Sequence[Sequence[_Digit]]) -> dict[tuple, int]:

@@ -15,7 +15,8 @@ from ..ir.types import TeamKind
 from ..layout import TileLayout
 from ..layout.transform import group_iters
 
-__all__ = ["OWNED_AXES", "ThreadProjection", "active_threads", "flatten", "misread",
+__all__ = ["OWNED_AXES", "ThreadProjection", "active_threads", "colliding_elements",
+           "flatten", "misread",
            "misread_enumerated", "owners", "owners_at", "thread_of", "unflatten",
            "unowned_element", "unowned_element_enumerated"]
 
@@ -47,6 +48,23 @@ def owners(layout: TileLayout, shape) -> list[frozenset]:
 
 def owners_at(layout: TileLayout, flat: int) -> frozenset:
     return frozenset(thread_of(loc) for loc in layout.locations(flat))
+
+
+def colliding_elements(layout: TileLayout, shape) -> tuple[int, int, tuple] | None:
+    """Two flat elements one thread would hold at one place of its private storage (the
+    thread axes dropped), and that thread, if any: coordinates on two axes naming the
+    same thread (``laneid`` 1 and ``tid_in_wg`` 0, ``laneid`` 0 and ``tid_in_wg`` 1), or a
+    replica on a thread holding another element there. Enumerated: a tile a thread holds
+    is small."""
+    seen: dict[tuple, int] = {}
+    for flat in range(math.prod(shape)):
+        for loc in layout.locations(flat):
+            thread = thread_of(loc)
+            place = tuple(sorted((a, c) for a, c in loc.items() if a not in OWNED_AXES))
+            first = seen.setdefault((thread, place), flat)
+            if first != flat:
+                return first, flat, thread
+    return None
 
 
 # ------------------------------------------------------------ ownership in closed form

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import tilejit as tj
 from tilejit.errors import CompilationError, LaunchError, SourceLocation
 from tilejit.ir import Builder, KernelIR, parse_kernel, verify
+from tilejit.ir.addressing import Addressing
 from tilejit.ir.core import walk
 from tilejit.ir.storage import layout_reach, reaches_threads, storage_elements
 from tilejit.ir.types import BufferType, MemScope, TeamKind, f32, i32
@@ -203,7 +204,9 @@ def test_a_private_tile_over_threads_is_stored_over_its_memory_axis_alone(shaped
     assert alloc.attrs["scope"] is MemScope.LOCAL and alloc.attrs["layout"] == layout
     assert not _ops(lowered, "store") and store.operands[0] is alloc.result
     low, high = layout_reach(layout)["m"]
-    assert storage_elements((rows, cols), layout, thread_private=True) == high - low + 1
+    private = Addressing.from_layout(layout, (rows, cols), thread_private=True)
+    assert private.span == storage_elements((rows, cols), layout, thread_private=True) \
+        == high - low + 1
     row_value, col_value = (op.result for op in _ops(lowered, "thread_index"))
     for i in range(rows):
         for j in range(cols):

@@ -3,10 +3,11 @@
 Every target stores an on-chip buffer over all the axes its layout reaches (``m``
 innermost, then thread, partition, ... axes: :class:`Storage`), row-major without a
 layout (``ir/storage.py`` sizes it) -- except a per-thread kernel's private buffer laid out
-over threads, stored without its thread axes, over ``m`` alone on a GPU (``thread_private``:
-the thread axes' digits weigh 0, since each thread holds only its own elements). :class:`Addressing` groups the layout's shard by the
-buffer shape (``TileLayout.group_iters``), so each logical dimension owns a list of
-mixed-radix iters whose storage strides give the element offset; ``ComposeLayout`` adds
+over threads, stored without its thread axes, over ``m`` alone on a GPU
+(``thread_private``: the thread axes' digits weigh 0, since each thread holds only its own
+elements). :class:`Addressing` groups the layout's shard by the buffer shape
+(``TileLayout.group_iters``), so each logical dimension owns a list of mixed-radix iters
+whose storage strides give the element offset; ``ComposeLayout`` adds
 its XOR swizzle to the result.
 
 The arithmetic is generic over :class:`Arith`: the address-lowering pass builds it as IR

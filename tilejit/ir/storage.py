@@ -7,10 +7,10 @@ per axis the range of coordinates the shard and offset reach, ``m`` counted from
 the buffer's start. The exception is a per-thread kernel's private buffer laid out over
 threads (:func:`held_per_thread`): each thread holds only the elements its layout gives it,
 so its storage leaves the thread axes out (``thread_private``): the reach on ``m`` alone
-for a GPU's layouts, which a GPU keeps in registers. A swizzled layout rounds ``m`` up to whole swizzle periods, because the
-swizzle permutes addresses within aligned periods. The addressing's ``Storage``
-(``ir/addressing.py``) sizes storage the same way; ``tests/passes/
-test_shared_plan.py`` checks that the two agree.
+for a GPU's layouts, which a GPU keeps in registers. A swizzled layout rounds ``m`` up to
+whole swizzle periods, because the swizzle permutes addresses within aligned periods. The
+addressing's ``Storage`` (``ir/addressing.py``) sizes storage the same way;
+``tests/passes/test_shared_plan.py`` checks that the two agree.
 
 Alignment of a shared buffer: 128 bytes, or a swizzled layout's whole period when that is
 larger (1024 bytes for a 128-byte swizzle), so that a hardware swizzle, which XORs address

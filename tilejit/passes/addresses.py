@@ -228,7 +228,8 @@ def _index_type(buf: Value):
     if _owner_name(buf) == "region":
         buf = buf.owner.operands[0]
     root = root_buffer(buf).type
-    stored = storage_elements(root.shape, root.layout, held_per_thread(root.scope, root.layout))
+    private = held_per_thread(root.scope, root.layout)
+    stored = storage_elements(root.shape, root.layout, private)
     small = max(stored, math.prod(buf.type.shape)) < 2 ** 31
     return i32 if small else i64
 

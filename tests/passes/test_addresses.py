@@ -166,15 +166,16 @@ def test_on_chip_offsets_are_the_layouts_memory_coordinates(shaped, data):
 
 @st.composite
 def thread_layouts(draw):
-    """(shape, layout) of a tile laid out over lanes, warps and memory: each dimension split
-    into two iters on random axes, each axis's iters nested in a random order (with gaps
-    and an offset on ``m``), sometimes a replica over lanes."""
+    """(shape, layout) of a tile laid out over lanes, warps, threads of a warpgroup and
+    memory: each dimension split into two iters on random axes, each axis's iters nested in
+    a random order (with gaps and an offset on ``m``), sometimes a replica over lanes."""
     shape = (draw(st.sampled_from([1, 2, 3, 4, 6])), draw(st.sampled_from([2, 4, 8, 12])))
     extents = []
     for n in shape:
         outer = draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
         extents += [outer, n // outer]
-    axes = [draw(st.sampled_from(["m", "m", "laneid", "warpid"])) for _ in extents]
+    axes = [draw(st.sampled_from(["m", "m", "laneid", "warpid", "tid_in_wg"]))
+            for _ in extents]
     strides = [0] * len(extents)
     for axis in set(axes):
         step = 1
@@ -198,6 +199,10 @@ def test_a_private_tile_over_threads_is_stored_over_its_memory_axis_alone(shaped
         row, col = b.thread_index("warp_id"), b.thread_index("lane_id")
         buf = b.alloc(MemScope.FRAGMENT, f32, (rows, cols), layout)
         b.store(buf, b.const(1.0, f32), [row, col])
+    if _two_elements_in_one_place(layout, (rows, cols)):   # laneid and tid_in_wg meet
+        with pytest.raises(CompilationError, match="at one place"):
+            addresses.place_fragments(k)
+        return
     lowered = addresses.lower_addresses(addresses.place_fragments(k))
     verify(lowered)
     (alloc,), (store,) = _ops(lowered, "alloc"), _ops(lowered, "store_at")
@@ -212,6 +217,20 @@ def test_a_private_tile_over_threads_is_stored_over_its_memory_axis_alone(shaped
         for j in range(cols):
             expected = layout.apply(i, j, shape=(rows, cols))["m"] - low
             assert evaluate(store.operands[2], {row_value: i, col_value: j}) == expected
+
+
+def _two_elements_in_one_place(layout, shape) -> bool:
+    """By enumeration: whether one thread holds two elements at one memory coordinate."""
+    seen = {}
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            for loc in layout.locations(i, j, shape=shape):
+                tid = loc.get("tid_in_wg", 0)
+                key = (loc.get("laneid", 0) + tid % 32, loc.get("warpid", 0) + tid // 32,
+                       loc["m"])
+                if seen.setdefault(key, (i, j)) != (i, j):
+                    return True
+    return False
 
 
 def test_a_layout_giving_a_thread_two_elements_at_one_place_is_refused_at_its_alloc():

@@ -67,8 +67,8 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
             return None
         teams = [p.attrs["kind"] for p in ctx.parents if p.name == "team"]
         team = teams[-1] if teams else TeamKind.CTA
-        # Each thread holds the elements of a layout over threads that it gives the thread
-        # (the layout stays: it says which), and all of a thread's own fragment.
+        # Private memory: a thread team's fragment is all its thread's, and a layout over
+        # threads gives each thread its own elements (the layout stays: it says which).
         if team is TeamKind.THREAD or on_threads(op.attrs["layout"]):
             new = op.replace(attrs={**op.attrs, "scope": MemScope.LOCAL})
         elif reaches_threads(op.attrs["layout"]):

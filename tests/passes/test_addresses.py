@@ -6,16 +6,17 @@ import operator
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import tilejit as tj
-from tilejit.errors import LaunchError, SourceLocation
+from tilejit.errors import CompilationError, LaunchError, SourceLocation
 from tilejit.ir import Builder, KernelIR, parse_kernel, verify
+from tilejit.ir.addressing import Addressing
 from tilejit.ir.core import walk
-from tilejit.ir.storage import layout_reach
+from tilejit.ir.storage import layout_reach, reaches_threads, storage_elements
 from tilejit.ir.types import BufferType, MemScope, TeamKind, f32, i32
-from tilejit.layout import S, ComposeLayout, TileLayout, laneid
+from tilejit.layout import S, Axis, ComposeLayout, Iter, TileLayout, laneid
 from tilejit.passes import addresses, shared_plan
 
 FILE = "/src/addr.py"
@@ -82,7 +83,7 @@ def test_team_once_kernels_pass_through_unchanged():
 
 
 # ----------------------------------------------------------------------------- fragments
-def test_a_team_fragment_becomes_shared_with_a_copy_per_team_and_a_laid_out_one_stays():
+def test_a_team_fragment_becomes_shared_with_a_copy_per_team_and_a_laid_out_one_private():
     k, b = _kernel()
     with b.insert_into(k.body):
         cta = b.alloc(MemScope.FRAGMENT, f32, (4, 8))
@@ -103,7 +104,7 @@ def test_a_team_fragment_becomes_shared_with_a_copy_per_team_and_a_laid_out_one_
     verify(placed)
     scopes = {op.result.name_hint: (op.attrs["scope"], op.attrs["per_team"])
               for op in _ops(placed, "alloc")}
-    assert scopes == {"tile": (MemScope.SHARED, None), "lanes": (MemScope.FRAGMENT, None),
+    assert scopes == {"tile": (MemScope.SHARED, None), "lanes": (MemScope.LOCAL, None),
                       "mine": (MemScope.SHARED, TeamKind.WARP), "own": (MemScope.LOCAL, None)}
     planned = shared_plan.run(placed)
     assert planned.attrs["shared_bytes"] >= 4 * 8 * 4 + 4 * (2 * 2 * 4)   # 4 warps' copies
@@ -161,6 +162,95 @@ def test_on_chip_offsets_are_the_layouts_memory_coordinates(shaped, data):
             expected = layout.apply(start + i, j, shape=(rows, cols))["m"] - low
             got = evaluate(store.operands[2], {row_value: i, col_value: j})
             assert got == expected, (i, j)
+
+
+@st.composite
+def thread_layouts(draw):
+    """(shape, layout) of a tile laid out over lanes, warps, threads of a warpgroup and
+    memory: each dimension split into two iters on random axes, each axis's iters nested in
+    a random order (with gaps and an offset on ``m``), sometimes a replica over lanes."""
+    shape = (draw(st.sampled_from([1, 2, 3, 4, 6])), draw(st.sampled_from([2, 4, 8, 12])))
+    extents = []
+    for n in shape:
+        outer = draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
+        extents += [outer, n // outer]
+    axes = [draw(st.sampled_from(["m", "m", "laneid", "warpid", "tid_in_wg"]))
+            for _ in extents]
+    strides = [0] * len(extents)
+    for axis in set(axes):
+        step = 1
+        for i in draw(st.permutations([i for i, a in enumerate(axes) if a == axis])):
+            step *= draw(st.sampled_from([1, 2])) if axis == "m" else 1
+            strides[i] = step
+            step *= extents[i]
+    shard = [Iter(e, s, Axis(a)) for e, s, a in zip(extents, strides, axes)]
+    replica = [Iter(2, 16, Axis("laneid"))] if draw(st.booleans()) else []
+    offset = {"m": draw(st.integers(0, 3))}
+    return shape, TileLayout.from_iters(shard, replica, offset)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(thread_layouts())
+def test_a_private_tile_over_threads_is_stored_over_its_memory_axis_alone(shaped):
+    (rows, cols), layout = shaped
+    assume(reaches_threads(layout))
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        row, col = b.thread_index("warp_id"), b.thread_index("lane_id")
+        buf = b.alloc(MemScope.FRAGMENT, f32, (rows, cols), layout)
+        b.store(buf, b.const(1.0, f32), [row, col])
+    if _two_elements_in_one_place(layout, (rows, cols)):   # laneid and tid_in_wg meet
+        with pytest.raises(CompilationError, match="at one place"):
+            addresses.place_fragments(k)
+        return
+    lowered = addresses.lower_addresses(addresses.place_fragments(k))
+    verify(lowered)
+    (alloc,), (store,) = _ops(lowered, "alloc"), _ops(lowered, "store_at")
+    assert alloc.attrs["scope"] is MemScope.LOCAL and alloc.attrs["layout"] == layout
+    assert not _ops(lowered, "store") and store.operands[0] is alloc.result
+    low, high = layout_reach(layout)["m"]
+    private = Addressing.from_layout(layout, (rows, cols), thread_private=True)
+    assert private.span == storage_elements((rows, cols), layout, thread_private=True) \
+        == high - low + 1
+    row_value, col_value = (op.result for op in _ops(lowered, "thread_index"))
+    for i in range(rows):
+        for j in range(cols):
+            expected = layout.apply(i, j, shape=(rows, cols))["m"] - low
+            assert evaluate(store.operands[2], {row_value: i, col_value: j}) == expected
+
+
+def _two_elements_in_one_place(layout, shape) -> bool:
+    """By enumeration: whether one thread holds two elements at one memory coordinate."""
+    seen = {}
+    for i in range(shape[0]):
+        for j in range(shape[1]):
+            for loc in layout.locations(i, j, shape=shape):
+                tid = loc.get("tid_in_wg", 0)
+                key = (loc.get("laneid", 0) + tid % 32, loc.get("warpid", 0) + tid // 32,
+                       loc["m"])
+                if seen.setdefault(key, (i, j)) != (i, j):
+                    return True
+    return False
+
+
+def test_a_layout_giving_a_thread_two_elements_at_one_place_is_refused_at_its_alloc():
+    # lane 1 holds element 1 (laneid 1) and element 2 (tid_in_wg 1), both at m 0
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        b.loc = SourceLocation(FILE, 7, 4)
+        b.alloc(MemScope.FRAGMENT, f32, (2, 2), TileLayout.parse("(2,2):(1@tid_in_wg,1@laneid)"))
+    with pytest.raises(CompilationError, match=r"gives thread \(lane, warp\) \(1, 0\) "
+                                               r"elements \[0, 1\] and \[1, 0\] at one place") as err:
+        addresses.place_fragments(k)
+    assert (err.value.file, err.value.line) == (FILE, 7)
+
+
+def test_a_fragment_over_trainium_partitions_alone_is_no_threads_own():
+    k, b = _kernel()
+    with b.insert_into(k.body):
+        b.alloc(MemScope.FRAGMENT, f32, (4, 8), TileLayout.parse("(4,8):(1@P,1@F)"))
+    (alloc,) = _ops(addresses.place_fragments(k), "alloc")
+    assert alloc.attrs["scope"] is MemScope.FRAGMENT
 
 
 def test_a_reshaping_view_of_a_laid_out_buffer_goes_through_its_logical_shape():

@@ -22,6 +22,7 @@ from tilejit.targets.cuda.emit import literal, print_cuda
 from tilejit.targets.cuda.emit_prelude import PRELUDE
 from tilejit.targets.cuda.nvrtc import compile_cuda, nvrtc_unavailable_reason
 from tilejit.ir.types import f16, f32, f64, i1, i8, i32, i64, u32, u64
+from tilejit.layout import TileLayout
 
 ARCHS = ("sm_80", "sm_90a")
 
@@ -402,17 +403,15 @@ def test_printed_kernels_compile_with_nvrtc(name, arch):
 THREAD_LAYOUT = '"(4,32):(1@m,1@laneid)"'
 
 
-def test_fragments_over_threads_are_refused_at_their_access():
+def test_a_private_tile_over_threads_is_an_array_of_one_threads_elements():
     k = kernel("frag", f"%out: {F32_1D}", f"""
       %c0 = const {{value = 0}} : i32 loc(2:4)
-      %acc = alloc {{scope = fragment, dtype = f32, shape = [4, 32], layout = {THREAD_LAYOUT}}} : buffer<fragment, f32, [4, 32], layout={THREAD_LAYOUT}> loc(3:4)
-      %v = load(%acc, %c0, %c0) : f32 loc(4:8)
+      %acc = alloc {{scope = local, dtype = f32, shape = [4, 32], layout = {THREAD_LAYOUT}}} : buffer<local, f32, [4, 32], layout={THREAD_LAYOUT}> loc(3:4)
+      %v = load_at(%acc, %c0) : f32 loc(4:8)
       store_at(%out, %v, %c0) loc(5:4)
     """)
-    with pytest.raises(CompilationError, match="register fragments laid out over threads are "
-                                               "not supported by the cuda target yet") as err:
-        print_cuda(k)
-    assert (err.value.file, err.value.line, err.value.col) == ("/src/k.py", 4, 8)
+    lines = body_lines(print_cuda(k)[0])
+    assert "float acc[4];" in lines and "const float v = acc[0];" in lines
 
 
 @pytest.mark.parametrize("body, message, line", [
@@ -683,6 +682,27 @@ def _compile_example(name: str, arch: str):
                                     1e-5, N=256, BM=4, BLOCK=256, target="cuda", arch=arch)
     return K.matmul.compile(_spec(128, 128), _spec(128, 128), _spec(128, 128), BM=64, BN=64,
                             BK=32, target="cuda", arch=arch)
+
+
+ROWS_ON_LANES = TileLayout.parse("(8,2,4,2):(4@laneid,1@warpid,1@laneid,1@m)")
+
+
+@tj.kernel
+def _scale_rows(x, out):
+    t = tj.fragment((8, 16), tj.float32, layout=ROWS_ON_LANES)
+    tj.copy(t, x[0:8, 0:16])
+    tj.mul(t, t, 2.0)
+    tj.copy(out[0:8, 0:16], t)
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_fragment_over_threads_lives_in_registers(arch, fresh_cache):
+    compiled = _scale_rows.compile(_spec(8, 16), _spec(8, 16), num_warps=2, target="cuda",
+                                   arch=arch)
+    assert "float t[2];" in compiled.asm["cuda"]   # a thread's 2 of the 128 elements
+    assert ".local" not in compiled.asm["ptx"] and compiled.metadata["spill_bytes"] == 0
 
 
 @needs_nvrtc

@@ -2,9 +2,12 @@
 
 Every target stores an on-chip buffer over all the axes its layout reaches (``m``
 innermost, then thread, partition, ... axes: :class:`Storage`), row-major without a
-layout (``ir/storage.py`` sizes it). :class:`Addressing` groups the layout's shard by the
-buffer shape (``TileLayout.group_iters``), so each logical dimension owns a list of
-mixed-radix iters whose storage strides give the element offset; ``ComposeLayout`` adds
+layout (``ir/storage.py`` sizes it) -- except a per-thread kernel's private buffer laid out
+over threads, stored without its thread axes, over ``m`` alone on a GPU
+(``thread_private``: the thread axes' digits weigh 0, since each thread holds only its own
+elements). :class:`Addressing` groups the layout's shard by the buffer shape
+(``TileLayout.group_iters``), so each logical dimension owns a list of mixed-radix iters
+whose storage strides give the element offset; ``ComposeLayout`` adds
 its XOR swizzle to the result.
 
 The arithmetic is generic over :class:`Arith`: the address-lowering pass builds it as IR
@@ -20,7 +23,7 @@ from typing import Any, Protocol
 from tilejit.errors import CompilationError, LayoutError
 from tilejit.layout import ComposeLayout
 
-from .storage import layout_reach, swizzle_period
+from .storage import layout_reach, stored_reach, swizzle_period
 
 __all__ = ["Arith", "Addressing", "Iters", "Storage", "row_major_flat", "row_major_indices"]
 
@@ -51,7 +54,8 @@ class Storage:
     coordinates and a weight, so a location is ``sum(weight * (coordinate - low))``.
 
     The CPU has no lanes, warps or partitions of its own, so a tile laid out over them is
-    stored over all of its axes; a view reinterprets the buffer's storage, never its own.
+    stored over all of its axes (but one thread's private part without them); a view
+    reinterprets the buffer's storage, never its own.
     Replicas are copies of the base location: only the base is stored.
     """
 
@@ -104,9 +108,12 @@ class Addressing:
                    Storage.of({"m": (0, count - 1)}))
 
     @classmethod
-    def from_layout(cls, layout, shape, storage: Storage | None = None) -> Addressing:
+    def from_layout(cls, layout, shape, storage: Storage | None = None,
+                    thread_private: bool = False) -> Addressing:
         """The addressing of a buffer laid out by ``layout``; ``storage``: the storage of
-        the buffer a view reinterprets (default: a buffer of its own)."""
+        the buffer a view reinterprets (default: a buffer of its own); ``thread_private``:
+        one thread's part of it (``ir.storage.held_per_thread``), stored without the
+        thread axes."""
         tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
         if tile.size() != math.prod(shape):
             raise CompilationError(f"layout {layout} has {tile.size()} elements, the buffer "
@@ -121,6 +128,8 @@ class Addressing:
                                        "non-negative memory offsets (axis m) only")
             block = swizzle_period(layout)
             reach["m"] = (0, -(-(reach["m"][1] + 1) // block) * block - 1)
+        if thread_private:
+            reach = stored_reach(tile, thread_private)
         if storage is None:
             storage = Storage.of(reach)
         else:

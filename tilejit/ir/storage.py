@@ -4,10 +4,13 @@ shared-memory buffer is aligned.
 Every target stores an on-chip buffer over all the axes its layout reaches (``m``, and
 lanes, warps or partitions for a tile laid out over threads), row-major without a layout:
 per axis the range of coordinates the shard and offset reach, ``m`` counted from
-the buffer's start. A swizzled layout rounds ``m`` up to whole swizzle periods, because the
-swizzle permutes addresses within aligned periods. The addressing's ``Storage``
-(``ir/addressing.py``) sizes storage the same way; ``tests/passes/
-test_shared_plan.py`` checks that the two agree.
+the buffer's start. The exception is a per-thread kernel's private buffer laid out over
+threads (:func:`held_per_thread`): each thread holds only the elements its layout gives it,
+so its storage leaves the thread axes out (``thread_private``): the reach on ``m`` alone
+for a GPU's layouts, which a GPU keeps in registers. A swizzled layout rounds ``m`` up to
+whole swizzle periods, because the swizzle permutes addresses within aligned periods. The
+addressing's ``Storage`` (``ir/addressing.py``) sizes storage the same way;
+``tests/passes/test_shared_plan.py`` checks that the two agree.
 
 Alignment of a shared buffer: 128 bytes, or a swizzled layout's whole period when that is
 larger (1024 bytes for a 128-byte swizzle), so that a hardware swizzle, which XORs address
@@ -17,13 +20,14 @@ from __future__ import annotations
 
 import math
 
-from tilejit.layout import ComposeLayout
+from tilejit.layout import Axis, AxisKind, ComposeLayout
 
 from .scope import WARPS_PER_WARPGROUP
-from .types import TeamKind
+from .types import MemScope, TeamKind
 
-__all__ = ["SHARED_ALIGNMENT", "layout_reach", "reaches_threads", "shared_alignment",
-           "storage_bytes", "storage_elements", "swizzle_period", "team_copies"]
+__all__ = ["SHARED_ALIGNMENT", "held_per_thread", "layout_reach", "on_threads",
+           "reaches_threads", "shared_alignment", "storage_bytes", "storage_elements",
+           "stored_reach", "swizzle_period", "team_copies"]
 
 SHARED_ALIGNMENT = 128  # bytes: every shared buffer starts at a multiple of this
 
@@ -53,6 +57,36 @@ def reaches_threads(layout) -> bool:
     return set(layout_reach(tile)) != {"m"}
 
 
+def _is_thread_axis(name: str) -> bool:
+    return Axis(name).kind is AxisKind.THREAD
+
+
+def on_threads(layout) -> bool:
+    """Whether ``layout`` places elements on thread axes (lanes, warps, ...; Trainium's
+    partitions are memory)."""
+    if layout is None:
+        return False
+    tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
+    return any(_is_thread_axis(name) for name in layout_reach(tile))
+
+
+def held_per_thread(scope: MemScope, layout) -> bool:
+    """Whether a per-thread kernel's buffer of ``scope`` laid out by ``layout`` is held by
+    each thread in its own storage (a GPU's registers): private memory laid out over
+    threads. ``place-fragments`` makes every fragment laid out over threads one."""
+    return scope is MemScope.LOCAL and on_threads(layout)
+
+
+def stored_reach(tile, thread_private: bool = False) -> dict[str, tuple[int, int]]:
+    """The axes and coordinates storage of ``tile`` spans: all it reaches, or with
+    ``thread_private`` (one thread's part, :func:`held_per_thread`) all but the thread
+    axes, which say which thread holds an element, not where: ``m`` alone on a GPU."""
+    reach = layout_reach(tile)
+    if not thread_private:
+        return reach
+    return {name: span for name, span in reach.items() if not _is_thread_axis(name)}
+
+
 def swizzle_period(layout) -> int:
     """Elements over which a swizzled layout's permutation repeats (1: no swizzle)."""
     if not isinstance(layout, ComposeLayout) or layout.swizzle_len == 0:
@@ -60,12 +94,13 @@ def swizzle_period(layout) -> int:
     return 1 << (layout.per_element + layout.swizzle_len + layout.atom_len)
 
 
-def storage_elements(shape, layout) -> int:
-    """Elements the storage of a buffer of ``shape`` laid out by ``layout`` holds."""
+def storage_elements(shape, layout, thread_private: bool = False) -> int:
+    """Elements the storage of a buffer of ``shape`` laid out by ``layout`` holds (one
+    thread's part with ``thread_private``: :func:`stored_reach`)."""
     if layout is None:
         return math.prod(shape)
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    reach = layout_reach(tile)
+    reach = stored_reach(tile, thread_private)
     if isinstance(layout, ComposeLayout):
         block = swizzle_period(layout)
         low, high = reach["m"]

@@ -11,7 +11,10 @@ split hands its elements to other threads from one primitive to the next, which 
 becomes what it is, a shared buffer, which the shared-memory plan then places (and a GPU
 keeps in shared memory); a warp's or a warpgroup's becomes one with ``per_team`` copies,
 one per team instance, each thread reaching its own team's. A thread's own fragment
-becomes private (``local``) memory.
+becomes private (``local``) memory, and so does a fragment laid out over threads, keeping
+its layout: each thread holds the elements the layout gives it (a GPU's registers), stored
+without the layout's thread axes (``ir.storage.held_per_thread``); a layout giving a
+thread two elements at one place is a CompilationError at its alloc.
 
 ``lower-addresses`` (after the plan): every ``load``/``store``/``atomic``/``atomic_cas``
 through regions and views becomes the flat access of its root buffer (``load_at`` ...:
@@ -24,25 +27,28 @@ preceded by a ``bounds_check`` of its indices against the shape of the buffer un
 regions, as the CPU checks logical accesses; targets print it where their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
 elements or more, which only a CPU's private arrays may). Shared memory is stored over
-every axis its layout reaches, thread axes too, on every target. Left as they are:
-accesses of private tiles laid out over threads (their storage is the target's: the CPU
-stores every thread's part, a GPU's registers hold one thread's) and of views of tensors.
-Emitters print the result; they never derive an address.
+every axis its layout reaches, thread axes too, on every target; private memory laid out
+over threads without its thread axes (its offsets drop their digits). Left as they
+are: accesses of fragments laid out over threads that ``place-fragments`` did not place,
+and of views of tensors. Emitters print the result; they never derive an address.
 """
 from __future__ import annotations
 
 import math
 
+from ..errors import CompilationError
 from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
 from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS
 from ..ir.rewrite import RewriteContext, Rewriter
-from ..ir.storage import reaches_threads, storage_elements
+from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
+from ..layout import TileLayout
 from .dispatch import PER_THREAD
 from .dispatch.registry import context_for
 from .effects import root_buffer
+from .ownership import colliding_elements, unflatten
 
 __all__ = ["IrArith", "lower_addresses", "place_fragments"]
 
@@ -57,12 +63,16 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
         return kernel
 
     def place(op: Operation, ctx: RewriteContext):
-        if op.attrs["scope"] is not MemScope.FRAGMENT or reaches_threads(op.attrs["layout"]):
+        if op.attrs["scope"] is not MemScope.FRAGMENT:
             return None
         teams = [p.attrs["kind"] for p in ctx.parents if p.name == "team"]
         team = teams[-1] if teams else TeamKind.CTA
-        if team is TeamKind.THREAD:   # a thread's own fragment: its private memory
+        # Private memory: a thread team's fragment is all its thread's, and a layout over
+        # threads gives each thread its own elements (the layout stays: it says which).
+        if team is TeamKind.THREAD or on_threads(op.attrs["layout"]):
             new = op.replace(attrs={**op.attrs, "scope": MemScope.LOCAL})
+        elif reaches_threads(op.attrs["layout"]):
+            return None   # over Trainium's partitions: stored by the target
         elif team in (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA):
             per_team = None if team is TeamKind.CTA else team
             new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED, "per_team": per_team})
@@ -76,12 +86,31 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
         types = tuple(v.type for v in op.regions[0].ops[-1].operands)
         return None if types == op.result_types else op.replace(result_types=types)
 
+    for op in kernel.walk():
+        if op.name == "alloc" and op.attrs["scope"] in (MemScope.FRAGMENT, MemScope.LOCAL):
+            _check_private_places(op)
     if not any(op.name == "alloc" and op.attrs["scope"] is MemScope.FRAGMENT
                for op in kernel.walk()):
         return kernel
     # One sweep: a placed alloc is no candidate again (to a fixpoint would sweep twice).
     return Rewriter([("alloc", place), ("team", retyped), ("if", retyped)],
                     "place-fragments").sweep(kernel)
+
+
+def _check_private_places(alloc: Operation) -> None:
+    """A CompilationError at ``alloc`` when its layout over threads gives a thread two
+    elements at one place of the thread's own storage (a GPU could not keep both)."""
+    layout, shape = alloc.attrs["layout"], alloc.attrs["shape"]
+    if not isinstance(layout, TileLayout) or not on_threads(layout):
+        return
+    found = colliding_elements(layout, shape)
+    if found is not None:
+        first, second, thread = found
+        raise CompilationError(
+            f"the layout {layout} gives thread (lane, warp) {thread} elements "
+            f"{list(unflatten(first, shape))} and {list(unflatten(second, shape))} at one "
+            "place: per thread each thread holds its elements in its own storage, which "
+            "has room for one (give them different coordinates on m)", alloc.loc)
 
 
 # ----------------------------------------------------------------------- lower-addresses
@@ -168,22 +197,25 @@ def _owner_name(value: Value) -> str | None:
 def _addressing(buf: Value) -> Addressing | None:
     """The addressing of an on-chip buffer or view in storage every target lays out alike:
     shared memory (over all the axes its layout reaches: the CTA's threads share it), or
-    private memory laid out over memory only (None: a private tile laid out over threads,
-    whose storage is the target's; one reached through a loop-carried value; or a
-    layout-less view of a buffer not stored row-major, which :func:`_offset` re-splits)."""
+    private memory (without thread axes: a thread holds only its own elements of a layout
+    over threads). None: other memory laid out beyond ``m`` (a fragment over Trainium's
+    partitions, one over threads that ``place-fragments`` did not place); a buffer reached
+    through a loop-carried value; or a layout-less view of a buffer not stored row-major,
+    which :func:`_offset` re-splits."""
     t, name = buf.type, _owner_name(buf)
-    if t.scope is not MemScope.SHARED and reaches_threads(t.layout):
+    private = held_per_thread(t.scope, t.layout)
+    if t.scope is not MemScope.SHARED and reaches_threads(t.layout) and not private:
         return None
     if name == "alloc":
         return (Addressing.row_major(t.shape) if t.layout is None
-                else Addressing.from_layout(t.layout, t.shape))
+                else Addressing.from_layout(t.layout, t.shape, thread_private=private))
     if name != "view":
         return None
     parent = _addressing(buf.owner.operands[0])
     if parent is None:
         return None
     if t.layout is not None:
-        return Addressing.from_layout(t.layout, t.shape, parent.storage)
+        return Addressing.from_layout(t.layout, t.shape, parent.storage, private)
     parent_shape = buf.owner.operands[0].type.shape
     return Addressing.row_major(t.shape) if parent == Addressing.row_major(parent_shape) \
         else None
@@ -196,7 +228,9 @@ def _index_type(buf: Value):
     if _owner_name(buf) == "region":
         buf = buf.owner.operands[0]
     root = root_buffer(buf).type
-    small = max(storage_elements(root.shape, root.layout), math.prod(buf.type.shape)) < 2 ** 31
+    private = held_per_thread(root.scope, root.layout)
+    stored = storage_elements(root.shape, root.layout, private)
+    small = max(stored, math.prod(buf.type.shape)) < 2 ** 31
     return i32 if small else i64
 
 

@@ -16,9 +16,9 @@ from ..ir.types import TeamKind
 from ..layout import TileLayout
 from ..layout.transform import group_iters
 
-__all__ = ["OWNED_AXES", "ThreadProjection", "active_threads", "flatten", "misread",
-           "misread_enumerated", "owners", "owners_at", "thread_of", "unflatten",
-           "unowned_element", "unowned_element_enumerated"]
+__all__ = ["OWNED_AXES", "ThreadProjection", "active_threads", "colliding_elements",
+           "flatten", "misread", "misread_enumerated", "owners", "owners_at", "thread_of",
+           "unflatten", "unowned_element", "unowned_element_enumerated"]
 
 # The thread axes a location's thread is read from (``thread_of``).
 OWNED_AXES = ("laneid", "warpid", "wid_in_wg", "tid_in_wg")
@@ -50,6 +50,33 @@ def owners(layout: TileLayout, shape) -> list[frozenset]:
 
 def owners_at(layout: TileLayout, flat: int) -> frozenset:
     return frozenset(thread_of(loc) for loc in layout.locations(flat))
+
+
+# The axes whose coordinates name a thread's lane, and its warp (``thread_of``).
+_LANE_NAMING = frozenset({"laneid", "tid_in_wg"})
+_WARP_NAMING = frozenset({"warpid", "wid_in_wg", "tid_in_wg"})
+
+
+def colliding_elements(layout: TileLayout, shape) -> tuple[int, int, tuple] | None:
+    """Two flat elements one thread would hold at one place of its private storage (the
+    thread axes dropped), and that thread, if any: coordinates on two axes naming the
+    same thread (``laneid`` 1 and ``tid_in_wg`` 0, ``laneid`` 0 and ``tid_in_wg`` 1), or a
+    replica on a thread holding another element there. Without replicas and with one axis
+    at most naming lanes and one warps, a thread and a place name one location, which an
+    injective layout gives one element; otherwise enumerated."""
+    named = {it.axis.name for it in layout.shard} | set(layout.offset)
+    if not layout.replica and len(named & _LANE_NAMING) <= 1 \
+            and len(named & _WARP_NAMING) <= 1:
+        return None
+    seen: dict[tuple, int] = {}
+    for flat in range(math.prod(shape)):
+        for loc in layout.locations(flat):
+            thread = thread_of(loc)
+            place = tuple(sorted((a, c) for a, c in loc.items() if a not in OWNED_AXES))
+            first = seen.setdefault((thread, place), flat)
+            if first != flat:
+                return first, flat, thread
+    return None
 
 
 # ------------------------------------------------------------ ownership in closed form

@@ -19,6 +19,10 @@ body starts at team ``cta`` with every thread of the cluster active.
   between the team's threads (``uniformity``), the tile op is a ScopeError. The same holds
   for ``for`` bounds and ``while`` conditions.
 * ``for`` / ``while`` bodies and any other region inherit the scope.
+* In a per-thread kernel a native element access (``t[i, j]``) of a fragment or local laid
+  out over threads is a ScopeError unless the active threads are the one thread holding
+  every element: each thread stores only its own elements (``place-fragments``), so
+  another element would be read from, or written to, the thread's own slot.
 * Each ``tile.*`` op gets ``scope = ExecScope(kind, active, inter, intra)``, where the kind
   is the op's own ``team`` attribute (a scoped spelling such as ``tj.wg.copy``) or else
   the current kind.
@@ -39,8 +43,14 @@ from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.scope import (LANES_PER_WARP, WARPS_PER_WARPGROUP, ActiveSet, ExecScope,
                         decompose, describe_filter)
-from ..ir.types import BufferType, RegionType, TeamKind
+from ..ir.ops_native import ACCESS_OPS
+from ..ir.storage import layout_reach, on_threads
+from ..ir.types import BufferType, MemScope, RegionType, TeamKind
+from ..layout import Axis, AxisKind
 from .dispatch.call import operand_names
+from .dispatch.registry import PER_THREAD, context_for
+from .effects import root_buffer
+from .ownership import owners_at
 from .uniformity import uniform_within
 
 __all__ = ["run", "ScopeState", "entry_state"]
@@ -68,7 +78,8 @@ def entry_state(kernel: KernelIR) -> ScopeState:
 
 def run(kernel: KernelIR) -> KernelIR:
     """The kernel with a ``scope`` attribute on every tile op."""
-    annotator = _Annotator(uniform_within(kernel), thread_counts(kernel))
+    per_thread = context_for(kernel).distribution == PER_THREAD
+    annotator = _Annotator(uniform_within(kernel), thread_counts(kernel), per_thread)
     body = annotator.block(kernel.body, entry_state(kernel))
     return kernel.replace(body=body)
 
@@ -102,11 +113,35 @@ def check_thread_axes(layout, counts: dict[str, int]) -> None:
                              f"{counts['warpid']}): no thread would hold them")
 
 
+def check_native_access(op: Operation, state: ScopeState) -> None:
+    """A ScopeError when native access ``op`` may reach an element of a buffer laid out
+    over threads that the accessing thread does not hold (per-thread kernels)."""
+    root = root_buffer(op.operands[0])
+    t = root.type
+    if t.scope not in (MemScope.FRAGMENT, MemScope.LOCAL) or not on_threads(t.layout):
+        return
+    tile = getattr(t.layout, "tile_layout", t.layout)
+    one_place = all(low == high for axis, (low, high) in layout_reach(tile).items()
+                    if Axis(axis).kind is AxisKind.THREAD)   # on one thread (and replicas)
+    active = state.active
+    if one_place and active is not None and owners_at(t.layout, 0) == {
+            (lane, warp) for lane in active.lane_ids for warp in active.warp_ids}:
+        return   # only threads holding every element run it
+    name = f"'{root.name_hint}'" if root.name_hint else "tile"
+    raise ScopeError(f"element access ({op.name}) of the {t.scope} {name} laid out over "
+                     f"threads by {t.layout}: per thread, each thread holds only the elements "
+                     "that layout gives it, so this thread may not hold the element. Use an "
+                     "unlaid-out fragment (tj.fragment(shape, dtype)) or a shared buffer "
+                     "(tj.alloc_shared) for element access, or tile primitives on this one")
+
+
 class _Annotator:
-    def __init__(self, uniform: dict[Value, TeamKind], thread_counts: dict[str, int]):
+    def __init__(self, uniform: dict[Value, TeamKind], thread_counts: dict[str, int],
+                 per_thread: bool):
         self.values: dict[Value, Value] = {}  # old value -> its counterpart in the new IR
         self.uniform = uniform                # old value -> the team it is uniform within
         self.thread_counts = thread_counts    # thread axis -> how many coordinates exist
+        self.per_thread = per_thread          # native accesses of laid-out tiles are checked
 
     def block(self, block: Block, state: ScopeState) -> Block:
         new = Block(tuple(Value(arg.type, arg.name_hint) for arg in block.args))
@@ -124,6 +159,8 @@ class _Annotator:
                 self.check_same_tiles(op, attrs["scope"].kind)
             elif op.name in ("alloc", "view") and op.attrs["layout"] is not None:
                 check_thread_axes(op.attrs["layout"], self.thread_counts)
+            elif op.name in ACCESS_OPS and self.per_thread:
+                check_native_access(op, state)
         except TilejitError as err:
             reraise_located(err, op.loc)
         regions = [self.block(region, region_state)

@@ -2,9 +2,10 @@
 
 Storage per scope: global buffers are the launch's pointer + shape + strides; every other
 buffer is stored by its layout over all of the layout's axes (``ir.addressing.Storage``),
-row-major without a layout. Shared memory is one block per CTA; fragments once per team
-instance -- in the CTA block when several units make one team, else per unit like locals;
-locals live once per unit. A region is its parent plus start offsets. Addresses of
+row-major without a layout -- but in a per-thread kernel each thread's private part of a
+layout over threads without its thread axes (``ir.storage.held_per_thread``). Shared
+memory is one block per CTA; fragments once per team instance -- in the CTA block when
+several units make one team, else per unit like locals; locals live once per unit. A region is its parent plus start offsets. Addresses of
 on-chip buffers come from their layout (``ir.addressing.Addressing``).
 
 Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
@@ -21,8 +22,9 @@ from llvmlite import ir
 from tilejit.errors import CompilationError
 from tilejit.ir.addressing import Addressing, Storage, row_major_flat, row_major_indices
 from tilejit.ir.ops_native import FIRST_INDEX
-from tilejit.ir.storage import team_copies
+from tilejit.ir.storage import held_per_thread, team_copies
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
+from tilejit.passes.dispatch import PER_THREAD
 
 from . import abi, emit_native, race, types
 from .types import I1, I8, I32, I64, VOID
@@ -290,8 +292,11 @@ def emit_alloc(em, op):
     scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], tuple(op.attrs["shape"])
     layout = op.attrs["layout"]
     units, frame = em.mc.units, em.frame
+    # One unit per thread (SIMT mode): it holds only its own elements of a layout over threads.
+    private = (em.mc.kernel.attrs.get("distribution") == PER_THREAD
+               and held_per_thread(scope, layout))
     addressing = (Addressing.row_major(shape) if layout is None
-                  else Addressing.from_layout(layout, shape))
+                  else Addressing.from_layout(layout, shape, thread_private=private))
     nbytes = addressing.span * dtype.itemsize  # padding and thread axes take room too
     if scope is MemScope.SHARED:   # per_team copies follow each other; offsets reach them
         nbytes *= team_copies(op.attrs["per_team"], em.mc.kernel.attrs["num_warps"])

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from tilejit.errors import CompilationError, ScopeError
 from tilejit.ir.core import Block, KernelIR, Operation, Value
 from tilejit.ir.scope import ActiveSet
-from tilejit.ir.storage import reaches_threads, storage_elements
+from tilejit.ir.storage import held_per_thread, reaches_threads, storage_elements
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
 
 from . import emit_scalar
@@ -86,7 +86,6 @@ class CudaPrinter:
     uses_fp8: bool = False
     frames: list[Frame] = field(default_factory=list)
     entry: str = ""
-    refusals: dict[Value, str] = field(default_factory=dict)  # buffer -> why it can't be used
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
@@ -228,16 +227,9 @@ def print_cuda(kernel: KernelIR, arch: str = "sm_90a", debug: bool = False) -> t
 
 
 # ------------------------------------------------------------------------------ memory
-def _root_buffer_name(p: CudaPrinter, op: Operation, buf: Value) -> str:
-    if buf in p.refusals:
-        raise CompilationError(p.refusals[buf], op.loc)
-    return p[buf]
-
-
 def print_alloc(p: CudaPrinter, op: Operation) -> None:
     scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], op.attrs["shape"]
     layout, buf = op.attrs["layout"], op.result
-    over_threads = reaches_threads(layout)
     p.uses_fp8 |= dtype in (f8e4m3, f8e5m2)
     if scope is MemScope.SHARED:
         if op.attrs["offset"] is None:
@@ -249,25 +241,20 @@ def print_alloc(p: CudaPrinter, op: Operation) -> None:
         p.emit(f"{ctype}* const {name} = reinterpret_cast<{ctype}*>(tj_smem + "
                f"{op.attrs['offset']});")
         p.names[buf] = name
-    elif scope is MemScope.FRAGMENT and over_threads:
-        p.refusals[buf] = (f"register fragments laid out over threads are not supported by "
-                           f"the cuda target yet (the fragment allocated at line {op.loc.line}"
-                           f", layout {layout})")
-        p.names[buf] = "<fragment>"
-    elif scope is MemScope.LOCAL and not over_threads:
+    elif scope is MemScope.LOCAL:   # a thread's own part of a layout over threads too
         name = p.fresh(buf.name_hint or "local")
-        p.emit(f"{storage_type(dtype)} {name}[{storage_elements(shape, layout)}];")
+        size = storage_elements(shape, layout, held_per_thread(scope, layout))
+        p.emit(f"{storage_type(dtype)} {name}[{size}];")
         p.names[buf] = name
     else:
-        what = "laid out over threads" if over_threads else "without a thread layout"
-        raise CompilationError(f"a {scope} buffer {what} cannot be printed by the cuda target "
-                               "(a per-thread kernel keeps shared buffers, per-thread locals "
-                               "and fragments laid out over threads)")
+        raise CompilationError(f"a {scope} buffer laid out by {layout} cannot be printed by "
+                               "the cuda target (it prints shared buffers and per-thread "
+                               "private ones, which place-fragments makes of fragments)")
 
 
 def element(p: CudaPrinter, op: Operation) -> str:
     """``buf[offset]`` of a flat access (operand 0 the buffer, the last the offset)."""
-    return f"{_root_buffer_name(p, op, op.operands[0])}[{p[op.operands[-1]]}]"
+    return f"{p[op.operands[0]]}[{p[op.operands[-1]]}]"
 
 
 def print_load_at(p: CudaPrinter, op: Operation) -> None:
@@ -304,8 +291,6 @@ def print_unflattened(p: CudaPrinter, op: Operation) -> None:
     while isinstance(root.owner, Operation) and root.owner.name in ("view", "region"):
         through.add(root.owner.name)
         root = root.owner.operands[0]
-    if root in p.refusals:
-        raise CompilationError(p.refusals[root], op.loc)
     owner = root.owner
     if isinstance(owner, Operation) and owner.name == "alloc" \
             and reaches_threads(owner.attrs["layout"]):
@@ -342,7 +327,7 @@ def print_buffer_fact(p: CudaPrinter, op: Operation) -> None:
     if static is not None:
         p.names[op.result] = literal(static, i64)
     else:
-        p.names[op.result] = f"{_root_buffer_name(p, op, buf)}_{kind}{dim}"
+        p.names[op.result] = f"{p[buf]}_{kind}{dim}"
 
 
 # ------------------------------------------------------------------------------ control

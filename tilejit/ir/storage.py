@@ -63,11 +63,13 @@ def _is_thread_axis(name: str) -> bool:
 
 def on_threads(layout) -> bool:
     """Whether ``layout`` places elements on thread axes (lanes, warps, ...; Trainium's
-    partitions are memory)."""
+    partitions are memory), its base or its copies: a row's result held by every lane
+    (``1:1@m + R[32:1@laneid]``) is on threads although only ``m`` is stored."""
     if layout is None:
         return False
     tile = layout.tile_layout if isinstance(layout, ComposeLayout) else layout
-    return any(_is_thread_axis(name) for name in layout_reach(tile))
+    return any(_is_thread_axis(name) for name in layout_reach(tile)) \
+        or any(_is_thread_axis(it.axis.name) for it in tile.replica)
 
 
 def held_per_thread(scope: MemScope, layout) -> bool:

@@ -215,6 +215,14 @@ class CoroFrame(_Frame):
         self.cleanup = self.fn.append_basic_block("cleanup")
         self.suspended = self.fn.append_basic_block("suspended")
 
+    def take_stack(self, nbytes: int) -> bool:
+        """Never: a unit's tiles live in the heap arena, one copy per unit. CoroSplit keeps
+        an alloca it judges dead across suspends on the resume stack, which every unit
+        shares, and it misjudges a tile written piecewise in a loop that suspends (one
+        element per iteration, each stored between two warp shuffles, read after the
+        loop): every unit then read the last one's elements."""
+        return False
+
     def _return_null_unless_allocated(self, memory, size) -> None:
         """A unit whose frame (its private arrays) cannot be allocated fails the launch:
         the ramp records the error and returns no handle before the coroutine begins (the

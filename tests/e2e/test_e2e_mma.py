@@ -99,10 +99,6 @@ def test_an_accumulator_in_another_layout_falls_back_naming_the_one_it_needs(low
 
 @pytest.mark.team_once_only("compiles for the cuda target, per thread in either CPU mode")
 @needs_nvrtc
-@pytest.mark.xfail(raises=tj.CompilationError, strict=True,
-                   reason="the cuda printer does not hold register fragments laid out over "
-                          "threads yet (docs/cuda.md); mma_sync itself prints and compiles "
-                          "(tests/targets/test_cuda_mma.py)")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_the_kernel_compiles_for_cuda_with_mma_sync(arch, fresh_cache):
     a = tj.TensorSpec((64, 64), tj.float16, device="cuda")

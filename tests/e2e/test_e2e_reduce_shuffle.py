@@ -46,22 +46,14 @@ def row_reduce(x, out, R: tj.constexpr, N: tj.constexpr, OP: tj.constexpr,
     tj.copy(out[0:R], s)
 
 
-# A result held only as copies on the row's lanes (no thread iter left in its shard) is
-# placed in shared memory per thread, where its owners' stores race: ir/storage.py's
-# reaches_threads looks at the shard only.
-LANE_COPIES_ONLY = pytest.mark.per_thread_limitation(
-    "place-fragments makes a fragment whose only thread iters are replicas shared memory "
-    "(ir/storage.reaches_threads ignores replicas): the result's owners race there")
-
-
 @pytest.mark.parametrize("op", ["sum", "max", "min"])
 @pytest.mark.parametrize("rows, cols, warps", [
     (8, 16, 1),     # rows over 8 lanes, each row over 4 lanes
     (16, 64, 4),    # rows over warps and lanes, each row over 16 lanes
     (6, 128, 4),    # rows over 2 warps, each row over 32 lanes x 2 warps
     (2, 512, 4),    # each row over 32 lanes x 2 warps, 4 registers of 4
-    pytest.param(3, 64, 1, marks=LANE_COPIES_ONLY),   # each row over the whole warp
-    pytest.param(6, 128, 1, marks=LANE_COPIES_ONLY),
+    (3, 64, 1),     # each row over the whole warp: results held as lane copies only
+    (6, 128, 1),
 ])
 def test_row_reductions_against_torch(op, rows, cols, warps, lowering):
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows * cols + warps))
@@ -119,14 +111,6 @@ def test_f16_rows_summed_in_f32_keeping_the_axis(rows, cols, warps, lowering):
     reduce_record(half_rows_summed, lowering)
 
 
-# Per thread, ``t * t`` is a fragment without a layout, which a per-thread split shares
-# between threads: sync-hazards orders it with a barrier, and fusion stops at barriers.
-UNLAID_TEMPORARY = pytest.mark.per_thread_limitation(
-    "the t * t temporary has no layout, so a sync orders it and fuse-pointwise keeps it "
-    "(fragment layout inference will give it t's layout)")
-
-
-@UNLAID_TEMPORARY
 @pytest.mark.parametrize("rows, cols, warps", [(8, 16, 1), (6, 128, 4)])
 def test_a_fused_chain_is_reduced_where_its_source_lives(rows, cols, warps, lowering):
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(8))
@@ -203,7 +187,8 @@ THREE_LANES = TileLayout.parse("(2,3,16):(16@m,1@laneid,1@m)")   # lanes 3..31 h
     ((8, 16), BLOCKED_8_16, TileLayout.parse("8:1@m + R[32:1@laneid]"),
      "does not hold each row's result on the threads that hold the row, as src's reduced "
      r"layout does: use 8:4@laneid \+ R\[4:1@laneid\]"),
-    ((8, 16), BLOCKED_8_16, None, "dst is not a fragment laid out over threads"),
+    ((8, 16), BLOCKED_8_16, TileLayout.parse("8:1@m"),
+     "dst is not a fragment laid out over threads"),
     ((2, 48), THREE_LANES, reduced_layout(THREE_LANES, (2, 48), 1),
      "src's lane iter 3:1@laneid on the reduced axis has an extent or stride that is no "
      "power of two"),
@@ -222,15 +207,7 @@ def test_what_the_family_declines_says_why(shape, src, dst, reason):
 
 
 # --------------------------------------------------------------------------- cuda
-# The cuda printer has no register storage yet for fragments laid out over threads, which
-# the shuffle family's operands are (tilejit/targets/cuda/emit.py, print_alloc).
-NO_REGISTER_FRAGMENTS = pytest.mark.xfail(
-    raises=tj.CompilationError, strict=True,
-    reason="the cuda printer refuses register fragments laid out over threads")
-
-
 @needs_nvrtc
-@NO_REGISTER_FRAGMENTS
 @pytest.mark.team_once_only("compiles for cuda, whose lowering is per_thread")
 @pytest.mark.parametrize("rows, cols, warps", [(8, 16, 1), (6, 128, 4)])
 def test_shuffle_reductions_compile_for_cuda_without_a_gpu(rows, cols, warps):

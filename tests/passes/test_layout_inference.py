@@ -163,7 +163,8 @@ def test_an_operand_no_rule_reads_from_registers_is_converted_through_shared_mem
 @pytest.mark.parametrize("rows, cols, warps", [(1, 256, 4), (4, 128, 4), (3, 64, 1)])
 def test_softmax_keeps_its_tiles_in_registers_with_no_barrier(rows, cols, warps):
     """The example softmax per thread: the row tile, the exponentials and the row
-    statistics all get layouts, the reductions shuffle, and nothing needs a barrier."""
+    statistics all get layouts, the reductions shuffle, and no barrier is inserted (only
+    a row split over warps meets in shared memory, inside its reduction)."""
     x = torch.randn(rows * 2 + 1, cols)
     out = torch.zeros_like(x)
     compiled = kernels.row_softmax.compile(x, out, BM=rows, BN=cols, simt=True,
@@ -173,7 +174,10 @@ def test_softmax_keeps_its_tiles_in_registers_with_no_barrier(rows, cols, warps)
     assert notes and all(note.startswith("inferred") for note in notes), notes
     assert [r.rule for r in compiled.dispatch_log if r.primitive == "reduce"] == ["shuffle"] * 2
     assert all(r.distribution.startswith("owned") for r in compiled.dispatch_log)
-    assert not re.search(r"^\s*sync\b", compiled.asm["lowered"], re.M)
+    lowered = compiled.asm["lowered"]
+    assert "auto_sync" not in lowered
+    warps_split_rows = rows < warps
+    assert bool(re.search(r"^\s*sync\b", lowered, re.M)) == warps_split_rows
     kernels.row_softmax[(3,)](x, out, BM=rows, BN=cols, simt=True, num_warps=warps)
     torch.testing.assert_close(out, torch.softmax(x, 1))
 
@@ -195,3 +199,20 @@ def test_an_f16_gemms_accumulator_gets_the_tensor_core_layout():
                                       simt=True)
     assert [r.rule for r in compiled.dispatch_log if r.primitive == "gemm"] == ["fma"]
     assert "inferred: blocked" in _stage(compiled)
+
+
+def test_layer_norm_keeps_every_tile_in_registers():
+    """Row statistics computed from a reduction's result (``sum / N``, ``rsqrt(...)``)
+    keep its layout, so nothing of the example layer norm stays in shared memory."""
+    x, w, b = torch.randn(9, 256), torch.randn(256), torch.randn(256)
+    out = torch.zeros_like(x)
+    compiled = kernels.layer_norm.compile(x, w, b, out, 1e-5, N=256, BM=4, BLOCK=256,
+                                          simt=True)
+    text = _stage(compiled)
+    notes = re.findall(r'layout_note = "([^"]*)"', text)
+    assert notes and all(note.startswith("inferred") for note in notes), notes
+    assert "computes it from" in text
+    assert "scope = shared" not in compiled.asm["lowered"]
+    kernels.layer_norm[(3,)](x, w, b, out, 1e-5, N=256, BM=4, BLOCK=256, simt=True)
+    torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (256,), w, b),
+                               rtol=1e-4, atol=1e-4)

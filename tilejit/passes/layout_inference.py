@@ -47,6 +47,7 @@ from .effects import root_buffer
 
 __all__ = ["run"]
 
+_ELEMENTWISE = ("tile.pointwise", "tile.copy")   # element i of the result from element i
 _TENSOR_CORE_NOTE = "inferred: the tensor-core accumulator"
 _TENSOR_CORE_INPUTS = {f16, bf16}
 _WARP_AXIS = {TeamKind.CTA: "warpid", TeamKind.WARPGROUP: "wid_in_wg", TeamKind.WARP: "warpid"}
@@ -204,7 +205,8 @@ def _layout_of(value: Value, proposal: dict) -> TileLayout | None:
 
 
 def _derived(fragment: _Fragment, proposal: dict) -> tuple[TileLayout, str] | None:
-    """The layout a reduction or broadcast that touches the whole fragment implies."""
+    """The layout a reduction, an elementwise op from a laid-out source of the same shape,
+    or a broadcast that touches the whole fragment implies."""
     me = fragment.value
     for op in fragment.users:
         dst = op.operands[0]
@@ -216,6 +218,14 @@ def _derived(fragment: _Fragment, proposal: dict) -> tuple[TileLayout, str] | No
                 if found is not None:
                     return found, f"inferred: the reduction at line {op.loc.line} of " \
                                   f"{src.name_hint or 'its source'}"
+    for op in fragment.users:
+        if op.name not in _ELEMENTWISE or op.operands[0] is not me:
+            continue
+        for src in op.operands[1:]:
+            layout = _layout_of(src, proposal) if src is not me else None
+            if layout is not None and tuple(src.type.shape) == fragment.shape:
+                return layout, f"inferred: the layout of {src.name_hint or 'its source'}, " \
+                               f"which line {op.loc.line} computes it from"
     for op in fragment.users:
         dst = op.operands[0]
         if dst is me or not isinstance(dst.type, BufferType) or me not in op.operands[1:]:

@@ -7,15 +7,17 @@ cache ignored (frontend, passes, printing, NVRTC to PTX and CUBIN). Triton:
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`` into a fresh cache
 directory each time (TTIR, TTGIR, LLVM IR, PTX, ptxas to CUBIN). One compile of each warms
 the process up first (imports, LLVM and NVRTC initialisation); the figure is the median of
-``--repeat``. The two kernels are the same problem (C = A @ B, f32, 64x64 tiles, K steps of
-32, masked edges), written each in its own language; they are not the same code: tilejit's
-example splits the tile FMA over threads, Triton's uses the tensor cores.
+``--repeat``. The two kernels are the same problem (C = A @ B, f32 accumulation, 64x64
+tiles, K steps of 32, masked edges), written each in its own language; they are not the
+same code. With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma``
+family over register-resident accumulators while Triton's ``tl.dot`` uses tf32 tensor
+cores; with ``--dtype float16`` both use the tensor cores (tilejit's ``mma`` family).
 
 Triton is not a tilejit dependency: install it only in the benchmark's environment, e.g.
 ``python -m venv --system-site-packages /tmp/tritonenv && /tmp/tritonenv/bin/pip install
 triton`` and run this file with that interpreter. Without Triton only tilejit's time prints.
 
-    python benchmarks/bench_cuda_compile.py [--repeat 5]
+    python benchmarks/bench_cuda_compile.py [--repeat 5] [--dtype float16]
 """
 from __future__ import annotations
 
@@ -35,13 +37,15 @@ GOAL = 0.5
 BM, BN, BK = 64, 64, 32
 
 
-def tilejit_seconds(repeat: int) -> float:
-    spec = tj.TensorSpec((1024, 1024), torch.float32, device="cuda")
+def tilejit_seconds(repeat: int, dtype: str) -> float:
+    operand = tj.TensorSpec((1024, 1024), getattr(torch, dtype), device="cuda")
+    out = tj.TensorSpec((1024, 1024), torch.float32, device="cuda")
     knobs.always_compile = True
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        matmul.compile(spec, spec, spec, BM=BM, BN=BN, BK=BK, target="cuda", arch="sm_90a")
+        matmul.compile(operand, operand, out, BM=BM, BN=BN, BK=BK, target="cuda",
+                       arch="sm_90a")
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -69,7 +73,7 @@ def triton_matmul():
     return mm
 
 
-def triton_seconds(repeat: int) -> float | None:
+def triton_seconds(repeat: int, dtype: str) -> float | None:
     try:
         import triton
         from triton.backends.compiler import GPUTarget
@@ -77,7 +81,8 @@ def triton_seconds(repeat: int) -> float | None:
     except ImportError:
         return None
     kernel = triton_matmul()
-    signature = {**{name: "*fp32" for name in ("a", "b", "c")},
+    operand = {"float32": "*fp32", "float16": "*fp16"}[dtype]
+    signature = {"a": operand, "b": operand, "c": "*fp32",
                  **{name: "i32" for name in ("M", "N", "K", "sam", "sak", "sbk", "sbn",
                                              "scm", "scn")},
                  **{name: "constexpr" for name in ("TM", "TN", "TK")}}
@@ -94,11 +99,14 @@ def triton_seconds(repeat: int) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                        help="A and B's dtype (C accumulates in f32)")
     args = parser.parse_args()
-    tilejit_seconds(1)       # warm-up
-    triton_seconds(1)
-    ours = tilejit_seconds(args.repeat)
-    theirs = triton_seconds(args.repeat)
+    tilejit_seconds(1, args.dtype)       # warm-up
+    triton_seconds(1, args.dtype)
+    ours = tilejit_seconds(args.repeat, args.dtype)
+    theirs = triton_seconds(args.repeat, args.dtype)
+    print(f"{args.dtype} operands")
     print(f"tilejit matmul -> sm_90a cubin: {ours * 1e3:8.1f} ms (median of {args.repeat})")
     if theirs is None:
         print("triton is not installed here: no comparison (see the module docstring)")

@@ -16,8 +16,10 @@ import test_e2e_tile_flow as tile_flow
 import tilejit as tj
 from tilejit.examples import (layer_norm, matmul, row_softmax, run_layer_norm, run_matmul,
                               run_softmax, run_vector_add, vector_add)
+from tilejit.ir.parser import parse_kernel
 from tilejit.knobs import knobs
 from tilejit.layout import TileLayout
+from tilejit.passes.pipeline import PIPELINE, run_pipeline
 
 # The kernels here choose their lowering themselves (simt=True, the knob, or both modes).
 pytestmark = pytest.mark.team_once_only("sets each kernel's lowering itself")
@@ -91,7 +93,7 @@ def test_the_per_thread_ir_names_its_mode_and_has_only_the_barriers_it_needs():
     assert reasons and all(line.strip().startswith("sync") for line in reasons)
     assert "single {team = cta}" not in lowered
     compiled = row_softmax.compile(rows, torch.empty_like(rows), BM=2, BN=40)   # team_once
-    assert "auto_sync" not in compiled.asm["lowered"]
+    assert "auto_sync: fragment buffer acc" not in compiled.asm["lowered"]
 
 
 # --------------------------------------------------------------------------- examples
@@ -233,21 +235,28 @@ def test_a_laid_out_fragment_is_owned_by_its_threads():
     assert [r.distribution.startswith("owned") for r in compiled.dispatch_log] == [True] * 3
 
 
-def test_what_cannot_run_per_thread_yet_is_a_dispatch_error_saying_why():
-    """A reduction of a fragment spread over threads into one that is not: no thread holds a
-    whole row (the layout inference of issue 11 item 3 would place the result)."""
-    with pytest.raises(tj.DispatchError, match="does not span the iteration space") as info:
-        laid_out_row_sums[(1,)](torch.zeros(8, 16), torch.zeros(8), L=LANES, simt=True,
-                                num_warps=2)
-    assert "tj.reduce(s, t, \"sum\", 1)" in str(info.value)
+def test_a_reduction_of_a_laid_out_fragment_gets_a_result_layout_per_thread():
+    """A reduction of a fragment spread over threads into an unlaid-out one: layout
+    inference gives the result the source's reduced layout, and the shuffle family
+    combines each row's lanes and warps (before it, no thread held a whole row: a
+    DispatchError)."""
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    out = torch.zeros(8)
+    laid_out_row_sums[(1,)](x, out, L=LANES, simt=True, num_warps=2)
+    torch.testing.assert_close(out, x.sum(1), rtol=1e-5, atol=1e-5)
+    compiled = per_thread(laid_out_row_sums)
+    assert [r.rule for r in compiled.dispatch_log if r.primitive == "reduce"] == ["shuffle"]
+    assert 'layout_note = "inferred: the reduction at line' in compiled.asm["lowered"]
     laid_out_row_sums[(1,)](torch.ones(8, 16), out := torch.zeros(8), L=LANES, num_warps=2)
     torch.testing.assert_close(out, torch.full((8,), 16.0))   # team_once runs it
 
 
 def test_a_tile_atomic_reads_its_source_after_the_gemm_that_wrote_it():
-    """Per thread, the split-K GEMM's accumulator moves between the gemm's threads and the
-    atomic's (cyclic splits of different primitives): sync-hazards orders them (a tile
-    atomic's source is a plain read; only the memory it updates is its own sync)."""
+    """Per thread, the split-K GEMM's accumulator is a register fragment (layout
+    inference): the gemm and the atomic split it alike, so it needs no barrier. Left in
+    shared memory (the pipeline without inference), it moves between the gemm's threads
+    and the atomic's: sync-hazards orders them (a tile atomic's source is a plain read;
+    only the memory it updates is its own sync)."""
     import test_e2e_atomics as atomics
     gen = torch.Generator().manual_seed(5)
     a, b = torch.randn(16, 16, generator=gen), torch.randn(16, 16, generator=gen)
@@ -256,6 +265,9 @@ def test_a_tile_atomic_reads_its_source_after_the_gemm_that_wrote_it():
         atomics.split_k_gemm[(1, 1, 2)](a, b, c, 16, 16, 16, BM=16, BN=16, BK=8, SPLIT=2)
     torch.testing.assert_close(c, a @ b, atol=1e-4, rtol=1e-4)
     per_thread(atomics.split_k_gemm)
-    lowered = atomics.split_k_gemm.compiled_kernels()[-1].asm["lowered"]
+    compiled = atomics.split_k_gemm.compiled_kernels()[-1]
+    assert "auto_sync: fragment buffer acc" not in compiled.asm["lowered"]
+    passes = [name for name, _ in PIPELINE if name != "infer-fragment-layouts"]
+    shared = run_pipeline(parse_kernel(compiled.asm["ir"]), dump=(), passes=passes)[1]
     assert any("auto_sync: fragment buffer acc" in line and "line 29" in line
-               for line in lowered.splitlines()), lowered
+               for line in shared["sync-hazards"].splitlines()), shared["sync-hazards"]

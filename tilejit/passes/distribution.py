@@ -91,6 +91,11 @@ class Cyclic(Distribution):
         return f"cyclic over {self.team_size} threads"
 
 
+# Pairs of thread axes that name the same hardware coordinate (a lane: laneid and
+# tid_in_wg's low bits; a warp: warpid, wid_in_wg and tid_in_wg's high bits).
+_ADDING_AXES = (("laneid", "tid_in_wg"), ("warpid", "wid_in_wg"), ("warpid", "tid_in_wg"),
+                ("wid_in_wg", "tid_in_wg"))
+
 # Hardware order of the thread axes, fastest first: consecutive threads of a team are
 # consecutive lanes, so cyclic instances t, t+1, ... sit in neighbouring lanes.
 _AXIS_ORDER = {"laneid": 0, "wid_in_wg": 1, "warpid": 1, "wgid": 2, "cbx": 3}
@@ -185,13 +190,28 @@ class Owned(Distribution):
             if axis.name not in OWNED_AXES:
                 return Decline(f"{name} is placed on thread axis {axis.name}, which the "
                                f"per-thread distribution does not decode")
-            iters = sorted((it for it in used.shard + used.replica if it.axis is axis),
-                           key=lambda it: it.stride)
+            # An iter of extent 1 places nothing: it must not guard its axis.
+            iters = sorted((it for it in used.shard + used.replica
+                            if it.axis is axis and it.extent > 1), key=lambda it: it.stride)
+            if not iters and not used.offset.get(axis.name, 0):
+                continue
             for inner, outer in itertools.pairwise(iters):
                 if inner.stride <= 0 or outer.stride < inner.stride * inner.extent:
                     return Decline(f"{name}'s iters on {axis.name} overlap, so a thread's "
                                    "coordinate does not name its elements")
             owned.axes[axis.name] = iters
+        for first, second in _ADDING_AXES:
+            if first in owned.axes and second in owned.axes:
+                return Decline(f"{name} is placed on both {first} and {second}, whose "
+                               "coordinates add up to one thread's: the per-thread "
+                               "distribution decodes each axis alone")
+        # A coordinate no axis of the layout spreads (a slice of a tile's first rows keeps
+        # no warp iter) is the offset's, 0 without one: the other threads hold nothing.
+        warp_axis = "wid_in_wg" if call.team is TeamKind.WARPGROUP else "warpid"
+        for axis, spreading in (("laneid", ("laneid", "tid_in_wg")),
+                                (warp_axis, ("warpid", "wid_in_wg", "tid_in_wg"))):
+            if not any(a in owned.axes for a in spreading):
+                owned.axes[axis] = []
         owned._plan_loops(groups)
         owned._plan_guards()
         lost = owned._unowned_element()

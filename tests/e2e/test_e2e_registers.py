@@ -8,6 +8,7 @@ import torch
 
 import tilejit as tj
 from tilejit.errors import ScopeError
+from tilejit.examples import kernels
 from tilejit.layout import Axis, Iter, TileLayout
 
 # 8x16 over 2 warps: rows on lanes (stride 4), columns on a warp, 4 lanes and 2 registers.
@@ -90,6 +91,91 @@ def test_gemm_into_a_laid_out_accumulator_reading_shared_operands():
     c = torch.zeros(16, 16)
     gemm_into_registers[(1,)](a, b, c, K=12, num_warps=4)
     torch.testing.assert_close(c, a @ b + 0.5)
+
+
+def _gemm_record(kernel, *args, **options):
+    """The dispatch record of ``kernel``'s gemm, compiled for ``args`` in the test's mode."""
+    (gemm,) = [r for r in kernel.compile(*args, **options).dispatch_log
+               if r.primitive == "gemm"]
+    return gemm
+
+
+def _example_matmul(m, n, k, bm, bn, bk, warps):
+    gen = torch.Generator().manual_seed(m * n + k)
+    a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+    c = torch.zeros(m, n)
+    options = dict(BM=bm, BN=bn, BK=bk, num_warps=warps)
+    kernels.matmul[(tj.cdiv(m, bm), tj.cdiv(n, bn))](a, b, c, **options)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    return _gemm_record(kernels.matmul, a, b, c, **options)
+
+
+@pytest.mark.parametrize("m, n, k, bm, bn, bk, warps", [
+    (128, 128, 64, 64, 64, 32, 4), (100, 70, 45, 32, 32, 16, 4), (90, 50, 37, 64, 32, 16, 4),
+    (150, 40, 20, 96, 24, 8, 4)])
+def test_the_example_matmul_carries_each_threads_accumulators(lowering, m, n, k, bm, bn,
+                                                              bk, warps):
+    """The inferred blocked layout of ``acc``: one block of a thread's rows by its columns,
+    all of its elements (the edge tiles run past M, N and K)."""
+    gemm = _example_matmul(m, n, k, bm, bn, bk, warps)
+    if lowering == "per_thread":
+        rows, cols, _ = gemm.shape
+        assert gemm.rule == "fma" and gemm.distribution.startswith("owned by the threads")
+        assert rows * cols == bm * bn // (32 * warps)
+
+
+def test_a_thread_holding_more_than_64_elements_computes_them_one_at_a_time(lowering):
+    gemm = _example_matmul(70, 60, 33, 64, 64, 16, 1)   # 128 per thread
+    if lowering == "per_thread":
+        assert (gemm.rule, gemm.shape) == ("fma", (1, 1, 1))
+
+
+@tj.kernel
+def gemm_onto(A, B, C, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr, L: tj.constexpr,
+              TA: tj.constexpr, TB: tj.constexpr, ACCUM: tj.constexpr):
+    """C (+)= op(A) @ op(B) in one CTA, C held as ``L`` places it."""
+    a = tj.alloc_shared((K, M) if TA else (M, K), tj.float32)
+    b = tj.alloc_shared((N, K) if TB else (K, N), tj.float32)
+    if TA:
+        tj.copy(a, A[0:K, 0:M])
+    else:
+        tj.copy(a, A[0:M, 0:K])
+    if TB:
+        tj.copy(b, B[0:N, 0:K])
+    else:
+        tj.copy(b, B[0:K, 0:N])
+    acc = tj.fragment((M, N), tj.float32, layout=L)
+    tj.copy(acc, C[0:M, 0:N])
+    tj.gemm(acc, a, b, transpose_a=TA, transpose_b=TB, accum=ACCUM)
+    tj.copy(C[0:M, 0:N], acc)
+
+
+# 48x40 over 4 warps: 3 rows (16 apart) by 5 columns (8 apart) per thread.
+BLOCKED_48x40 = TileLayout.parse("(3,4,4,5,8):(5@m,1@warpid,8@laneid,1@m,1@laneid)")
+# 96x24 over 4 warps: 3 rows by 6 columns in pairs (0, 1, 8, 9, 16, 17 past its base).
+PAIRED_COLUMNS = TileLayout.parse("(3,4,8,3,4,2):(6@m,1@warpid,4@laneid,2@m,1@laneid,1@m)")
+
+
+@pytest.mark.parametrize("layout, m, n, warps, block", [
+    (BLOCKED_48x40, 48, 40, 4, (3, 5, 1)), (PAIRED_COLUMNS, 96, 24, 4, (3, 6, 1)),
+    (ACCUMULATOR, 16, 16, 4, (1, 2, 1)),
+    (REPLICATED, 4, 8, 1, (1, 8, 1)),       # lanes l and l + 16 both compute row l
+    (SIX_ROWS, 6, 8, 1, (1, 2, 1))],        # lanes 24..31 hold nothing
+    ids=["blocked", "paired_columns", "accumulator", "replicated", "idle_lanes"])
+@pytest.mark.parametrize("ta, tb, accum", [(False, False, True), (True, False, True),
+                                           (False, True, True), (True, True, False)])
+def test_gemm_onto_laid_out_accumulators(lowering, layout, m, n, warps, block, ta, tb, accum):
+    k = 13
+    gen = torch.Generator().manual_seed(m + n)
+    a = torch.randn((k, m) if ta else (m, k), generator=gen)
+    b = torch.randn((n, k) if tb else (k, n), generator=gen)
+    c = torch.randn(m, n, generator=gen)
+    expected = (c if accum else 0) + (a.T if ta else a) @ (b.T if tb else b)
+    options = dict(M=m, N=n, K=k, L=layout, TA=ta, TB=tb, ACCUM=accum, num_warps=warps)
+    gemm_onto[(1,)](a, b, c, **options)
+    torch.testing.assert_close(c, expected, rtol=1e-4, atol=1e-4)
+    if lowering == "per_thread":
+        assert _gemm_record(gemm_onto, a, b, c, **options).shape == block
 
 
 @tj.kernel

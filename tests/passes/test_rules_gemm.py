@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.ir_exec import numpy_dtype, run_kernel
-from support.tile_kernels import GENERIC, SIMT, global_matrix, lowered, make_kernel
+from support.tile_kernels import GENERIC, SIMT, global_matrix, lowered, make_kernel, skeleton
 
 from tilejit.errors import DispatchError
 from tilejit.ir.types import MemScope, TeamKind, f16, f32, i32
@@ -90,6 +90,20 @@ def test_each_thread_computes_the_c_elements_it_holds():
                          team=TeamKind.WARP)
     rec = run_gemm(kernel, 8, 4, 6, True, False, True, f32, f32, SIMT)
     assert rec.shape == (1, 1, 1)
+
+
+def test_a_thread_carries_every_c_element_it_holds_through_one_k_loop():
+    """16x8 over a warp: a thread holds rows r, r + 8 and columns c, c + 1 of C. It loads
+    them once, carries the 4 through one k loop that loads 2 of A and 2 of B per step,
+    then stores them."""
+    c_layout = TileLayout.parse("(2,8,4,2):(2@m,4@laneid,1@laneid,1@m)")
+    kernel = gemm_kernel(16, 8, 5, False, False, True, f32, f32, FRAGMENT, c_layout,
+                         team=TeamKind.WARP)
+    rec = run_gemm(kernel, 16, 8, 5, False, False, True, f32, f32, SIMT)
+    assert (rec.rule, rec.shape) == ("fma", (2, 2, 1))
+    text = skeleton(lowered(kernel, SIMT)[0])
+    assert text.count("carry=") == 1
+    assert "\n".join(["load"] * 4 + ["for carry=4"] + ["  load"] * 4 + ["store"] * 4) in text
 
 
 def test_operands_spread_over_threads_are_declined_per_thread():

@@ -286,9 +286,15 @@ class Owned(Distribution):
         for axis, iters in self.axes.items():
             coords[axis] = em.index(em.sub(_relative_coord(em, axis, kind),
                                            self.offsets.get(axis, 0)))
+            # A digit is taken mod its extent even where the coordinate never reaches past
+            # it (a no-op there) so that the target compiler knows its range: the register
+            # of an element at ``base + constant`` then folds to a constant (nvcc keeps a
+            # fragment it cannot index statically in local memory). Not needed for an iter
+            # reaching lane 32: a lane coordinate is below 32 on every target.
             for it in iters:
-                outermost = it is iters[-1] and axis not in self.guarded
-                digits[id(it)] = _digit(em, coords[axis], it, outermost)
+                evident = axis == "laneid" and self.offsets.get(axis, 0) == 0 \
+                    and it.stride * it.extent == LANES_PER_WARP
+                digits[id(it)] = _digit(em, coords[axis], it, outermost=evident)
         base = [0] * len(self.driver.shape)
         for it, dim, weight in self.thread_terms:
             base[dim] = em.add(base[dim], em.mul(digits[id(it)], weight))
@@ -310,15 +316,26 @@ class Owned(Distribution):
                 em.add(i, em.mul(q, loop.weight)) if d == loop.dim else i
                 for d, i in enumerate(idx)]))
 
-        if decoded.owns is None:
-            level(0, list(decoded.base))
-            return
-        _, then, orelse = em.b.if_(decoded.owns)
-        with em.b.insert_into(then):
-            level(0, list(decoded.base))
-            em.b.yield_()
-        with em.b.insert_into(orelse):
-            em.b.yield_()
+        _if_owner(em, decoded, lambda: level(0, list(decoded.base)))
+
+    def held_offsets(self) -> list[list[int]]:
+        """Per dim of the driver, the distinct offsets from the thread's base
+        (``Decoded.base``) of the indices of the elements it holds, ascending. Its elements
+        are every combination of one index per dim: each memory loop moves one dim."""
+        offsets = [[0] for _ in self.driver.shape]
+        for loop in self.loops:
+            offsets[loop.dim] = [o + q * loop.weight
+                                 for o in offsets[loop.dim] for q in range(loop.extent)]
+        return [sorted(set(dim)) for dim in offsets]
+
+    def visit_held(self, em: Emitter, body: Callable[[list], None]) -> None:
+        """``body(indices)`` once for all of this thread's elements, with no loop:
+        ``indices[d]`` lists the thread's indices on dim ``d`` (its base plus each of
+        :meth:`held_offsets`), so a rule can keep every element in its own register."""
+        decoded = self.decode(em)
+        _if_owner(em, decoded, lambda: body([[em.add(base, o) for o in offsets]
+                                             for base, offsets in zip(decoded.base,
+                                                                      self.held_offsets())]))
 
     def __str__(self) -> str:
         return f"owned by the threads of {self.driver.name}'s layout {self.driver.layout}"
@@ -327,6 +344,19 @@ class Owned(Distribution):
 def _relative_value(axis: str, lane: int, warp: int) -> int:
     return {"laneid": lane, "warpid": warp, "wid_in_wg": warp,
             "tid_in_wg": warp * LANES_PER_WARP + lane}[axis]
+
+
+def _if_owner(em: Emitter, decoded: Decoded, visit: Callable[[], None]) -> None:
+    """``visit()``, under the check that the thread's coordinates name elements."""
+    if decoded.owns is None:
+        visit()
+        return
+    _, then, orelse = em.b.if_(decoded.owns)
+    with em.b.insert_into(then):
+        visit()
+        em.b.yield_()
+    with em.b.insert_into(orelse):
+        em.b.yield_()
 
 
 def _recompose(em: Emitter, iters, digits):

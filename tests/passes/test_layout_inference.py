@@ -216,3 +216,18 @@ def test_layer_norm_keeps_every_tile_in_registers():
     kernels.layer_norm[(3,)](x, w, b, out, 1e-5, N=256, BM=4, BLOCK=256, simt=True)
     torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (256,), w, b),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_a_group_stays_in_shared_memory_together_when_one_tile_has_no_layout():
+    """781 columns over 128 threads: no blocked layout fits the row tile, so the row
+    statistics and temporaries that share its primitives stay in shared memory with it (half
+    in registers, a primitive writing a shared tile from replicated registers would store
+    each element from every warp)."""
+    x = torch.randn(3, 781)
+    out = torch.zeros_like(x)
+    compiled = kernels.row_softmax.compile(x, out, BM=1, BN=781, simt=True)
+    notes = re.findall(r'layout_note = "([^"]*)"', _stage(compiled))
+    assert any("no blocked layout" in note and "[1, 781]" in note for note in notes), notes
+    assert all(note.startswith("not inferred") for note in notes), notes
+    kernels.row_softmax[(3,)](x, out, BM=1, BN=781, simt=True)
+    torch.testing.assert_close(out, torch.softmax(x, 1))

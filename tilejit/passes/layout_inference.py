@@ -82,6 +82,10 @@ def run(kernel: KernelIR) -> KernelIR:
     no_tensor_cores: set[Value] = set()   # accumulators to lay out without them
     while True:
         proposal, notes = _propose(kernel, fragments, excluded, context, no_tensor_cores)
+        unplaced = {v: notes[v] for v in fragments if v not in proposal and v not in excluded}
+        if unplaced:   # no layout fits it: its group stays in shared memory with it
+            _exclude_groups(excluded, groups, unplaced)
+            continue
         trial = _apply(kernel, proposal, notes, {})
         failures, staged = _failures(kernel, trial, proposal, context, may_stage)
         if not failures:
@@ -90,12 +94,17 @@ def run(kernel: KernelIR) -> KernelIR:
         if retry:   # try those again with the blocked layout before giving up on them
             no_tensor_cores |= retry
             continue
-        for value, why in failures.items():
-            excluded[value] = why
-            for other in groups[value] - failures.keys():
-                excluded.setdefault(other, f"not inferred (stays in shared memory): it "
-                                           f"shares a primitive with a fragment that does "
-                                           f"(allocated at line {value.owner.loc.line})")
+        _exclude_groups(excluded, groups, failures)
+
+
+def _exclude_groups(excluded: dict, groups: dict, why: dict) -> None:
+    """Leave the fragments of ``why`` (value -> reason) and their groups without layouts."""
+    for value, reason in why.items():
+        excluded[value] = reason
+        for other in groups[value] - why.keys():
+            excluded.setdefault(other, f"not inferred (stays in shared memory): it shares a "
+                                       f"primitive with a fragment that does (allocated at "
+                                       f"line {value.owner.loc.line})")
 
 
 def _groups(fragments: dict[Value, _Fragment]) -> dict[Value, frozenset]:

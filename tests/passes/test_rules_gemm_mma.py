@@ -2,6 +2,8 @@
 and its lowering run by the IR executor against numpy, for CTA, warpgroup and warp teams."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from support.ir_exec import run_kernel
@@ -12,7 +14,7 @@ from tilejit.ir.core import walk
 from tilejit.ir.types import MemScope, TeamKind, f16, f32, i32
 from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
 from tilejit.passes import scope_analysis
-from tilejit.passes.dispatch import PER_THREAD, DispatchContext, register_target
+from tilejit.passes.dispatch import PER_THREAD, Decline, DispatchContext, register_target
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.rules.gemm_mma import MMA_GEMM
 
@@ -118,3 +120,16 @@ def test_a_team_with_inactive_warps_is_declined():
     verdict = MMA_GEMM.check(PrimitiveCall.of(gemm, TENSOR_CORES))
     assert verdict.reasons == ("only warps 0..1, lanes 0..31 are active: every lane of the "
                                "cta's warps takes part in mma.sync",)
+
+
+def test_an_arch_before_sm_80_is_declined_so_fma_takes_the_gemm():
+    kernel = scope_analysis.run(gemm_kernel(32, 16, 32, 4))
+    (gemm,) = [op for op in walk(kernel.body) if op.name == "tile.gemm"]
+    for arch, legal in (("sm_75", False), ("sm_80", True), ("sm_90a", True)):
+        context = dataclasses.replace(TENSOR_CORES, arch=arch)
+        verdict = MMA_GEMM.check(PrimitiveCall.of(gemm, context))
+        if legal:
+            assert not isinstance(verdict, Decline), verdict
+        else:
+            assert verdict.reasons == ("mma.sync m16n8k16 needs sm_80 or later; compiling "
+                                       "for sm_75",)

@@ -19,6 +19,8 @@ from the lane's (and warp's) coordinate, so no fragment table is written out her
 """
 from __future__ import annotations
 
+import re
+
 from ...ir.ops_native import MMA_INPUT_TYPES
 from ...ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from ...ir.types import MemScope, TeamKind, f32
@@ -35,6 +37,7 @@ __all__ = ["MMA_GEMM"]
 
 INST = "m16n8k16"
 SHAPE = MMA_SHAPES[INST]
+MIN_SM = 80   # mma.sync.aligned.m16n8k16 exists from sm_80 on (PTX ISA)
 # Per team kind: how many warps share the accumulator, and the axis its layout names them by.
 _TEAM_WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg",
                    TeamKind.CTA: "warpid"}
@@ -90,6 +93,10 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if SHAPE not in call.context.tensor_core_shapes.get("mma", ()):
         return Decline(f"target {call.target!r} has no mma.sync {INST} (its capabilities "
                        "list no such 'mma' shape)")
+    sm = re.match(r"sm_(\d+)", call.context.arch or "")
+    if sm is not None and int(sm.group(1)) < MIN_SM:
+        return Decline(f"mma.sync {INST} needs sm_{MIN_SM} or later; compiling for "
+                       f"{call.context.arch}")
     reasons = _operand_reasons(call)
     if reasons:
         return Decline(*reasons)

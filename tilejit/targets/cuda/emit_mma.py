@@ -11,12 +11,12 @@ import itertools
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
 from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
+from tilejit.passes.rules.gemm_mma import MIN_SM
 
 from .emit import CudaPrinter
 
 __all__ = ["HANDLERS"]
 
-MIN_SM = 80
 
 
 def _packed(p: CudaPrinter, values) -> list[str]:

@@ -38,6 +38,7 @@ from ..errors import TilejitError
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.rewrite import Rewriter, retyped_from_yield
+from ..ir.storage import on_threads
 from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
 from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
@@ -207,10 +208,12 @@ def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict
 
 
 def _layout_of(value: Value, proposal: dict) -> TileLayout | None:
+    """The thread layout ``value`` has or is proposed (None: memory axes only, a swizzle,
+    or none, which no fragment should follow)."""
     if value in proposal:
         return proposal[value]
     layout = value.type.layout if isinstance(value.type, BufferType) else None
-    return layout if isinstance(layout, TileLayout) else None
+    return layout if isinstance(layout, TileLayout) and on_threads(layout) else None
 
 
 def _derived(fragment: _Fragment, proposal: dict) -> tuple[TileLayout, str] | None:

@@ -215,3 +215,26 @@ def test_a_native_access_by_the_thread_holding_every_element_stays():
     out = torch.zeros(1)
     read_on_the_holding_lane[(1,)](x, out, num_warps=1)
     assert out[0] == x[3]
+
+
+REPLICATED_ON_TWO_LANES = TileLayout.parse(
+    "(1,1,1,1):(-1@m,-1@m,-1@m,-1@laneid) + R[2:7@laneid] + 0@laneid")
+
+
+@tj.kernel
+def add_replicated_into_shared(x, y, out, L: tj.constexpr):
+    total = tj.alloc_shared((1, 1), tj.float32)
+    tj.copy(total, x[0:1, 0:1])
+    held = tj.fragment((1, 1), tj.float32, layout=L)
+    tj.copy(held, y[0:1, 0:1])
+    tj.add(total, total, held)
+    tj.copy(out[0:1, 0:1], total)
+
+
+def test_a_replicated_source_updates_a_shared_tile_once():
+    """Lanes 0 and 7 hold the element; only copy 0's owner adds it into the shared tile
+    (both did, racing: the layouts fuzzer found it)."""
+    out = torch.zeros(1, 1)
+    add_replicated_into_shared[(1,)](torch.ones(1, 1), torch.full((1, 1), 2.0), out,
+                                     L=REPLICATED_ON_TWO_LANES, num_warps=1)
+    assert out.item() == 3.0

@@ -170,6 +170,11 @@ class Owned(Distribution):
     guarded: list[str] = field(default_factory=list)  # axes whose coordinate may miss
     thread_terms: list[tuple[Iter, int, int]] = field(default_factory=list)  # iter, dim, weight
     loops: list[_Loop] = field(default_factory=list)
+    copies: list[Iter] = field(default_factory=list)   # replica iters on decoded axes
+    # Where the driver is a source, not the destination, only the thread holding copy 0
+    # of an element handles it (every copy's owner would store it, and a
+    # read-modify-write would apply twice).
+    one_copy: bool = False
     _owners: list | None = None
 
     @classmethod
@@ -212,6 +217,7 @@ class Owned(Distribution):
                                 (warp_axis, ("warpid", "wid_in_wg", "tid_in_wg"))):
             if not any(a in owned.axes for a in spreading):
                 owned.axes[axis] = []
+        owned.copies = [it for it in used.replica if it.axis.name in owned.axes]
         owned._plan_loops(groups)
         owned._plan_guards()
         lost = owned._unowned_element()
@@ -222,6 +228,8 @@ class Owned(Distribution):
             weight = math.prod(it.extent for it in group)
             for it in group:
                 weight //= it.extent
+                if it.extent == 1:   # one digit, always 0: no term, no loop
+                    continue
                 if it.axis.name in self.axes:
                     self.thread_terms.append((it, dim, weight))
                 elif self.loops and self.loops[-1].dim == dim \
@@ -300,6 +308,9 @@ class Owned(Distribution):
             base[dim] = em.add(base[dim], em.mul(digits[id(it)], weight))
         checks = [em.b.cmp("eq", em.index(_recompose(em, self.axes[a], digits)), coords[a])
                   for a in self.guarded]
+        if self.one_copy:
+            checks += [em.b.cmp("eq", em.index(digits[id(it)]), em.index(0))
+                       for it in self.copies]
         return Decoded(digits, tuple(base), em.all_of(checks))
 
     def emit(self, em: Emitter, items) -> None:
@@ -378,7 +389,10 @@ def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
         return Uniform()
     lead = next((o for o in drivers if o.thread_axes), None)
     if lead is not None:
-        return Owned.analyze(call, lead)
+        owned = Owned.analyze(call, lead)
+        if isinstance(owned, Owned):
+            owned.one_copy = lead is not call.operands[0]
+        return owned
     spread = [o.name for o in call.tiles if o.thread_axes]
     if spread:
         return Decline(f"{', '.join(spread)} is distributed over threads but does not "

@@ -33,11 +33,16 @@ MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel")
 SYNC_SCOPES = ("cta", "gpu", "sys")
 SHUFFLE_MODES = ("xor", "down", "up", "idx")
 ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a buffer
-FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS}  # their flat forms (load_at ...)
+# Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
+# instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
+VECTOR_ACCESS_OPS = ("load_vec", "store_vec")
+VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
+# the flat forms of both (load_at, load_vec_at ...)
+FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS + VECTOR_ACCESS_OPS}
 FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access -> operand
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
-READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at"}
-WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at"}
+READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at"}
+WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at"}
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.
@@ -192,6 +197,52 @@ def _check_flat(op):
     return None
 
 
+def vector_count_problem(dtype: ScalarType, count: int) -> str | None:
+    """Why one vector access cannot move ``count`` elements of ``dtype`` (None: it can)."""
+    if dtype.is_bool:
+        return "a vector access does not move bool elements (stored as bytes, loaded as i1)"
+    if count < 2 or count & (count - 1):
+        return f"a vector access moves a power of two of at least 2 elements, not {count}"
+    if count * dtype.itemsize > VECTOR_ACCESS_BYTES:
+        return (f"{count} {dtype} elements are {count * dtype.itemsize} bytes, more than "
+                f"one access moves ({VECTOR_ACCESS_BYTES})")
+    return None
+
+
+def _check_vector(op):
+    """load_vec, store_vec and their flat forms: ``count`` values of the buffer's element
+    type; one index per dim (the run's first element), or a root buffer and one offset."""
+    buf, count = op.operands[0], op.attrs["count"]
+    dtype = buf.type.dtype
+    problem = vector_count_problem(dtype, count)
+    if problem:
+        return problem
+    flat = op.name.endswith("_at")
+    if flat and not is_root_buffer(buf):
+        return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
+    if op.name.startswith("store"):
+        values = op.operands[2:] if flat else op.operands[1:1 + count]
+        if len(values) != count:
+            return f"{op.name} of {count} elements takes {count} values, got {len(values)}"
+        for value in values:
+            if value.type != dtype:
+                return f"stored value is {value.type}, buffer holds {dtype}"
+    if flat:
+        return None
+    indices = op.operands[1 + count:] if op.name == "store_vec" else op.operands[1:]
+    if len(indices) != buf.type.rank:
+        return (f"{op.name} of a rank-{buf.type.rank} buffer needs {buf.type.rank} "
+                f"indices, got {len(indices)}")
+    for index in indices:
+        if not (isinstance(index.type, ScalarType) and index.type.is_int):
+            return f"{op.name} index is {index.type}, not an integer"
+    return None
+
+
+def _vector_results(types, attrs):
+    return (types[0].dtype,) * attrs["count"]
+
+
 def _check_mma_sync(op):
     """A, B and C fragment values in that order, of a_type, b_type and c_type."""
     a_type, b_type, c_type = op.attrs["a_type"], op.attrs["b_type"], op.attrs["c_type"]
@@ -331,8 +382,22 @@ register("atomic_cas_at", MEMORY, "buf:buffer compare:scalar value:scalar offset
          doc="compare-and-swap at a flat offset: stores value where the element equals "
              "compare; the old value")
 
+VECTOR_DOC = ("a run of count consecutive elements along the buffer's last dim, in one "
+              "access: the targets print it, its legality (alignment, bounds) is the "
+              "rule's that made it (rules/copy_vector.py)")
+register("load_vec", MEMORY, "buf:memory *indices:int", {"count": Attr(INT)}, _vector_results,
+         check=_check_vector, doc=f"indices of the first element; {VECTOR_DOC}")
+register("store_vec", MEMORY, "buf:memory *operands", {"count": Attr(INT)}, fixed(),
+         check=_check_vector,
+         doc=f"count values, then the indices of the first element; {VECTOR_DOC}")
+register("load_vec_at", MEMORY, "buf:buffer offset:int", {"count": Attr(INT)}, _vector_results,
+         check=_check_vector, doc=f"the flat load_vec: offset of the first element; {VECTOR_DOC}")
+register("store_vec_at", MEMORY, "buf:buffer offset:int *values:scalar", {"count": Attr(INT)},
+         fixed(), check=_check_vector,
+         doc=f"the flat store_vec: offset of the first element; {VECTOR_DOC}")
+
 register("bounds_check", MEMORY, "*values:int",
-         {"access": Attr(Choice(*ACCESS_OPS)), "buffer": Attr(STR),
+         {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS)), "buffer": Attr(STR),
           "scope": Attr(Enum(MemScope))}, fixed(), check=_check_bounds,
          doc="indices then extents, as many of each: the access fails (naming the buffer) "
              "unless every index lies in [0, extent); targets check where their options ask")

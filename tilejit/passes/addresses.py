@@ -24,7 +24,8 @@ constants, the others ``buffer_stride``), the layout's storage offset for an on-
 buffer (``ir.addressing``: row-major without a layout; split iters, offsets and swizzles
 with one), region starts added, layout-less views re-split row-major. Each access is
 preceded by a ``bounds_check`` of its indices against the shape of the buffer under its
-regions, as the CPU checks logical accesses; targets print it where their options ask.
+regions, as the CPU checks logical accesses (a vector access, ``load_vec``/``store_vec``,
+of its run's first and last elements); targets print it where their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
 elements or more, which only a CPU's private arrays may). Shared memory is stored over
 every axis its layout reaches, thread axes too, on every target; private memory laid out
@@ -40,7 +41,7 @@ from ..errors import CompilationError
 from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
-from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS
+from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS
 from ..ir.rewrite import RewriteContext, Rewriter
 from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
@@ -282,25 +283,45 @@ def _describe(buf: Value) -> str:
     return f"{buf.type.scope} buffer allocated at line {owner.loc.line}"
 
 
-def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+def _access_parts(op: Operation) -> tuple[tuple, list[Value], int]:
+    """(the values an access stores or compares, its indices, how many consecutive
+    elements of the last dim it touches)."""
+    if op.name in VECTOR_ACCESS_OPS:
+        count = op.attrs["count"]
+        stored = count if op.name == "store_vec" else 0
+        return op.operands[1:1 + stored], list(op.operands[1 + stored:]), count
     first_index = FIRST_INDEX[op.name]
+    return op.operands[1:first_index], list(op.operands[first_index:]), 1
+
+
+def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+    values, index_operands, count = _access_parts(op)
     b = ctx.builder
     memo = memos.setdefault(id(b.block), {})
     known = set(memo)
     arith = IrArith(b, _index_type(op.operands[0]), memo)
-    checked, indices = _under_regions(arith, op.operands[0], list(op.operands[first_index:]))
+    checked, indices = _under_regions(arith, op.operands[0], index_operands)
     found = _offset(arith, checked, indices)
     if found is None:   # the rewriter drops what was built: so must the memo
         for key in set(memo) - known:
             del memo[key]
+        if count > 1:
+            raise CompilationError(f"{op.name} reached lower-addresses on a buffer it cannot "
+                                   "address flat (the rule that made it checks its operands)",
+                                   op.loc)
         return None
     root, offset = found
     extents = [extent if isinstance(extent, int) else arith.op("buffer_dim", (checked,), dim=d)
                for d, extent in enumerate(checked.type.shape)]
-    b.create("bounds_check", [arith.value(v) for v in (*indices, *extents)],
+    # A run's first and last elements: the others lie between them.
+    ends = [indices] if count == 1 else [indices, [*indices[:-1],
+                                                   arith.add(indices[-1], count - 1)]]
+    b.create("bounds_check", [arith.value(v) for end in ends for v in end]
+             + [arith.value(v) for _ in ends for v in extents],
              {"access": op.name, "buffer": _describe(checked), "scope": checked.type.scope})
-    new = b.create(FLAT_ACCESS[op.name], (root, *op.operands[1:first_index], arith.value(offset)),
-                   dict(op.attrs))
+    offset = arith.value(offset)
+    operands = (root, offset, *values) if count > 1 else (root, *values, offset)
+    new = b.create(FLAT_ACCESS[op.name], operands, dict(op.attrs))
     for old, result in zip(op.results, new.results):
         result.name_hint = old.name_hint
     return new
@@ -314,4 +335,5 @@ def lower_addresses(kernel: KernelIR) -> KernelIR:
     def lower(op, ctx):
         return _lower_access(op, ctx, memos)
     # One sweep: the flat accesses it makes are no candidates.
-    return Rewriter([(name, lower) for name in ACCESS_OPS], "lower-addresses").sweep(kernel)
+    return Rewriter([(name, lower) for name in ACCESS_OPS + VECTOR_ACCESS_OPS],
+                    "lower-addresses").sweep(kernel)

@@ -16,6 +16,7 @@ distribution of one call:
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Iterable, Sequence
@@ -328,6 +329,15 @@ class Owned(Distribution):
                 for d, i in enumerate(idx)]))
 
         _if_owner(em, decoded, lambda: level(0, list(decoded.base)))
+
+    def by_runs(self, count: int) -> Owned:
+        """This distribution visiting the first element of each run of ``count``
+        consecutive elements of the last dim: its unit-step loop of that dim (whose extent
+        ``count`` divides) goes in steps of ``count``."""
+        last = len(self.driver.shape) - 1
+        loops = [_Loop(loop.extent // count, count, loop.dim)
+                 if (loop.dim, loop.weight) == (last, 1) else loop for loop in self.loops]
+        return dataclasses.replace(self, loops=loops)
 
     def held_offsets(self) -> list[list[int]]:
         """Per dim of the driver, the distinct offsets from the thread's base

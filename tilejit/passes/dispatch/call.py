@@ -154,6 +154,14 @@ def _sub_tile_layout(value: Value):
         return None, err.message
 
 
+def argument_flags(kernel, lookup=None) -> dict[Value, tuple[str, ...]]:
+    """Each argument of ``kernel`` -> its specialization flags (``"aligned16"`` ...);
+    ``lookup`` maps an argument to the value a rewriter's ops use (its rebuilt one)."""
+    lookup = lookup or (lambda value: value)
+    return {lookup(kernel.param(name)): tuple(flags)
+            for name, flags in kernel.attrs["specialization"].items()}
+
+
 @dataclass(frozen=True, eq=False)
 class PrimitiveCall:
     """One tile-primitive call as the rules see it."""
@@ -167,9 +175,14 @@ class PrimitiveCall:
     config: Mapping = field(default_factory=dict)
     loc: SourceLocation | None = None
     extras: tuple[Value, ...] = ()  # non-tile operands (copy_async's barrier)
+    # kernel argument -> what the runtime proved of it ("aligned16", "div16" ...)
+    arg_flags: Mapping[Value, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, op: Operation, context: DispatchContext) -> PrimitiveCall:
+    def of(cls, op: Operation, context: DispatchContext,
+           arg_flags: Mapping[Value, tuple[str, ...]] | None = None) -> PrimitiveCall:
+        """The call of tile op ``op``; ``arg_flags`` (:func:`argument_flags`) what the
+        runtime proved of the kernel's arguments, which no call knows without it."""
         primitive = op.name.removeprefix("tile.")
         scope = op.attrs.get("scope")
         if scope is None:
@@ -179,7 +192,8 @@ class PrimitiveCall:
         names = operand_names(primitive, own, len(op.operands))
         operands = tuple(Operand.of(n, v) for n, v in zip(names, op.operands))
         return cls(primitive, context, scope, operands, own, op.attrs["dispatch"],
-                   dict(op.attrs["config"]), op.loc, tuple(op.operands[len(names):]))
+                   dict(op.attrs["config"]), op.loc, tuple(op.operands[len(names):]),
+                   dict(arg_flags or {}))
 
     @property
     def target(self) -> str:

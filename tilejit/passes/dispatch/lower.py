@@ -11,12 +11,14 @@ After this pass the kernel holds native ops only.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ...errors import CompilationError, DispatchError
-from ...ir.core import KernelIR, Operation
+from ...ir.core import KernelIR, Operation, Value
 from ...ir.opdef import OpGroup
 from ...ir.rewrite import Rewriter
 from ..loopgen import Emitter
-from .call import PrimitiveCall
+from .call import PrimitiveCall, argument_flags
 from .registry import TEAM_ONCE, Decline, DispatchContext, context_for, lookup
 
 __all__ = ["run"]
@@ -26,13 +28,15 @@ def _is_tile(op: Operation) -> bool:
     return op.opdef.group is OpGroup.TILE
 
 
-def lower_op(op: Operation, builder, context: DispatchContext) -> None:
-    """Emit the native code of the dispatched tile op ``op`` at ``builder``."""
+def lower_op(op: Operation, builder, context: DispatchContext,
+             arg_flags: Mapping[Value, tuple[str, ...]]) -> None:
+    """Emit the native code of the dispatched tile op ``op`` at ``builder``; ``arg_flags``
+    as for ``PrimitiveCall.of``."""
     family, shape = op.attrs["rule"], op.attrs["inst_shape"]
     if family is None or shape is None:
         raise CompilationError(f"{op.name} has not been dispatched: run the dispatch pass "
                                "before lower-tiles", op.loc)
-    call = PrimitiveCall.of(op, context)
+    call = PrimitiveCall.of(op, context, arg_flags)
     rule = lookup(family, call.primitive, call.target)
     if rule is None:
         raise DispatchError(f"rule {family!r} is not registered for {call.primitive} on "
@@ -62,7 +66,7 @@ def run(kernel: KernelIR, context: DispatchContext | None = None) -> KernelIR:
     context = context or context_for(kernel)
 
     def lower(op: Operation, ctx):
-        lower_op(op, ctx.builder, context)
+        lower_op(op, ctx.builder, context, argument_flags(kernel, ctx.lookup))
         return ()
 
     return Rewriter([(_is_tile, lower, "lower-tiles")], "lower-tiles").run(kernel)

@@ -103,6 +103,8 @@ class Rule:
     priority: int = 0
     fallback: bool = False
     doc: str = ""
+    # the distributions it is tried under (a per-thread family: PER_THREAD alone)
+    distributions: tuple[str, ...] = (TEAM_ONCE, PER_THREAD)
 
     def __post_init__(self):
         if self.primitive not in PRIMITIVES:

@@ -20,7 +20,7 @@ from ...errors import DispatchError
 from ...ir.core import KernelIR, Operation
 from ...ir.opdef import OpGroup
 from ...ir.rewrite import Rewriter
-from .call import PrimitiveCall
+from .call import PrimitiveCall, argument_flags
 from .registry import DispatchContext, Plan, Rule, context_for, rules_for
 
 __all__ = ["DispatchRecord", "Selection", "dispatch_log", "format_log", "run", "select"]
@@ -75,7 +75,8 @@ def _fit_config(call: PrimitiveCall, plan: Plan) -> Plan | str:
 
 def select(call: PrimitiveCall) -> Selection:
     """The rule and plan for ``call``; raises DispatchError when no rule is legal."""
-    rules = rules_for(call.primitive, call.target)
+    rules = [r for r in rules_for(call.primitive, call.target)
+             if call.context.distribution in r.distributions]
     if call.dispatch is not None:
         forced = [r for r in rules if r.family == call.dispatch]
         if not forced:
@@ -137,7 +138,8 @@ def _tile_ops(kernel: KernelIR):
 def dispatch_log(kernel: KernelIR, context: DispatchContext | None = None) -> list[DispatchRecord]:
     """The records the dispatch pass makes for ``kernel``'s tile ops, in program order."""
     context = context or context_for(kernel)
-    return [select(PrimitiveCall.of(op, context)).record for op in _tile_ops(kernel)]
+    flags = argument_flags(kernel)
+    return [select(PrimitiveCall.of(op, context, flags)).record for op in _tile_ops(kernel)]
 
 
 def run(kernel: KernelIR, context: DispatchContext | None = None,
@@ -149,7 +151,7 @@ def run(kernel: KernelIR, context: DispatchContext | None = None,
     records: list[DispatchRecord] = []
 
     def annotate(op: Operation, ctx):
-        chosen = select(PrimitiveCall.of(op, context))
+        chosen = select(PrimitiveCall.of(op, context, argument_flags(kernel, ctx.lookup)))
         records.append(chosen.record)
         return op.replace(attrs={"rule": chosen.rule.family, "inst_shape": chosen.plan.shape})
 

@@ -32,7 +32,8 @@ from ..loopgen import Emitter, broadcast_index
 from . import philox
 from .common import element_access_reasons, verdict
 
-__all__ = ["SCALAR_COPY", "SCALAR_POINTWISE", "VECTOR_COPY", "VECTOR_POINTWISE"]
+__all__ = ["SCALAR_COPY", "SCALAR_POINTWISE", "VECTOR_COPY", "VECTOR_POINTWISE", "compute",
+           "element_loop_legality", "write"]
 
 # pointwise op -> (native op, its attribute) for the ops that are one native op
 _NATIVE = {"add": ("binary", "add"), "sub": ("binary", "sub"), "mul": ("binary", "mul"),
@@ -55,7 +56,7 @@ def _broadcasts(shape, target) -> bool:
 
 
 # --------------------------------------------------------------------------- legality
-def _common(call: PrimitiveCall) -> tuple[list[str], object]:
+def element_loop_legality(call: PrimitiveCall) -> tuple[list[str], object]:
     """(reasons no element loop can do ``call``, its distribution when there are none)."""
     dst, srcs = call.operands[0], call.operands[1:]
     reasons = element_access_reasons(call)
@@ -138,7 +139,7 @@ def _vector_widths(call: PrimitiveCall, fused: bool) -> tuple[list[int], list[st
 
 
 def check_vector(call: PrimitiveCall) -> Plan | Decline:
-    reasons, dist = _common(call)
+    reasons, dist = element_loop_legality(call)
     if reasons:
         return Decline(*reasons)
     if isinstance(dist, Owned):
@@ -150,7 +151,7 @@ def check_vector(call: PrimitiveCall) -> Plan | Decline:
 
 
 def check_scalar(call: PrimitiveCall) -> Plan | Decline:
-    reasons, dist = _common(call)
+    reasons, dist = element_loop_legality(call)
     fused = not isinstance(dist, Owned) and Emitter.fusable(call, call.operands[0].shape)
     return verdict(reasons, [(1,)], distribution=dist, fused=fused)
 

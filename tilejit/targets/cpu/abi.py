@@ -38,6 +38,8 @@ OUT_OF_BOUNDS, DEADLOCK, OUT_OF_MEMORY = 1, 2, 3  # error codes; 0 is success
 INTERRUPTED = 4   # the stop word was set: no error record
 RACE = 5   # SIMT mode's race detector (``race``): values are the other unit, its site, what
            # it did (``race.PRIOR_*``) and the element's storage offset
+MISALIGNED = 6   # a vector access off its size's alignment (a GPU faults): values are the
+                 # address and the size in bytes
 
 # struct format of one scalar slot, by IR type name (8 bytes each, little-endian).
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",

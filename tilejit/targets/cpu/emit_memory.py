@@ -9,7 +9,8 @@ several units make one team, else per unit like locals; locals live once per uni
 on-chip buffers come from their layout (``ir.addressing.Addressing``).
 
 Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
-offset to the root buffer's pointer; ``bounds_check`` is the check a logical access does.
+offset to the root buffer's pointer (``load_vec_at``/``store_vec_at``: one access per
+element of the run); ``bounds_check`` is the check a logical access does.
 In SIMT mode every access of shared memory also goes through the race detector
 (``race.check_access``).
 """
@@ -171,6 +172,38 @@ def emit_store(em, op):
     ptr, ref = _element(em, op)
     race.check_access(em, op, ref, ptr)
     types.store(em.b, em[op.operands[1]], ptr, ref.dtype, tag=_alias_tag(em, ref))
+    return []
+
+
+def _run(em, op):
+    """(buffer, pointer to each element) of the run a ``load_vec_at``/``store_vec_at``
+    moves: consecutive elements from its offset."""
+    ref, offset, count = em[op.operands[0]], op.operands[1], op.attrs["count"]
+    b = em.b
+    first = types.to_i64(b, em[offset], offset.type)
+    ptrs = [ref.element_ptr_at(b, b.add(first, ir.Constant(I64, k))) for k in range(count)]
+    if em.options.debug or em.options.bounds_check:
+        # The CPU would not mind; a GPU's vector access faults off its size's alignment,
+        # which the rule that made the access proved or checked at run time.
+        size = ir.Constant(I64, count * ref.dtype.itemsize)
+        address = b.ptrtoint(ptrs[0], I64)
+        ok = b.icmp_unsigned("==", b.urem(address, size), ir.Constant(I64, 0))
+        em.fail_unless(ok, abi.MISALIGNED, em.mc.add_site("misaligned", op), [address, size])
+    for ptr in ptrs:
+        race.check_access(em, op, ref, ptr)
+    return ref, ptrs
+
+
+def emit_load_vec(em, op):
+    """One load per element: LLVM combines adjacent ones where the target has vectors."""
+    ref, ptrs = _run(em, op)
+    return [types.load(em.b, ptr, ref.dtype, tag=_alias_tag(em, ref)) for ptr in ptrs]
+
+
+def emit_store_vec(em, op):
+    ref, ptrs = _run(em, op)
+    for value, ptr in zip(op.operands[2:], ptrs):
+        types.store(em.b, em[value], ptr, ref.dtype, tag=_alias_tag(em, ref))
     return []
 
 
@@ -417,6 +450,7 @@ HANDLERS = {
     "alloc": emit_alloc, "view": emit_view, "region": emit_region, "load": emit_load,
     "store": emit_store, "atomic": emit_atomic, "atomic_cas": emit_atomic_cas,
     "load_at": emit_load, "store_at": emit_store, "atomic_at": emit_atomic,
-    "atomic_cas_at": emit_atomic_cas, "bounds_check": emit_bounds_check,
+    "atomic_cas_at": emit_atomic_cas, "load_vec_at": emit_load_vec,
+    "store_vec_at": emit_store_vec, "bounds_check": emit_bounds_check,
     "buffer_dim": emit_buffer_dim, "buffer_stride": emit_buffer_stride,
 }

@@ -281,6 +281,9 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
         message += f" (line {site['line']})"
     elif status == abi.RACE:
         message = _race_message(meta, site, fields)
+    elif status == abi.MISALIGNED:
+        message = (f"kernel {meta['name']!r}: misaligned {site['op']} of {values[1]} bytes at "
+                   f"address {values[0]:#x} {where}: a GPU faults on it")
     elif status == abi.OUT_OF_MEMORY:
         message = (f"kernel {meta['name']!r}: cannot allocate {values[0]} bytes of memory "
                    f"(shared, or a unit's private arrays) {where}; use smaller tiles")

@@ -34,7 +34,7 @@ __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
 # Ops without side effects: printed only when a printed op uses their results.
 PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
                   "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
-                  "alloc_barrier", "warp_shuffle", "elect_sync"})
+                  "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync"})
 
 
 def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:
@@ -268,6 +268,26 @@ def print_store_at(p: CudaPrinter, op: Operation) -> None:
     p.emit(f"{element(p, op)} = {text};")
 
 
+def _vec(p: CudaPrinter, op: Operation) -> tuple[str, str]:
+    """(the prelude's ``tj_vec`` type of a vector access's run, the run's first element)."""
+    return (f"tj_vec<{storage_type(op.operands[0].type.dtype)}, {op.attrs['count']}>",
+            f"&{p[op.operands[0]]}[{p[op.operands[1]]}]")
+
+
+def print_load_vec_at(p: CudaPrinter, op: Operation) -> None:
+    vec, first = _vec(p, op)
+    name = p.fresh(op.results[0].name_hint or "run")
+    p.emit(f"const {vec} {name} = *reinterpret_cast<const {vec}*>({first});")
+    for k, result in enumerate(op.results):
+        p.names[result] = f"{name}.v[{k}]"
+
+
+def print_store_vec_at(p: CudaPrinter, op: Operation) -> None:
+    vec, first = _vec(p, op)
+    values = ", ".join(p[v] for v in op.operands[2:])
+    p.emit(f"*reinterpret_cast<{vec}*>({first}) = {vec}{{{{{values}}}}};")
+
+
 def print_bounds_check(p: CudaPrinter, op: Operation) -> None:
     """In debug builds: a failed check prints the access, indices and extents, and traps
     (the CPU compares unsigned too: a negative index fails)."""
@@ -413,6 +433,7 @@ def print_team(p: CudaPrinter, op: Operation) -> None:
 HANDLERS: dict[str, Callable[[CudaPrinter, Operation], None]] = {
     **emit_scalar.HANDLERS,
     "alloc": print_alloc, "load_at": print_load_at, "store_at": print_store_at,
+    "load_vec_at": print_load_vec_at, "store_vec_at": print_store_vec_at,
     "load": print_unflattened, "store": print_unflattened, "atomic": print_unflattened,
     "atomic_cas": print_unflattened, "view": print_view_or_region,
     "region": print_view_or_region, "buffer_dim": print_buffer_fact,

@@ -28,6 +28,10 @@ template <> struct tj_unsigned<long long> { typedef unsigned long long type; };
 template <> struct tj_unsigned<unsigned long long> { typedef unsigned long long type; };
 #define TJ_SIGNED(T) (T(-1) < T(0))
 
+// A run of N elements moved by one vector access (load_vec_at, store_vec_at): aligned to
+// its size, it is one ld/st.global.v2 or .v4 (the rule that made it proved the alignment).
+template <typename T, int N> struct alignas(sizeof(T) * N) tj_vec { T v[N]; };
+
 // Integer add, sub, mul and neg wrap modulo 2^bits, as the CPU's LLVM IR (no nsw) does.
 // C++ leaves signed overflow undefined, so they compute in an unsigned type of at least
 // 32 bits (a narrower one would promote to int, where u16 * u16 overflows) and convert

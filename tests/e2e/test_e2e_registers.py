@@ -238,3 +238,24 @@ def test_a_replicated_source_updates_a_shared_tile_once():
     add_replicated_into_shared[(1,)](torch.ones(1, 1), torch.full((1, 1), 2.0), out,
                                      L=REPLICATED_ON_TWO_LANES, num_warps=1)
     assert out.item() == 3.0
+
+
+@tj.kernel
+def gemm_into_replicated_shared(a, b, c, L: tj.constexpr):
+    a_tile = tj.alloc_shared((1, 1), tj.float32)
+    tj.copy(a_tile, a[0:1, 0:1])
+    b_tile = tj.alloc_shared((1, 1), tj.float32)
+    tj.copy(b_tile, b[0:1, 0:1])
+    acc = tj.alloc_shared((1, 1), tj.float32, layout=L)
+    tj.copy(acc, c[0:1, 0:1])
+    tj.gemm(acc, a_tile, b_tile)
+    tj.copy(c[0:1, 0:1], acc)
+
+
+def test_a_shared_destination_with_copies_on_two_lanes_is_updated_once():
+    """Shared memory stores only the base of a replicated layout: one thread accumulates
+    into it (every copy's owner did, racing: the layouts fuzzer found it)."""
+    c = torch.ones(1, 1)
+    gemm_into_replicated_shared[(1,)](torch.full((1, 1), 2.0), torch.full((1, 1), 3.0), c,
+                                      L=REPLICATED_ON_TWO_LANES, num_warps=1)
+    assert c.item() == 7.0

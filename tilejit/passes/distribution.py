@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ..errors import LayoutError
 from ..ir.core import Value
 from ..ir.scope import LANES_PER_WARP, ExecScope
-from ..ir.types import TeamKind
+from ..ir.types import MemScope, TeamKind
 from ..layout import AxisKind, Iter, TileLayout
 from ..layout.transform import group_iters
 from .dispatch.call import Operand, PrimitiveCall
@@ -172,9 +172,10 @@ class Owned(Distribution):
     thread_terms: list[tuple[Iter, int, int]] = field(default_factory=list)  # iter, dim, weight
     loops: list[_Loop] = field(default_factory=list)
     copies: list[Iter] = field(default_factory=list)   # replica iters on decoded axes
-    # Where the driver is a source, not the destination, only the thread holding copy 0
-    # of an element handles it (every copy's owner would store it, and a
-    # read-modify-write would apply twice).
+    # Where the driver is a source, or a destination whose copies share one location
+    # (shared memory stores only the base), only the thread holding copy 0 of an element
+    # handles it (every copy's owner would store it, and a read-modify-write would apply
+    # twice).
     one_copy: bool = False
     _owners: list | None = None
 
@@ -400,8 +401,9 @@ def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
     lead = next((o for o in drivers if o.thread_axes), None)
     if lead is not None:
         owned = Owned.analyze(call, lead)
-        if isinstance(owned, Owned):
-            owned.one_copy = lead is not call.operands[0]
+        if isinstance(owned, Owned):   # copies held apart only in each thread's registers
+            owned.one_copy = lead is not call.operands[0] \
+                or lead.role not in (MemScope.FRAGMENT, MemScope.LOCAL)
         return owned
     spread = [o.name for o in call.tiles if o.thread_axes]
     if spread:

@@ -201,7 +201,8 @@ def test_what_the_family_declines_says_why(shape, src, dst, reason):
     with pytest.raises(tj.DispatchError, match=reason) as info:
         forced_shuffle[(1,)](x, out, R=rows, N=cols, SRC=src, DST=dst, num_warps=1, simt=True)
     assert 'tj.reduce(s, t, "sum", 1, dispatch="shuffle")' in str(info.value)
-    with pytest.raises(tj.DispatchError, match="runs each tile primitive once per team"):
+    with pytest.raises(tj.DispatchError, match=r"shuffle +\| it runs only per_thread; this "
+                                               "lowering is team_once"):
         forced_shuffle[(1,)](x, out, R=rows, N=cols, SRC=src, DST=dst, num_warps=1,
                              simt=False)
 

@@ -82,7 +82,7 @@ def test_dispatch_forces_a_family():
 
 
 def test_forcing_an_unknown_family_names_the_registered_ones():
-    with pytest.raises(DispatchError, match=r"dispatch='tma'.*registered: vector, scalar"):
+    with pytest.raises(DispatchError, match=r"dispatch='tma'.*registered: vector, vec, scalar"):
         dispatched(copy_kernel(dispatch="tma"))
 
 

@@ -41,10 +41,18 @@ from ..layout import Iter, TileLayout, cbx, laneid, warpid, wgid, wid_in_wg
 from .types import TeamKind
 
 __all__ = ["ActiveSet", "ExecScope", "decompose", "FILTER_FUNCTIONS", "describe_filter",
-           "LANES_PER_WARP", "WARPS_PER_WARPGROUP"]
+           "LANES_PER_WARP", "TEAM_WARP_AXIS", "WARPS_PER_WARPGROUP", "team_warps"]
 
 LANES_PER_WARP = 32
 WARPS_PER_WARPGROUP = 4
+# The layout axis that numbers a team's warps (inside a warpgroup: wid_in_wg).
+TEAM_WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg",
+                  TeamKind.CTA: "warpid", TeamKind.CLUSTER: "warpid"}
+
+
+def team_warps(kind: TeamKind, cta_warps: int) -> int:
+    """The warps of one ``kind`` team in a CTA of ``cta_warps`` warps."""
+    return {TeamKind.WARP: 1, TeamKind.WARPGROUP: WARPS_PER_WARPGROUP}.get(kind, cta_warps)
 _FULL_WG = (0, WARPS_PER_WARPGROUP)
 
 # The source spelling of each filter axis, for error messages.

@@ -42,7 +42,7 @@ from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
 from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS
-from ..ir.rewrite import RewriteContext, Rewriter
+from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
 from ..layout import TileLayout
@@ -82,11 +82,6 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
         new.result.name_hint = op.result.name_hint
         return new
 
-    def retyped(op: Operation, ctx: RewriteContext):
-        """A team or if whose body yields a buffer that was placed: its result type too."""
-        types = tuple(v.type for v in op.regions[0].ops[-1].operands)
-        return None if types == op.result_types else op.replace(result_types=types)
-
     for op in kernel.walk():
         if op.name == "alloc" and op.attrs["scope"] in (MemScope.FRAGMENT, MemScope.LOCAL):
             _check_private_places(op)
@@ -94,8 +89,8 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
                for op in kernel.walk()):
         return kernel
     # One sweep: a placed alloc is no candidate again (to a fixpoint would sweep twice).
-    return Rewriter([("alloc", place), ("team", retyped), ("if", retyped)],
-                    "place-fragments").sweep(kernel)
+    return Rewriter([("alloc", place), ("team", retyped_from_yield),
+                     ("if", retyped_from_yield)], "place-fragments").sweep(kernel)
 
 
 def _check_private_places(alloc: Operation) -> None:

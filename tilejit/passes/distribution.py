@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..errors import LayoutError
 from ..ir.core import Value
-from ..ir.scope import LANES_PER_WARP, ExecScope
+from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, ExecScope
 from ..ir.types import MemScope, TeamKind
 from ..layout import AxisKind, Iter, TileLayout
 from ..layout.transform import group_iters
@@ -214,9 +214,9 @@ class Owned(Distribution):
                                "distribution decodes each axis alone")
         # A coordinate no axis of the layout spreads (a slice of a tile's first rows keeps
         # no warp iter) is the offset's, 0 without one: the other threads hold nothing.
-        warp_axis = "wid_in_wg" if call.team is TeamKind.WARPGROUP else "warpid"
         for axis, spreading in (("laneid", ("laneid", "tid_in_wg")),
-                                (warp_axis, ("warpid", "wid_in_wg", "tid_in_wg"))):
+                                (TEAM_WARP_AXIS[call.team],
+                                 ("warpid", "wid_in_wg", "tid_in_wg"))):
             if not any(a in owned.axes for a in spreading):
                 owned.axes[axis] = []
         owned.copies = [it for it in used.replica if it.axis.name in owned.axes]

@@ -17,8 +17,8 @@ A temporary ``T`` is folded when all of this holds (otherwise it stays, and says
 fusion is an optimization):
 
 * ``T`` is an ``alloc`` of a fragment or local without a layout of the kernel's own (none,
-  or one ``infer-fragment-layouts`` chose: its readers' layouts agree), written once, whole, by
-  a pointwise op ``P`` that does not read it, and read only whole, as a source of
+  or one ``infer-fragment-layouts`` chose), written once, whole, by a pointwise op ``P``
+  that does not read it, and read only whole, as a source of
   consumers of the kinds above in ``P``'s block (no views, regions or element accesses);
 * ``P`` and every consumer run under the same execution scope and team, with no forced
   dispatch; ``P`` has no config and no consumer a ``fill`` (what ``P``'s sources read
@@ -235,8 +235,9 @@ class _Plan:
         self.erased.update({id(op), id(temp.owner)})
 
     def is_temporary(self, op: Operation, temp: Value) -> bool:
-        """Whether ``temp`` is a fragment or local without a layout of the kernel's own that ``op`` alone
-        writes (and does not read), ``op`` having no forced family and no config."""
+        """Whether ``temp`` is a fragment or local without a layout of the kernel's own
+        that ``op`` alone writes (and does not read), ``op`` having no forced family and no
+        config."""
         alloc = temp.owner
         if not (isinstance(alloc, Operation) and alloc.name == "alloc"):
             return False

@@ -39,11 +39,12 @@ from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.rewrite import Rewriter, retyped_from_yield
 from ..ir.storage import on_threads
-from ..ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
+from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
 from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
 from ..layout.tile_layout import TileLayout
 from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
+from .dispatch.call import argument_flags
 from .effects import root_buffer
 
 __all__ = ["run"]
@@ -51,7 +52,6 @@ __all__ = ["run"]
 _ELEMENTWISE = ("tile.pointwise", "tile.copy")   # element i of the result from element i
 _TENSOR_CORE_NOTE = "inferred: the tensor-core accumulator"
 _TENSOR_CORE_INPUTS = {f16, bf16}
-_WARP_AXIS = {TeamKind.CTA: "warpid", TeamKind.WARPGROUP: "wid_in_wg", TeamKind.WARP: "warpid"}
 
 
 class _Fragment:
@@ -281,11 +281,6 @@ def _reduced(layout: TileLayout, shape, dims) -> TileLayout | None:
     return layout
 
 
-def _team_warps(kernel: KernelIR, fragment: _Fragment) -> int:
-    return {TeamKind.CTA: kernel.attrs["num_warps"], TeamKind.WARPGROUP: WARPS_PER_WARPGROUP,
-            TeamKind.WARP: 1}[fragment.team]
-
-
 def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str] | None:
     """The tensor-core accumulator layout, for an f32 fragment a gemm of f16/bf16 operands
     accumulates into (the per-thread ``mma`` family needs it; dispatch has the last word)."""
@@ -294,8 +289,8 @@ def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str
              and {_dtype(v) for v in op.operands[1:3]} <= _TENSOR_CORE_INPUTS]
     if not gemms or fragment.alloc.attrs["dtype"] != f32 or len(fragment.shape) != 2:
         return None
-    warps = _team_warps(kernel, fragment)
-    layout = mma_accumulator_layout(fragment.shape, warps, _WARP_AXIS[fragment.team])
+    warps = team_warps(fragment.team, kernel.attrs["num_warps"])
+    layout = mma_accumulator_layout(fragment.shape, warps, TEAM_WARP_AXIS[fragment.team])
     if layout is None:
         return None
     return layout, f"{_TENSOR_CORE_NOTE} of the gemm at line {gemms[0].loc.line} over " \
@@ -309,10 +304,10 @@ def _dtype(value: Value):
 
 def _blocked(kernel: KernelIR, fragment: _Fragment, context) -> tuple[TileLayout, str] | str:
     dtype = fragment.alloc.attrs["dtype"]
-    warps = _team_warps(kernel, fragment)
+    warps = team_warps(fragment.team, kernel.attrs["num_warps"])
     vector = max(1, context.vector_bytes // dtype.itemsize)
     layout = blocked_layout(fragment.shape, lanes=LANES_PER_WARP, warps=warps,
-                            warp_axis=_WARP_AXIS[fragment.team], vector=vector)
+                            warp_axis=TEAM_WARP_AXIS[fragment.team], vector=vector)
     threads = warps * LANES_PER_WARP
     if layout is None:
         return f"not inferred (stays in shared memory): no blocked layout gives each of the " \
@@ -404,13 +399,14 @@ def _failures(kernel: KernelIR, trial: KernelIR, proposal: dict, context,
     has the same ops as ``kernel``, in the same order."""
     failures: dict[Value, str] = {}
     staged: dict[int, tuple[int, ...]] = {}
+    flags = argument_flags(trial)   # what dispatch will know of the arguments
     tile_pairs = ((op, tried) for op, tried in zip(kernel.walk(), trial.walk()) if _is_tile(op))
     for position, (op, tried) in enumerate(tile_pairs):
         mine = [root_buffer(v) for v in op.operands
                 if isinstance(v.type, (BufferType, RegionType)) and root_buffer(v) in proposal]
         if not mine:
             continue
-        call = PrimitiveCall.of(tried, context)
+        call = PrimitiveCall.of(tried, context, flags)
         why = _illegal(call)
         if why is None:
             continue

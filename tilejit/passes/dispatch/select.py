@@ -75,8 +75,7 @@ def _fit_config(call: PrimitiveCall, plan: Plan) -> Plan | str:
 
 def select(call: PrimitiveCall) -> Selection:
     """The rule and plan for ``call``; raises DispatchError when no rule is legal."""
-    rules = [r for r in rules_for(call.primitive, call.target)
-             if call.context.distribution in r.distributions]
+    rules = rules_for(call.primitive, call.target)
     if call.dispatch is not None:
         forced = [r for r in rules if r.family == call.dispatch]
         if not forced:
@@ -86,7 +85,13 @@ def select(call: PrimitiveCall) -> Selection:
                                 f"{known})", call.loc)
         rules = forced
     rejected: list[tuple[str, str]] = []
+    mode = call.context.distribution
     for rule in rules:
+        if mode not in rule.distributions:   # said only when forced: no noise in the log
+            if call.dispatch is not None:
+                rejected.append((rule.family, f"it runs only {' or '.join(rule.distributions)}"
+                                              f"; this lowering is {mode}"))
+            continue
         verdict = rule.check(call)
         if isinstance(verdict, Plan):
             verdict = _fit_config(call, verdict)

@@ -115,8 +115,6 @@ def _alignment(call: PrimitiveCall, tensor: Operand, count: int) -> tuple[tuple,
 
 
 def check_vec(call: PrimitiveCall) -> Plan | Decline:
-    if call.context.distribution != PER_THREAD:
-        return Decline("vector accesses are a thread's own: tried only per thread")
     tensor, why = _tensor_side(call)
     if why:
         return Decline(why)

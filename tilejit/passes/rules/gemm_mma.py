@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 from ...ir.ops_native import MMA_INPUT_TYPES
-from ...ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
+from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, TeamKind, f32
 from ...layout import TileLayout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout
 from ...layout import mma_m16n8k16_c_layout
@@ -38,23 +38,13 @@ __all__ = ["MMA_GEMM"]
 INST = "m16n8k16"
 SHAPE = MMA_SHAPES[INST]
 MIN_SM = 80   # mma.sync.aligned.m16n8k16 exists from sm_80 on (PTX ISA)
-# Per team kind: how many warps share the accumulator, and the axis its layout names them by.
-_TEAM_WARP_AXIS = {TeamKind.WARP: "warpid", TeamKind.WARPGROUP: "wid_in_wg",
-                   TeamKind.CTA: "warpid"}
+_WARP_TEAMS = (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA)   # teams of whole warps
 _WARP_COORD = {TeamKind.WARPGROUP: "warp_id_in_wg", TeamKind.CTA: "warp_id"}
 
 
 def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:
     (m, n), a = call["C"].shape, call["A"].shape
     return m, n, a[0] if call.attrs["transpose_a"] else a[1]
-
-
-def _team_warps(call: PrimitiveCall) -> int:
-    if call.team is TeamKind.WARP:
-        return 1
-    if call.team is TeamKind.WARPGROUP:
-        return WARPS_PER_WARPGROUP
-    return len(call.scope.active.warp_ids)
 
 
 def _operand_reasons(call: PrimitiveCall) -> list[str]:
@@ -77,7 +67,7 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
     if m % SHAPE[0] or n % SHAPE[1] or k % SHAPE[2]:
         reasons.append(f"M, N, K = {m}, {n}, {k}: mma.sync {INST} needs multiples of "
                        f"{SHAPE[0]}, {SHAPE[1]} and {SHAPE[2]}")
-    if call.team not in _TEAM_WARP_AXIS:
+    if call.team not in _WARP_TEAMS:
         reasons.append(f"the team is a {call.team}: mma.sync needs whole warps (a warp, "
                        "warpgroup or CTA team)")
     elif not call.scope.full_team or call.scope.active.elected:
@@ -87,9 +77,6 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    if call.context.distribution != PER_THREAD:
-        return Decline("mma.sync splits a gemm over the lanes of warps; this lowering runs a "
-                       "primitive once per team (team_once)")
     if SHAPE not in call.context.tensor_core_shapes.get("mma", ()):
         return Decline(f"target {call.target!r} has no mma.sync {INST} (its capabilities "
                        "list no such 'mma' shape)")
@@ -101,7 +88,8 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if reasons:
         return Decline(*reasons)
     c, (m, n, _) = call["C"], _mnk(call)
-    warps, axis = _team_warps(call), _TEAM_WARP_AXIS[call.team]
+    warps = team_warps(call.team, len(call.scope.active.warp_ids))
+    axis = TEAM_WARP_AXIS[call.team]
     expected = mma_accumulator_layout((m, n), warps, axis, INST)
     if expected is None:
         return Decline(f"C [{m}, {n}] holds {m // SHAPE[0] * (n // SHAPE[1])} atoms of "
@@ -199,5 +187,5 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         em.store(c, value, idx)
 
 
-MMA_GEMM = register(Rule("mma", "gemm", check, lower,
+MMA_GEMM = register(Rule("mma", "gemm", check, lower, distributions=(PER_THREAD,),
                          doc="tensor cores: mma.sync m16n8k16 per warp, f16/bf16 into f32"))

@@ -104,9 +104,6 @@ def _row_threads(call: PrimitiveCall, source: Owned):
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    if call.context.distribution != PER_THREAD:
-        return Decline("shuffles split a row over the threads holding it; this target runs "
-                       "each tile primitive once per team (team_once)")
     reasons = element_access_reasons(call, allow_oob=False)
     if call.attrs["op"] in INDEX_REDUCE_OPS:
         reasons.append(f"{call.attrs['op']} would shuffle (value, index) pairs; this family "
@@ -182,5 +179,6 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 
 SHUFFLE_REDUCE = register(Rule("shuffle", "reduce", check, lower,
+                               distributions=(PER_THREAD,),
                                doc="rows spread over lanes (and warps): xor shuffles, "
                                    "then shared slots per warp"))

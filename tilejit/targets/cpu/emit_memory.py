@@ -5,8 +5,9 @@ buffer is stored by its layout over all of the layout's axes (``ir.addressing.St
 row-major without a layout -- but in a per-thread kernel each thread's private part of a
 layout over threads without its thread axes (``ir.storage.held_per_thread``). Shared
 memory is one block per CTA; fragments once per team instance -- in the CTA block when
-several units make one team, else per unit like locals; locals live once per unit. A region is its parent plus start offsets. Addresses of
-on-chip buffers come from their layout (``ir.addressing.Addressing``).
+several units make one team, else per unit like locals; locals live once per unit. A
+region is its parent plus start offsets. Addresses of on-chip buffers come from their
+layout (``ir.addressing.Addressing``).
 
 Flat accesses (``load_at`` ...: per-thread IR after the address-lowering pass) add their
 offset to the root buffer's pointer (``load_vec_at``/``store_vec_at``: one access per

@@ -44,8 +44,8 @@ Buffers and dtypes:
 Loops: ``for i in range(n)`` and ``nl.sequential_range(n)`` run in order;
 ``nl.affine_range(start, stop, step)`` claims no loop-carried dependence (other than
 nc_matmul accumulation into PSUM), so the reference runs its iterations in a seeded,
-deterministic shuffled order (never the identity when there are 2 or more): a false claim
-gives a wrong result. ``nl.static_range`` runs in order.
+deterministic shuffled order that never starts with the first iteration (when there are 2
+or more): a false claim gives a wrong result. ``nl.static_range`` runs in order.
 
 Instructions (keyword arguments as spelled here; ``dst`` first)::
 
@@ -136,8 +136,11 @@ class ReferenceRun:
     def affine_order(self, values: list[int]) -> list[int]:
         order = list(values)
         self.rng.shuffle(order)
-        if len(order) > 1 and order == values:
-            order.reverse()                      # a shuffle that changes nothing tests nothing
+        if len(order) > 1 and order[0] == values[0]:
+            # Never start with the first iteration: "iteration 0 initializes" is the most
+            # common false claim, and a shuffle that keeps it first would hide it.
+            j = self.rng.randrange(1, len(order))
+            order[0], order[j] = order[j], order[0]
         self.affine_orders.append(order)
         return order
 

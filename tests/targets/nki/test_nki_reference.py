@@ -1,0 +1,266 @@
+"""The NKI reference (nki_reference.py) runs hand-written modules of the contract to numpy's
+answers, and refuses each documented limit with an error naming the call and the line."""
+import numpy as np
+import pytest
+from nki_kernels import (BODY_LINE, CAUSAL_T, RMSNORM, SOFTMAX, gemm, module,
+                         prefix_blocks)
+from nki_reference import NkiReferenceError, ReferenceRun, run
+
+RNG = np.random.default_rng(15)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------- kernels against numpy
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gemm_accumulates_k_in_psum(seed):
+    a_t, b = randn(300, 200), randn(300, 600)          # K, M, N all ragged
+    out = run(gemm(), "gemm", a_t, b, seed=seed)
+    np.testing.assert_allclose(out, a_t.T @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_bfloat16_inputs_round_then_sum_in_fp32():
+    a_t, b = randn(130, 70), randn(130, 90)
+    out = run(gemm("bfloat16"), "gemm", a_t, b)
+    def to_bf16(x):
+        bits = x.view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+    np.testing.assert_allclose(out, to_bf16(a_t).T @ to_bf16(b), rtol=1e-4, atol=1e-4)
+    assert np.abs(out - a_t.T @ b).max() > 1e-3         # the rounding did happen
+
+
+def test_softmax_rows():
+    x = randn(200, 300) * 4
+    out = run(SOFTMAX, "softmax", x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_rmsnorm():
+    x, w = randn(130, 96), randn(96)
+    out = run(RMSNORM, "rmsnorm", x, w)
+    want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_transpose_and_causal_select():
+    x = randn(96, 96)
+    out = run(CAUSAL_T, "causal_t", x)
+    np.testing.assert_array_equal(out, np.where(np.tri(96, dtype=bool), x.T, -1e4))
+
+
+def test_iota_pattern_offset_and_channel_multiplier():
+    src = module("""
+        out = nl.ndarray((8, 12), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((8, 3, 4), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=t, pattern=[[10, 3], [1, 4]], offset=5, channel_multiplier=100)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    """, params="")
+    p, i, j = np.meshgrid(np.arange(8), np.arange(3), np.arange(4), indexing="ij")
+    np.testing.assert_array_equal(run(src, "k"), (5 + 100 * p + 10 * i + j).reshape(8, 12))
+
+
+# ---------------------------------------------------------------- loops
+
+def test_affine_range_runs_shuffled_and_sequential_in_order():
+    state = ReferenceRun("<nki:prefix_blocks>", seed=3, strict_reads=False)
+    x = randn(128, 4 * 64)
+    want = np.cumsum(x.reshape(128, 4, 64), axis=1).reshape(128, 256)
+    right = run(prefix_blocks("sequential_range"), "prefix_blocks", x)
+    np.testing.assert_allclose(right, want, rtol=1e-5, atol=1e-5)
+    # The same loop falsely claimed free of carried dependences: the shuffle shows it.
+    wrong = run(prefix_blocks("affine_range"), "prefix_blocks", x, state=state)
+    assert state.affine_orders == [state.affine_orders[0]] and \
+        state.affine_orders[0] != [0, 1, 2, 3]
+    assert not np.allclose(wrong, want, atol=1e-3)
+
+
+def test_matmul_accumulate_flag_on_first_k_is_order_dependent():
+    a_t, b = randn(384, 64), randn(384, 64)
+    ordered = run(gemm(accumulate="k != 0", k_loop="sequential_range"), "gemm", a_t, b)
+    np.testing.assert_allclose(ordered, a_t.T @ b, rtol=1e-4, atol=1e-4)
+    shuffled = run(gemm(accumulate="k != 0"), "gemm", a_t, b)
+    assert not np.allclose(shuffled, a_t.T @ b, atol=1e-2)
+
+
+# ---------------------------------------------------------------- limits
+
+def raises(match, body, *inputs, params="x", **kw):
+    with pytest.raises(NkiReferenceError, match=match) as info:
+        run(module(body, params), "k", *inputs, **kw)
+    return info.value
+
+
+def test_partition_axis_129():
+    raises(r"nl.ndarray .*partition axis 129 > 128",
+           "t = nl.ndarray((129, 4), dtype=nl.float32, buffer=nl.sbuf)", params="")
+
+
+def test_moving_free_513():
+    raises(r"nisa.nc_matmul .*moving free size 513 > 512", """
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((128, 513), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m)
+    """, params="")
+
+
+def test_stationary_free_and_contraction_limits():
+    raises(r"stationary free size 129 > 128", """
+        s = nl.ndarray((64, 129), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m)
+    """, params="")
+    raises(r"contraction \(partition\) sizes differ", """
+        s = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)
+        m = nl.ndarray((32, 8), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=m)
+    """, params="")
+
+
+def test_matmul_operands_from_hbm_and_dst_dtype():
+    raises(r"stationary .* is in hbm; this instruction takes SBUF only", """
+        m = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=x, moving=m)
+    """, randn(8, 8))
+    raises(r"dst must be float32, got bfloat16", """
+        s = nl.ndarray((8, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
+        acc = nl.ndarray((8, 8), dtype=nl.bfloat16, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=s)
+    """, params="")
+
+
+def test_psum_tile_and_bank_overflow():
+    raises(r"PSUM tile \(128, 513\) float32: 2052 B .* > 2048 B",
+           "acc = nl.ndarray((128, 513), dtype=nl.float32, buffer=nl.psum)", params="")
+    raises(r"PSUM tile \(128, 2, 512\) needs 2 bank\(s\); 7 of 8 banks live", """
+        acc = nl.ndarray((128, 7, 512), dtype=nl.float32, buffer=nl.psum)
+        more = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.psum)
+    """, params="")
+
+
+def test_psum_banks_are_released_when_tiles_die():
+    run(module("""
+        out = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.sequential_range(20):
+            acc = nl.ndarray((128, 4, 512), dtype=nl.float32, buffer=nl.psum)
+        t = nl.ndarray((1, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    """, params=""), "k")
+
+
+def test_sbuf_capacity():
+    raises(r"SBUF tile \(128, 10000\) float32 needs 40000 B per partition; 160000 B live", """
+        a = nl.ndarray((128, 40000), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 10000), dtype=nl.float32, buffer=nl.sbuf)
+    """, params="")
+
+
+def test_engines_do_not_touch_hbm_and_dma_does_not_touch_psum():
+    raises(r"nisa.tensor_tensor .*data1 .* is in hbm", """
+        t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=t, data1=x, data2=t, op=nl.add)
+    """, randn(8, 8))
+    raises(r"nisa.dma_copy .*dst .* is in psum", """
+        acc = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.dma_copy(dst=acc, src=x)
+    """, randn(8, 8))
+
+
+def test_matmul_onto_psum_written_by_memset_is_refused():
+    raises(r"accumulates onto PSUM last written by a non-matmul", """
+        s = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=s, value=1.0)
+        acc = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=0.0)
+        nisa.nc_matmul(dst=acc, stationary=s, moving=s)
+    """, params="")
+
+
+def test_static_bounds_on_views():
+    raises(r"slice \[0:9\] out of bounds \[0, 8\]", "y = x[0:9, 0:8]", randn(8, 8))
+    raises(r"integer index on the partition axis", """
+        t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        u = t[3, 0:8]
+    """, params="")
+
+
+def test_uninitialized_reads_show_as_nan_or_raise():
+    body = """
+        out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t[0:4], src=x[0:4])
+        nisa.dma_copy(dst=out, src=t)
+        return out
+    """
+    out = run(module(body), "k", randn(8, 8))
+    assert np.isnan(out[4:]).all() and not np.isnan(out[:4]).any()
+    raises(r"nisa.dma_copy .*src .* reads 32 element\(s\) never written", body, randn(8, 8),
+           strict_reads=True)
+
+
+def test_outputs_must_be_written_and_in_shared_hbm():
+    raises(r"output 0 \(8, 8\): 32 element\(s\) never written", """
+        out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out[0:4], src=x[0:4])
+        return out
+    """, randn(8, 8))
+    raises(r"output 0 must be an nl.shared_hbm tensor, got sbuf", """
+        t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        return t
+    """, params="")
+
+
+def test_error_names_the_kernel_line():
+    err = raises(r"kernel line", """
+        s = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+        acc = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_scalar(dst=acc, data=s, op0=nl.exp, operand0=1.0)
+    """, params="")
+    assert err.line == BODY_LINE + 2 and err.call == "nisa.tensor_scalar"
+    assert "op0=nl.exp is not one of the supported alu/cmp operators" in str(err)
+
+
+def test_fake_nki_modules_do_not_leak():
+    import sys
+    before = {n: sys.modules.get(n) for n in ("nki", "nki.language", "nki.isa")}
+    run(SOFTMAX, "softmax", randn(4, 4))
+    assert {n: sys.modules.get(n) for n in before} == before
+
+
+# ---------------------------------------------------------------- the NKI simulator
+
+CASES = [
+    (gemm(), "gemm", lambda: (randn(300, 200), randn(300, 600)), lambda a, b: a.T @ b),
+    (SOFTMAX, "softmax", lambda: (randn(200, 300),),
+     lambda x: np.exp(x - x.max(1, keepdims=True))
+     / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
+    (RMSNORM, "rmsnorm", lambda: (randn(130, 96), randn(96)),
+     lambda x, w: x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6) * w),
+]
+
+
+@pytest.mark.parametrize("source,name,inputs,want", CASES, ids=[c[1] for c in CASES])
+def test_same_modules_on_the_nki_simulator(source, name, inputs, want, tmp_path):
+    """On a Neuron machine: the modules the reference runs give numpy's answers on
+    nki.simulate too, so the reference and NKI agree on their meaning."""
+    nki = pytest.importorskip("nki")
+    import importlib.util
+    path = tmp_path / f"{name}.py"            # nki.jit reads the kernel's source file
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"nki_sim_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = inputs()
+    out = nki.simulate(getattr(mod, name))(*args)
+    np.testing.assert_allclose(np.asarray(out), want(*args), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(run(source, name, *args), want(*args), rtol=1e-3, atol=1e-3)

@@ -132,19 +132,19 @@ def isa_module(state) -> types.ModuleType:
                 call, f"src {src.shape} and dst {dst.shape} differ in element count")
         values = src.read(call, "src")
         # The DMA casts through fp32 when the dtypes differ.
-        dst.write(values.astype(np.float32) if src.dtype is not dst.dtype else values)
+        dst.write(call, values.astype(np.float32) if src.dtype is not dst.dtype else values)
 
     def tensor_copy(dst, src, engine="unknown", name=None):
         call = "nisa.tensor_copy"
         _tile(call, "dst", dst)
         _tile(call, "src", src)
         _same_pf(call, "dst", dst, "src", src)
-        dst.write(src.read(call, "src"))
+        dst.write(call, src.read(call, "src"))
 
     def memset(dst, value, engine="unknown", name=None):
         call = "nisa.memset"
         _tile(call, "dst", dst)
-        dst.write(np.full(dst.shape, value))
+        dst.write(call, np.full(dst.shape, value))
 
     def nc_matmul(dst, stationary, moving, is_stationary_onezero=False,
                   is_moving_onezero=False, is_transpose=False, accumulate=None,
@@ -183,7 +183,8 @@ def isa_module(state) -> types.ModuleType:
             add = (np.ones(dst.shape, dtype=bool) if accumulate
                    else state_now == PSUM_BY_MATMUL)
         old = dst.alloc.array[dst.key]
-        dst.write(np.where(add, old + product, product), by_matmul=True)
+        # Accumulation groups are the reduction the docs allow across affine iterations.
+        dst.write(call, np.where(add, old + product, product), by_matmul=True, reduction=True)
 
     def nc_transpose(dst, data, engine="unknown", name=None):
         call = "nisa.nc_transpose"
@@ -207,7 +208,7 @@ def isa_module(state) -> types.ModuleType:
         if dst.dtype is not data.dtype:
             raise NkiReferenceError(call, f"dst dtype {dst.dtype.name} != data dtype "
                                           f"{data.dtype.name}")
-        dst.write(_read2d(call, "data", data).T)
+        dst.write(call, _read2d(call, "data", data).T)
 
     def tensor_tensor(dst, data1, data2, op, engine="unknown", name=None):
         call = "nisa.tensor_tensor"
@@ -219,7 +220,13 @@ def isa_module(state) -> types.ModuleType:
             raise NkiReferenceError(call, "data1 and data2 cannot both be in PSUM")
         _same_pf(call, "data1", data1, "data2", data2)
         _same_pf(call, "dst", dst, "data1", data1)
-        dst.write(_alu(op, _read2d(call, "data1", data1), _read2d(call, "data2", data2)))
+        # dst = dst <op> data with an associative op is a reduction, which an affine loop
+        # may carry (the NKI docs' exception to "no loop-carried dependence").
+        reducing = op.name in ("add", "multiply", "maximum", "minimum")
+        same = [reducing and t.alloc is dst.alloc and t.key == dst.key for t in (data1, data2)]
+        a = data1.read(call, "data1", reduction=same[0]).reshape(_pf(data1))
+        b = data2.read(call, "data2", reduction=same[1]).reshape(_pf(data2))
+        dst.write(call, _alu(op, a, b), reduction=any(same))
 
     def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=None,
                       reverse1=False, engine="unknown", name=None):
@@ -236,7 +243,7 @@ def isa_module(state) -> types.ModuleType:
             op = _op(call, op_role, op, ("alu", "cmp"))
             value = _per_partition(call, operand_role, operand, p, need_fp32=True)
             result = _alu(op, value, result) if reverse else _alu(op, result, value)
-        dst.write(result)
+        dst.write(call, result)
 
     def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None,
                    reduce_cmd="idle", name=None):
@@ -250,7 +257,7 @@ def isa_module(state) -> types.ModuleType:
         if bias is not None:
             x = x + _per_partition(call, "bias", bias, p, need_fp32=False)
         out = np.asarray(op.fn(x), dtype=np.float32)
-        dst.write(out)
+        dst.write(call, out)
         if reduce_op is None and reduce_res is None:
             return
         if reduce_op is not OPS["add"]:
@@ -265,7 +272,7 @@ def isa_module(state) -> types.ModuleType:
             if _pf(reduce_res) != (p, 1):
                 raise NkiReferenceError(call, f"reduce_res {reduce_res.shape} must be "
                                               f"[{p}, 1]")
-            reduce_res.write(regs[:p].copy())
+            reduce_res.write(call, regs[:p].copy())
 
     def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
         call = "nisa.tensor_reduce"
@@ -286,7 +293,7 @@ def isa_module(state) -> types.ModuleType:
         if dst.shape[0] != data.shape[0] or prod(dst.shape[1:]) != prod(out.shape[1:]):
             raise NkiReferenceError(call, f"dst {dst.shape} does not hold the reduction "
                                           f"{out.shape} of data {data.shape}")
-        dst.write(out)
+        dst.write(call, out)
 
     def _affine(call: str, t: Tensor, pattern, offset, channel_multiplier) -> np.ndarray:
         if not isinstance(pattern, (list, tuple)) or not 1 <= len(pattern) <= 4:
@@ -307,7 +314,7 @@ def isa_module(state) -> types.ModuleType:
     def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
         call = "nisa.iota"
         _tile(call, "dst", dst, ("sbuf",))
-        dst.write(_affine(call, dst, pattern, offset, channel_multiplier))
+        dst.write(call, _affine(call, dst, pattern, offset, channel_multiplier))
 
     def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value,
                       cmp_op=OPS["equal"], offset=0, name=None):
@@ -321,7 +328,7 @@ def isa_module(state) -> types.ModuleType:
                                           f"got {on_false_value!r}")
         keep = cmp_op.fn(_affine(call, dst, pattern, offset, channel_multiplier), 0)
         on_true = _read2d(call, "on_true_tile", on_true_tile)
-        dst.write(np.where(keep, on_true, np.float32(on_false_value)))
+        dst.write(call, np.where(keep, on_true, np.float32(on_false_value)))
 
     for fn in (dma_copy, tensor_copy, memset, nc_matmul, nc_transpose, tensor_tensor,
                tensor_scalar, activation, tensor_reduce, iota, affine_select):

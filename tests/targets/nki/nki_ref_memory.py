@@ -7,6 +7,7 @@ slice per allocation axis). Views are what instructions read and write.
 """
 from __future__ import annotations
 
+import re
 import sys
 import weakref
 from dataclasses import dataclass
@@ -25,15 +26,15 @@ class NkiReferenceError(Exception):
     """A violated NKI rule: names the call, the emitted kernel's line and the limit."""
 
     def __init__(self, call: str, message: str):
-        self.call, self.line = call, _kernel_line()
+        self.call, self.line = call, kernel_line()
         where = f" (kernel line {self.line})" if self.line is not None else ""
         super().__init__(f"{call}{where}: {message}")
 
 
-def _kernel_line() -> int | None:
-    # The emitted module is compiled under a "<nki:NAME>" filename: its innermost frame on
-    # the stack is the line that made the call.
-    frame = sys._getframe(2)
+def kernel_line() -> int | None:
+    """The emitted module's line now executing: the module is compiled under a
+    "<nki:NAME>" filename, and its innermost frame on the stack made the call."""
+    frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_filename.startswith("<nki:"):
             return frame.f_lineno
@@ -116,14 +117,50 @@ BUFFERS = {b.name: b for b in (
 PSUM_FRESH, PSUM_BY_MATMUL, PSUM_BY_OTHER = 0, 1, 2
 
 
+class AffineLoop:
+    """One running ``nl.affine_range`` loop: the iteration now executing."""
+
+    def __init__(self, ident: int, line: int | None):
+        self.ident, self.line, self.current = ident, line, None
+
+
 class Allocation:
-    def __init__(self, shape, dtype: DType, buffer: Buffer, name: str, strict_reads: bool):
+    def __init__(self, shape, dtype: DType, buffer: Buffer, name: str, memory: "Memory"):
         self.shape, self.dtype, self.buffer, self.name = shape, dtype, buffer, name
         fill = np.nan if dtype.is_float else INT_FILL
         self.array = np.full(shape, fill, dtype=dtype.storage)
         self.written = np.zeros(shape, dtype=bool)
         self.psum_state = (np.zeros(shape, dtype=np.uint8) if buffer.kind == "psum" else None)
-        self.strict_reads = strict_reads
+        self.memory = memory
+        # Affine loops this tensor lives inside: each of their iterations has its own copy.
+        # For the loops around its uses but not around its allocation, which iteration
+        # last wrote each element (-1: before the loop), to find carried dependences.
+        self.inner_to = frozenset(loop.ident for loop in memory.loops)
+        self.writer: dict[int, np.ndarray] = {}
+
+    def carried(self, call: str, role: str, key: tuple, writing: bool) -> None:
+        """A read or write of ``key`` from an affine iteration other than the one that
+        wrote it is a loop-carried dependence the loop claimed not to have."""
+        for loop in self.memory.loops:
+            if loop.ident in self.inner_to:
+                continue
+            tags = self.writer.get(loop.ident)
+            if tags is None:
+                if not writing:
+                    continue
+                tags = self.writer[loop.ident] = np.full(self.shape, -1, dtype=np.int64)
+            seen = tags[key]
+            other = (seen != -1) & (seen != loop.current)
+            if other.any():
+                first = int(seen[other].flat[0])
+                raise NkiReferenceError(
+                    call, f"{role} {self.name}: iteration {loop.current} of the "
+                          f"nl.affine_range at kernel line {loop.line} "
+                          f"{'writes' if writing else 'reads'} elements written by its "
+                          f"iteration {first}: a loop-carried dependence (allocate "
+                          f"{self.name} inside the loop, or use nl.sequential_range)")
+            if writing:
+                tags[key] = loop.current
 
 
 class Tensor:
@@ -193,16 +230,23 @@ class Tensor:
     def written(self) -> np.ndarray:
         return self.alloc.written[self.key]
 
-    def read(self, call: str, role: str) -> np.ndarray:
-        """The view's values: floats as float32 (fp32 math), integers as stored."""
-        if self.alloc.strict_reads and not self.written().all():
+    def read(self, call: str, role: str, reduction: bool = False) -> np.ndarray:
+        """The view's values: floats as float32 (fp32 math), integers as stored.
+        ``reduction``: the read of an associative accumulation into this view (exempt from
+        the carried-dependence check, as the NKI docs exempt reductions)."""
+        if not reduction:
+            self.alloc.carried(call, role, self.key, writing=False)
+        if self.alloc.memory.strict_reads and not self.written().all():
             n = int(np.count_nonzero(~self.written()))
             raise NkiReferenceError(
                 call, f"{role} {self!r}: reads {n} element(s) never written")
         values = self.alloc.array[self.key]
         return values.astype(np.float32) if self.dtype.is_float else values.copy()
 
-    def write(self, values, by_matmul: bool = False) -> None:
+    def write(self, call: str, values, by_matmul: bool = False,
+              reduction: bool = False) -> None:
+        if not reduction:
+            self.alloc.carried(call, "dst", self.key, writing=True)
         self.alloc.array[self.key] = self.dtype.cast(np.reshape(values, self.shape))
         self.alloc.written[self.key] = True
         if self.alloc.psum_state is not None:
@@ -225,6 +269,8 @@ class Memory:
         self.psum_live = 0      # banks
         self.sbuf_peak = self.psum_peak = 0
         self.count = 0
+        self.loops: list[AffineLoop] = []      # the running affine loops, outermost first
+        self.source_lines: list[str] = []      # the emitted module, for tensor names
 
     def allocate(self, shape: tuple, dtype, buffer, name: str = "") -> Tensor:
         call = "nl.ndarray"
@@ -237,10 +283,16 @@ class Memory:
             raise NkiReferenceError(call, f"shape must be static positive ints, got {shape}")
         shape = tuple(int(d) for d in shape)
         self.count += 1
-        alloc = Allocation(shape, dtype, buffer, name or f"t{self.count}", self.strict_reads)
+        alloc = Allocation(shape, dtype, buffer, name or self._name_at(kernel_line()), self)
         if buffer.on_chip:
             self._reserve(call, alloc)
         return Tensor(alloc, tuple(slice(0, d) for d in shape))
+
+    def _name_at(self, line: int | None) -> str:
+        # Errors name a tensor as the kernel does: the variable its allocation binds.
+        text = self.source_lines[line - 1] if line and line <= len(self.source_lines) else ""
+        match = re.match(r"\s*(\w+)\s*=", text)
+        return match.group(1) if match else f"t{self.count}"
 
     def _reserve(self, call: str, alloc: Allocation) -> None:
         shape, itemsize = alloc.shape, alloc.dtype.itemsize
@@ -280,11 +332,19 @@ class Memory:
     def _release_psum(self, banks: int) -> None:
         self.psum_live -= banks
 
-    def from_numpy(self, x: np.ndarray, name: str) -> Tensor:
-        """A kernel input: an HBM tensor holding ``x``."""
-        kind = _FROM_NUMPY.get(x.dtype)
+    def from_host(self, x, name: str) -> Tensor:
+        """A kernel input: an HBM tensor holding ``x``, a numpy array or a CPU torch
+        tensor (a torch bfloat16 tensor stays bfloat16; float64 becomes float32)."""
+        kind = None
+        if hasattr(x, "detach"):
+            x = x.detach().cpu()
+            if str(x.dtype) == "torch.bfloat16":
+                kind, x = "bfloat16", x.float()
+            x = x.numpy()
+        x = np.asarray(x)
+        kind = kind or _FROM_NUMPY.get(x.dtype)
         if kind is None:
             raise NkiReferenceError("run", f"input {name}: unsupported dtype {x.dtype}")
         t = self.allocate(x.shape, DTYPES[kind], BUFFERS["hbm"], name)
-        t.write(x)
+        t.write("run", x)
         return t

@@ -42,10 +42,14 @@ Buffers and dtypes:
 - ``t.shape``, ``t.dtype``, ``t.buffer`` read like NKI tensors.
 
 Loops: ``for i in range(n)`` and ``nl.sequential_range(n)`` run in order;
-``nl.affine_range(start, stop, step)`` claims no loop-carried dependence (other than
-nc_matmul accumulation into PSUM), so the reference runs its iterations in a seeded,
-deterministic shuffled order that never starts with the first iteration (when there are 2
-or more): a false claim gives a wrong result. ``nl.static_range`` runs in order.
+``nl.affine_range(start, stop, step)`` claims no loop-carried dependence other than
+associative reductions (nc_matmul accumulating into PSUM; ``tensor_tensor`` with dst equal
+to one of its inputs and op add/multiply/maximum/minimum). The reference runs its
+iterations in a seeded, deterministic shuffled order that never starts with the first
+iteration (when there are 2 or more), so a false claim gives a wrong result; and an
+iteration that reads or writes elements of a tensor allocated outside the loop that another
+iteration wrote (other than by such a reduction) raises. A tile used by each iteration on
+its own is allocated inside the loop. ``nl.static_range`` runs in order.
 
 Instructions (keyword arguments as spelled here; ``dst`` first)::
 
@@ -106,9 +110,13 @@ What the reference enforces
   of unwritten data shows; :func:`run` raises if an output has elements never written, and
   ``strict_reads=True`` makes any read of a never-written element raise.
 - The placement and shape rules listed with each instruction above.
+- The affine_range shuffle and carried-dependence check above.
+
+Errors name tensors by the variable their ``nl.ndarray`` binds (inputs by parameter name).
 """
 from __future__ import annotations
 
+import inspect
 import random
 import sys
 import types
@@ -154,6 +162,18 @@ def _range_values(start, stop, step, name) -> list[int]:
     return list(range(int(start), int(stop), int(step)))
 
 
+def _affine_iterations(loops: list, loop, order: list[int]):
+    # The loop is "running" (its tensors' carried-dependence checks apply) while the
+    # kernel iterates it.
+    loops.append(loop)
+    try:
+        for i in order:
+            loop.current = i
+            yield i
+    finally:
+        loops.remove(loop)
+
+
 def _language_module(state: ReferenceRun) -> types.ModuleType:
     nl = types.ModuleType("nki.language")
     for name, dtype in mem.DTYPES.items():
@@ -167,7 +187,9 @@ def _language_module(state: ReferenceRun) -> types.ModuleType:
         return state.memory.allocate(tuple(shape), dtype, buffer, name)
 
     def affine_range(start, stop=None, step=1):
-        return iter(state.affine_order(_range_values(start, stop, step, "affine_range")))
+        order = state.affine_order(_range_values(start, stop, step, "affine_range"))
+        loop = mem.AffineLoop(len(state.affine_orders), mem.kernel_line())
+        return _affine_iterations(state.memory.loops, loop, order)
 
     def sequential_range(start, stop=None, step=1):
         return iter(_range_values(start, stop, step, "sequential_range"))
@@ -213,23 +235,29 @@ def _bound_modules(state: ReferenceRun):
                 sys.modules[n] = m
 
 
-def run(module_source: str, kernel_name: str, *inputs: np.ndarray, seed: int = 0,
+def run(module_source: str, kernel_name: str, *inputs, seed: int = 0,
         strict_reads: bool = False, state: ReferenceRun | None = None):
     """Exec ``module_source`` against the reference and call ``kernel_name(*inputs)``.
 
-    Inputs are numpy arrays (copied into HBM tensors of the matching NKI dtype; float64 is
-    taken as float32). Returns the kernel's output(s) as numpy arrays (bfloat16 as float32).
+    Inputs are numpy arrays or CPU torch tensors (copied into HBM tensors of the matching
+    NKI dtype; float64 is taken as float32). Returns the kernel's output(s) as numpy arrays
+    (bfloat16 values in float32).
     ``seed`` picks the affine_range orders; ``state`` lets a test inspect the run."""
     filename = f"<nki:{kernel_name}>"
     state = state or ReferenceRun(filename, seed, strict_reads)
     state.memory.filename = filename
+    state.memory.source_lines = module_source.splitlines()
     with _bound_modules(state):
         namespace: dict = {"__name__": f"nki_kernel_{kernel_name}"}
         exec(compile(module_source, filename, "exec"), namespace)
         kernel = namespace.get(kernel_name)
         if kernel is None or not getattr(kernel, "__nki_kernel__", False):
             raise NkiReferenceError("run", f"no @nki.jit function {kernel_name!r} in the module")
-        args = [state.memory.from_numpy(np.asarray(x), f"arg{i}") for i, x in enumerate(inputs)]
+        params = list(inspect.signature(kernel).parameters)
+        if len(params) != len(inputs):
+            raise NkiReferenceError("run", f"{kernel_name} takes {len(params)} inputs "
+                                           f"({', '.join(params)}), {len(inputs)} given")
+        args = [state.memory.from_host(x, p) for p, x in zip(params, inputs)]
         result = kernel(*args)
     outputs = result if isinstance(result, tuple) else (result,)
     arrays = []

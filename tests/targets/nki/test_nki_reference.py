@@ -87,6 +87,47 @@ def test_matmul_accumulate_flag_on_first_k_is_order_dependent():
     assert not np.allclose(shuffled, a_t.T @ b, atol=1e-2)
 
 
+HOISTED_SCRATCH = """
+    out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    for b in nl.LOOP(4):
+        nisa.dma_copy(dst=t, src=x[0:128, b * 64:(b + 1) * 64])
+        nisa.activation(dst=t, op=nl.exp, data=t)
+        nisa.dma_copy(dst=out[0:128, b * 64:(b + 1) * 64], src=t)
+    return out
+"""
+
+
+def test_a_tile_shared_by_affine_iterations_is_a_carried_dependence():
+    x = randn(128, 256)
+    ok = run(module(HOISTED_SCRATCH.replace("LOOP", "sequential_range")), "k", x)
+    np.testing.assert_allclose(ok, np.exp(x), rtol=1e-6)
+    with pytest.raises(NkiReferenceError, match=r"nisa.dma_copy \(kernel line 11\): dst t: "
+                       r"iteration \d of the nl.affine_range at kernel line 10 writes "
+                       r"elements written by its iteration \d: a loop-carried dependence"):
+        run(module(HOISTED_SCRATCH.replace("LOOP", "affine_range")), "k", x)
+
+
+def test_affine_iterations_writing_one_output_element_collide():
+    raises(r"nisa.dma_copy .*dst out: iteration . of the nl.affine_range .* writes elements", """
+        out = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):
+            t = nl.ndarray((8, 8), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=out, src=t)
+        return out
+    """, randn(8, 8))
+
+
+def test_torch_inputs_including_bfloat16():
+    torch = pytest.importorskip("torch")
+    a_t = torch.randn(130, 70, dtype=torch.bfloat16)
+    b = torch.randn(130, 90)
+    out = run(gemm("bfloat16"), "gemm", a_t, b)
+    want = (a_t.float().T @ b.bfloat16().float()).numpy()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------- limits
 
 def raises(match, body, *inputs, params="x", **kw):

@@ -164,6 +164,10 @@ def isa_module(state) -> types.ModuleType:
         if dst.shape != (m, n):
             raise NkiReferenceError(call, f"dst {dst.shape} must be [stationary free, moving "
                                           f"free] = ({m}, {n})")
+        if len(dst.banks()) > 1:
+            raise NkiReferenceError(call, f"dst {dst!r} spans PSUM banks "
+                                          f"{sorted(dst.banks())}: a matmul writes one 2 KiB "
+                                          f"bank")
         if dst.dtype.name != "float32":
             raise NkiReferenceError(call, f"dst must be float32, got {dst.dtype.name}")
         kinds = (stationary.dtype.name, moving.dtype.name)

@@ -227,6 +227,12 @@ class Tensor:
 
     # -- data access, used by instructions
 
+    def banks(self) -> set[int]:
+        """The PSUM banks this view touches (an allocation starts at a bank boundary)."""
+        offsets = np.arange(prod(self.alloc.shape[1:])).reshape(self.alloc.shape[1:])
+        touched = offsets[self.key[1:]] * self.dtype.itemsize // PSUM_BANK_BYTES
+        return {int(b) for b in np.unique(touched)}
+
     def written(self) -> np.ndarray:
         return self.alloc.written[self.key]
 
@@ -311,17 +317,15 @@ class Memory:
             self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
             weakref.finalize(alloc, self._release_sbuf, need)
             return
-        # PSUM: [P, F] is one bank; [P, B, F...] is B banks of F... elements.
-        banks = shape[1] if len(shape) >= 3 else 1
-        bank_bytes = prod(shape[2:] if len(shape) >= 3 else shape[1:]) * itemsize
-        if bank_bytes > PSUM_BANK_BYTES:
-            raise NkiReferenceError(
-                call, f"PSUM tile {shape} {alloc.dtype.name}: {bank_bytes} B per partition "
-                      f"per bank > {PSUM_BANK_BYTES} B (one bank holds 512 fp32)")
+        # PSUM is allocated by whole 2 KiB banks, 8 per partition; an instruction's PSUM
+        # access (a matmul's dst) must stay inside one bank (Tensor.banks).
+        free_bytes = prod(shape[1:]) * itemsize
+        banks = -(-free_bytes // PSUM_BANK_BYTES)
         if self.psum_live + banks > PSUM_BANKS:
             raise NkiReferenceError(
-                call, f"PSUM tile {shape} needs {banks} bank(s); {self.psum_live} of "
-                      f"{PSUM_BANKS} banks live (16 KiB per partition)")
+                call, f"PSUM tile {shape} {alloc.dtype.name} needs {banks} bank(s) "
+                      f"({free_bytes} B per partition); {self.psum_live} of {PSUM_BANKS} "
+                      f"banks live (2 KiB each, 16 KiB per partition)")
         self.psum_live += banks
         self.psum_peak = max(self.psum_peak, self.psum_live)
         weakref.finalize(alloc, self._release_psum, banks)

@@ -103,9 +103,10 @@ Every compute instruction (all but dma_copy) reads and writes SBUF/PSUM only.
 What the reference enforces
 ===========================
 - Partition axis <= 128 for every SBUF/PSUM tile (and every instruction operand).
-- SBUF: 192 KiB per partition across live tiles (24 MiB in all); PSUM: a tile's free size
-  <= 2 KiB per partition (one bank; a 3-D [P, B, F] tile is B banks of F elements), at most
-  8 banks (16 KiB per partition) live. A tile is live while the kernel references it.
+- SBUF: 192 KiB per partition across live tiles (24 MiB in all). PSUM: tiles take whole
+  2 KiB banks (a tile's free bytes per partition rounded up; [P, 512] fp32 is one bank,
+  [P, 2, 512] or [P, 1024] two), at most 8 banks (16 KiB per partition) live; a matmul's
+  dst lies inside one bank. A tile is live while the kernel references it.
 - Fresh SBUF/PSUM/shared_hbm tensors are filled with NaN (integers: -0x5EED5EED) so a read
   of unwritten data shows; :func:`run` raises if an output has elements never written, and
   ``strict_reads=True`` makes any read of a never-written element raise.

@@ -178,13 +178,34 @@ def test_matmul_operands_from_hbm_and_dst_dtype():
     """, params="")
 
 
-def test_psum_tile_and_bank_overflow():
-    raises(r"PSUM tile \(128, 513\) float32: 2052 B .* > 2048 B",
-           "acc = nl.ndarray((128, 513), dtype=nl.float32, buffer=nl.psum)", params="")
-    raises(r"PSUM tile \(128, 2, 512\) needs 2 bank\(s\); 7 of 8 banks live", """
+def test_psum_bank_overflow():
+    raises(r"PSUM tile \(128, 4097\) float32 needs 9 bank\(s\) \(16388 B per partition\); "
+           r"0 of 8", "acc = nl.ndarray((128, 4097), dtype=nl.float32, buffer=nl.psum)",
+           params="")
+    raises(r"PSUM tile \(128, 1024\) float32 needs 2 bank\(s\) .*; 7 of 8 banks live", """
         acc = nl.ndarray((128, 7, 512), dtype=nl.float32, buffer=nl.psum)
-        more = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.psum)
+        more = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
     """, params="")
+
+
+def test_matmul_dst_inside_one_bank():
+    body = """
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=s, value=1.0)
+        m = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=m, value=1.0)
+        acc = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc[0:128, START:START + 512], stationary=s, moving=m)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc[0:128, START:START + 512])
+        nisa.dma_copy(dst=out, src=res)
+        return out
+    """
+    out = run(module(body.replace("START", "512"), params=""), "k")   # bank 1
+    np.testing.assert_array_equal(out, np.full((128, 512), 128.0))
+    raises(r"dst <psum acc \(128, 512\) float32> spans PSUM banks \[0, 1\]",
+           body.replace("START", "256"), params="")
 
 
 def test_psum_banks_are_released_when_tiles_die():

@@ -23,14 +23,14 @@ import nki_ref_memory as mem
 ALLOWED_IMPORTS = {"nki": None, "nki.language": "nl", "nki.isa": "nisa", "math": None}
 NL_NAMES = (set(mem.DTYPES) | set(mem.BUFFERS) | set(isa.OPS)
             | {"ndarray", "affine_range", "sequential_range", "static_range", "ds",
-               "tile_size"})
+               "tile_size", "program_id", "num_programs"})
 NISA_NAMES = {"dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose",
               "tensor_tensor", "tensor_scalar", "activation", "tensor_reduce", "iota",
               "affine_select", "reduce_cmd", "engine"}
 BUILTINS = {"range", "min", "max", "len", "int", "float", "abs", "print", "tuple"}
 LOOP_ITERATORS = {"range", "nl.affine_range", "nl.sequential_range", "nl.static_range"}
 STATIC_ATTRIBUTES = {"shape", "dtype", "buffer", "ndim"}
-STATIC_CALLS = {"nl.ds"}                      # nl calls that give Python values
+STATIC_CALLS = {"nl.ds", "nl.program_id", "nl.num_programs"}   # nl calls giving ints
 
 # Statements and expressions outside the subset, with the reason given.
 REFUSED = {

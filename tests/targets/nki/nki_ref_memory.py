@@ -118,10 +118,13 @@ PSUM_FRESH, PSUM_BY_MATMUL, PSUM_BY_OTHER = 0, 1, 2
 
 
 class AffineLoop:
-    """One running ``nl.affine_range`` loop: the iteration now executing."""
+    """Running iterations claimed independent: an ``nl.affine_range`` loop, or the programs
+    of the launch grid. ``current`` indexes ``labels`` (how errors name an iteration)."""
 
-    def __init__(self, ident: int, line: int | None):
-        self.ident, self.line, self.current = ident, line, None
+    def __init__(self, ident: int, what: str, labels: list[str], advice: str,
+                 is_grid: bool = False):
+        self.ident, self.what, self.labels, self.advice = ident, what, labels, advice
+        self.is_grid, self.current = is_grid, None
 
 
 class Allocation:
@@ -135,7 +138,10 @@ class Allocation:
         # Affine loops this tensor lives inside: each of their iterations has its own copy.
         # For the loops around its uses but not around its allocation, which iteration
         # last wrote each element (-1: before the loop), to find carried dependences.
-        self.inner_to = frozenset(loop.ident for loop in memory.loops)
+        # A shared_hbm tensor is one for all programs of the grid, the others per program.
+        shared = buffer.name == "shared_hbm"
+        self.inner_to = frozenset(loop.ident for loop in memory.loops
+                                  if not (shared and loop.is_grid))
         self.writer: dict[int, np.ndarray] = {}
 
     def carried(self, call: str, role: str, key: tuple, writing: bool) -> None:
@@ -152,13 +158,12 @@ class Allocation:
             seen = tags[key]
             other = (seen != -1) & (seen != loop.current)
             if other.any():
-                first = int(seen[other].flat[0])
+                first = loop.labels[int(seen[other].flat[0])]
                 raise NkiReferenceError(
-                    call, f"{role} {self.name}: iteration {loop.current} of the "
-                          f"nl.affine_range at kernel line {loop.line} "
+                    call, f"{role} {self.name}: {loop.labels[loop.current]} of {loop.what} "
                           f"{'writes' if writing else 'reads'} elements written by its "
-                          f"iteration {first}: a loop-carried dependence (allocate "
-                          f"{self.name} inside the loop, or use nl.sequential_range)")
+                          f"{first}: a loop-carried dependence "
+                          f"({loop.advice.format(name=self.name)})")
             if writing:
                 tags[key] = loop.current
 
@@ -277,6 +282,7 @@ class Memory:
         self.count = 0
         self.loops: list[AffineLoop] = []      # the running affine loops, outermost first
         self.source_lines: list[str] = []      # the emitted module, for tensor names
+        self.shared: dict[tuple, Tensor] = {}  # shared_hbm tensors of a grid, by site
 
     def allocate(self, shape: tuple, dtype, buffer, name: str = "") -> Tensor:
         call = "nl.ndarray"
@@ -288,11 +294,18 @@ class Memory:
         if not shape or not all(isinstance(d, (int, np.integer)) and d > 0 for d in shape):
             raise NkiReferenceError(call, f"shape must be static positive ints, got {shape}")
         shape = tuple(int(d) for d in shape)
+        grid = any(loop.is_grid for loop in self.loops)
+        site = (kernel_line(), shape, dtype.name)
+        if grid and buffer.name == "shared_hbm" and site in self.shared:
+            return self.shared[site]        # every program gets the same tensor
         self.count += 1
         alloc = Allocation(shape, dtype, buffer, name or self._name_at(kernel_line()), self)
         if buffer.on_chip:
             self._reserve(call, alloc)
-        return Tensor(alloc, tuple(slice(0, d) for d in shape))
+        tensor = Tensor(alloc, tuple(slice(0, d) for d in shape))
+        if grid and buffer.name == "shared_hbm":
+            self.shared[site] = tensor
+        return tensor
 
     def _name_at(self, line: int | None) -> str:
         # Errors name a tensor as the kernel does: the variable its allocation binds.

@@ -51,6 +51,11 @@ iteration that reads or writes elements of a tensor allocated outside the loop t
 iteration wrote (other than by such a reduction) raises. A tile used by each iteration on
 its own is allocated inside the loop. ``nl.static_range`` runs in order.
 
+Launch grid: ``nl.program_id(axis)`` / ``nl.num_programs(axis)`` are Python ints, the
+program's index and the grid's extent on ``axis`` (``run(..., grid=(n, ...))`` runs one
+program per point, in a shuffled order; without a grid, program 0 of 1). A shared_hbm
+tensor is one tensor for all programs: programs write disjoint parts of it.
+
 Instructions (keyword arguments as spelled here; ``dst`` first)::
 
     nisa.dma_copy(dst=, src=)
@@ -118,6 +123,7 @@ Errors name tensors by the variable their ``nl.ndarray`` binds (inputs by parame
 from __future__ import annotations
 
 import inspect
+import itertools
 import random
 import sys
 import types
@@ -140,6 +146,8 @@ class ReferenceRun:
         self.memory = mem.Memory(filename, strict_reads)
         self.rng = random.Random(seed)
         self.reduce_regs = np.zeros(128, dtype=np.float32)
+        self.grid: tuple[int, ...] = (1,)
+        self.program: tuple[int, ...] = (0,)
         self.affine_orders: list[list[int]] = []   # what each affine_range ran, for tests
 
     def affine_order(self, values: list[int]) -> list[int]:
@@ -163,14 +171,14 @@ def _range_values(start, stop, step, name) -> list[int]:
     return list(range(int(start), int(stop), int(step)))
 
 
-def _affine_iterations(loops: list, loop, order: list[int]):
+def _affine_iterations(loops: list, loop, order: list[int], values: list):
     # The loop is "running" (its tensors' carried-dependence checks apply) while the
     # kernel iterates it.
     loops.append(loop)
     try:
         for i in order:
             loop.current = i
-            yield i
+            yield values[i]
     finally:
         loops.remove(loop)
 
@@ -188,9 +196,13 @@ def _language_module(state: ReferenceRun) -> types.ModuleType:
         return state.memory.allocate(tuple(shape), dtype, buffer, name)
 
     def affine_range(start, stop=None, step=1):
-        order = state.affine_order(_range_values(start, stop, step, "affine_range"))
-        loop = mem.AffineLoop(len(state.affine_orders), mem.kernel_line())
-        return _affine_iterations(state.memory.loops, loop, order)
+        values = _range_values(start, stop, step, "affine_range")
+        loop = mem.AffineLoop(
+            len(state.affine_orders), f"the nl.affine_range at kernel line {mem.kernel_line()}",
+            [f"iteration {v}" for v in values],
+            "allocate {name} inside the loop, or use nl.sequential_range")
+        order = state.affine_order(list(range(len(values))))
+        return _affine_iterations(state.memory.loops, loop, order, values)
 
     def sequential_range(start, stop=None, step=1):
         return iter(_range_values(start, stop, step, "sequential_range"))
@@ -201,7 +213,19 @@ def _language_module(state: ReferenceRun) -> types.ModuleType:
     def ds(start, size):
         return slice(start, start + size)
 
-    nl.ndarray, nl.ds = ndarray, ds
+    def _grid_axis(name, axis):
+        if not isinstance(axis, int) or not 0 <= axis < len(state.grid):
+            raise NkiReferenceError(f"nl.{name}", f"axis {axis!r} of a {len(state.grid)}-D "
+                                                  f"launch grid {state.grid}")
+        return axis
+
+    def program_id(axis):
+        return state.program[_grid_axis("program_id", axis)]
+
+    def num_programs(axis):
+        return state.grid[_grid_axis("num_programs", axis)]
+
+    nl.ndarray, nl.ds, nl.program_id, nl.num_programs = ndarray, ds, program_id, num_programs
     nl.affine_range, nl.sequential_range, nl.static_range = (
         affine_range, sequential_range, static_range)
     nl.tile_size = types.SimpleNamespace(pmax=128, psum_fmax=512, gemm_stationary_fmax=128,
@@ -236,14 +260,37 @@ def _bound_modules(state: ReferenceRun):
                 sys.modules[n] = m
 
 
-def run(module_source: str, kernel_name: str, *inputs, seed: int = 0,
-        strict_reads: bool = False, state: ReferenceRun | None = None):
+def _launch(state: ReferenceRun, kernel, args: list, grid: tuple[int, ...]):
+    """The kernel's result, once per program of ``grid`` (the programs' results name the
+    same shared tensors)."""
+    if not grid:
+        return kernel(*args)
+    if not all(isinstance(n, int) and n > 0 for n in grid):
+        raise NkiReferenceError("run", f"grid {grid} must be positive ints")
+    points = list(itertools.product(*(range(n) for n in grid)))
+    loop = mem.AffineLoop(-1, "the launch grid", [f"program {p}" for p in points],
+                          "programs write disjoint parts of a shared tensor", is_grid=True)
+    state.grid = grid
+    result = None
+    for i in _affine_iterations(state.memory.loops, loop,
+                                state.affine_order(list(range(len(points)))), points):
+        state.program = i
+        result = kernel(*args)
+    return result
+
+
+def run(module_source: str, kernel_name: str, *inputs, grid: tuple[int, ...] = (),
+        seed: int = 0, strict_reads: bool = False, state: ReferenceRun | None = None):
     """Exec ``module_source`` against the reference and call ``kernel_name(*inputs)``.
 
     Inputs are numpy arrays or CPU torch tensors (copied into HBM tensors of the matching
     NKI dtype; float64 is taken as float32). Returns the kernel's output(s) as numpy arrays
     (bfloat16 values in float32).
-    ``seed`` picks the affine_range orders; ``state`` lets a test inspect the run."""
+    ``grid``: run the kernel once per program of this launch grid (``nl.program_id(axis)``,
+    ``nl.num_programs(axis)``), in a shuffled order like affine_range's; its shared_hbm
+    tensors are one per allocation site for all programs, and two programs touching the
+    same elements of one is an error. Without a grid there is one program, id 0 of 1.
+    ``seed`` picks the shuffled orders; ``state`` lets a test inspect the run."""
     filename = f"<nki:{kernel_name}>"
     state = state or ReferenceRun(filename, seed, strict_reads)
     state.memory.filename = filename
@@ -259,7 +306,7 @@ def run(module_source: str, kernel_name: str, *inputs, seed: int = 0,
             raise NkiReferenceError("run", f"{kernel_name} takes {len(params)} inputs "
                                            f"({', '.join(params)}), {len(inputs)} given")
         args = [state.memory.from_host(x, p) for p, x in zip(params, inputs)]
-        result = kernel(*args)
+        result = _launch(state, kernel, args, tuple(grid))
     outputs = result if isinstance(result, tuple) else (result,)
     arrays = []
     for i, out in enumerate(outputs):

@@ -97,3 +97,15 @@ def test_calls_outside_the_reference_subset():
 def test_syntax_error_is_one_problem():
     [problem] = lint("def k(:\n")
     assert problem.line == 1 and "syntax error" in problem.message
+
+
+def test_program_ids_are_static_indices():
+    src = module("""
+        out = nl.ndarray((256, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        r0 = nl.program_id(0) * 128
+        t = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[r0:r0 + 128, 0:8])
+        nisa.dma_copy(dst=out[nl.program_id(0) * 128:nl.program_id(0) * 128 + 128, 0:8], src=t)
+        return out
+    """)
+    assert lint(src) == []

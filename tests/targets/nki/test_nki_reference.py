@@ -128,6 +128,30 @@ def test_torch_inputs_including_bfloat16():
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
+GRID_ROWS = """
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=nl.float32, buffer=nl.shared_hbm)
+    rows = R // nl.num_programs(0)
+    r0 = nl.program_id(0) * ROWS
+    t = nl.ndarray((rows, C), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[r0:r0 + rows, 0:C])
+    nisa.activation(dst=t, op=nl.square, data=t)
+    nisa.dma_copy(dst=out[r0:r0 + rows, 0:C], src=t)
+    return out
+"""
+
+
+def test_grid_programs_share_their_outputs():
+    x = randn(384, 40)
+    out = run(module(GRID_ROWS.replace("ROWS", "rows")), "k", x, grid=(3,))
+    np.testing.assert_allclose(out, x * x, rtol=1e-6)
+    with pytest.raises(NkiReferenceError, match=r"dst out: program \(\d,\) of the launch grid "
+                       r"writes elements written by its program \(\d,\)"):
+        run(module(GRID_ROWS.replace("ROWS", "0")), "k", x, grid=(3,))
+    raises(r"nl.program_id .*axis 1 of a 1-D launch grid \(1,\)",
+           "i = nl.program_id(1)", params="")
+
+
 # ---------------------------------------------------------------- limits
 
 def raises(match, body, *inputs, params="x", **kw):

@@ -13,8 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from nki_ref_memory import (PARTITIONS, PSUM_BY_MATMUL, PSUM_BY_OTHER, PSUM_FRESH,
-                            NkiReferenceError, Tensor)
+from nki_ref_memory import PSUM_BY_MATMUL, PSUM_BY_OTHER, NkiReferenceError, Tensor
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,8 +65,6 @@ def _tile(call: str, role: str, t, places=("sbuf", "psum")) -> Tensor:
         raise NkiReferenceError(
             call, f"{role} {t!r} is in {t.buffer.name}; this instruction takes "
                   f"{' or '.join(p.upper() for p in places)} only")
-    if t.buffer.on_chip and t.shape[0] > PARTITIONS:   # a view cannot grow; kept for clarity
-        raise NkiReferenceError(call, f"{role} partition axis {t.shape[0]} > {PARTITIONS}")
     return t
 
 
@@ -94,17 +91,20 @@ def _read2d(call: str, role: str, t: Tensor) -> np.ndarray:
     return t.read(call, role).reshape(_pf(t))
 
 
-def _per_partition(call: str, role: str, value, partitions: int, need_fp32: bool):
-    """A scalar operand, or a [P, 1] vector tile broadcast along the free axis."""
+def _per_partition(call: str, role: str, value, partitions: int,
+                   dtypes=("float32",)):
+    """A scalar operand, or a [P, 1] vector tile (of one of ``dtypes``) broadcast along
+    the free axis."""
     if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
         return np.float32(value)
     t = _tile(call, role, value)
     if _pf(t) != (partitions, 1):
         raise NkiReferenceError(
             call, f"{role} {t.shape} must be a number or a [{partitions}, 1] tile")
-    if need_fp32 and t.dtype.name != "float32":
-        raise NkiReferenceError(call, f"{role} tile must be float32, got {t.dtype.name}")
-    return _read2d(call, role, t)
+    if t.dtype.name not in dtypes:
+        raise NkiReferenceError(call, f"{role} tile must be {'/'.join(dtypes)}, got "
+                                      f"{t.dtype.name}")
+    return _read2d(call, role, t).astype(np.float32)
 
 
 def _alu(op: Op, a, b):
@@ -177,7 +177,7 @@ def isa_module(state) -> types.ModuleType:
             raise NkiReferenceError(call, f"float32 pairs only with float32, got {kinds}")
         product = _read2d(call, "stationary", stationary).T @ _read2d(call, "moving", moving)
         state_now = dst.alloc.psum_state[dst.key]
-        if accumulate is False:
+        if accumulate is not None and not accumulate:
             add = np.zeros(dst.shape, dtype=bool)
         else:
             if (state_now == PSUM_BY_OTHER).any():
@@ -239,13 +239,13 @@ def isa_module(state) -> types.ModuleType:
         _tile(call, "data", data)
         _same_pf(call, "dst", dst, "data", data)
         p = data.shape[0]
-        result = _read2d(call, "data", data)
+        result = _read2d(call, "data", data).astype(np.float32)     # fp32 math, ints too
         steps = [(op0, operand0, reverse0, "op0", "operand0")]
         if op1 is not None or operand1 is not None:
             steps.append((op1, operand1, reverse1, "op1", "operand1"))
         for op, operand, reverse, op_role, operand_role in steps:
             op = _op(call, op_role, op, ("alu", "cmp"))
-            value = _per_partition(call, operand_role, operand, p, need_fp32=True)
+            value = _per_partition(call, operand_role, operand, p)
             result = _alu(op, value, result) if reverse else _alu(op, result, value)
         dst.write(call, result)
 
@@ -257,9 +257,10 @@ def isa_module(state) -> types.ModuleType:
         _tile(call, "data", data)
         _same_pf(call, "dst", dst, "data", data)
         p = data.shape[0]
-        x = _read2d(call, "data", data) * _per_partition(call, "scale", scale, p, True)
+        x = (_read2d(call, "data", data).astype(np.float32)
+             * _per_partition(call, "scale", scale, p))
         if bias is not None:
-            x = x + _per_partition(call, "bias", bias, p, need_fp32=False)
+            x = x + _per_partition(call, "bias", bias, p, ("float32", "float16", "bfloat16"))
         out = np.asarray(op.fn(x), dtype=np.float32)
         dst.write(call, out)
         if reduce_op is None and reduce_res is None:
@@ -340,4 +341,4 @@ def isa_module(state) -> types.ModuleType:
     return nisa
 
 
-__all__ = ["OPS", "Op", "isa_module", "PSUM_FRESH"]
+__all__ = ["OPS", "Op", "isa_module"]

@@ -153,3 +153,55 @@ def prefix_blocks(x):
 
 def prefix_blocks(loop: str) -> str:
     return PREFIX_BLOCKS.replace("nl.LOOP", f"nl.{loop}")
+
+# Causal attention forward, one 128-query block per head: S = q k^T / sqrt(d) on the
+# Tensor Engine (q, k transposed through PSUM so d is the contraction on partitions), the
+# causal mask by affine_select, the row softmax, then (P^T)^T v normalized by the row sums.
+ATTENTION = HEADER + '''\
+@nki.jit
+def attention(q, k, v):
+    H, S, D = q.shape
+    out = nl.ndarray((H, S, D), dtype=nl.float32, buffer=nl.shared_hbm)
+    for h in nl.affine_range(H):
+        q_sb = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.sbuf)
+        k_sb = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.sbuf)
+        v_sb = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=q_sb, src=q[h, 0:S, 0:D])
+        nisa.dma_copy(dst=k_sb, src=k[h, 0:S, 0:D])
+        nisa.dma_copy(dst=v_sb, src=v[h, 0:S, 0:D])
+        qt_ps = nl.ndarray((D, S), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=qt_ps, data=q_sb)
+        qt = nl.ndarray((D, S), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=qt, src=qt_ps)
+        kt_ps = nl.ndarray((D, S), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=kt_ps, data=k_sb)
+        kt = nl.ndarray((D, S), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=kt, src=kt_ps)
+        s_ps = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=s_ps, stationary=qt, moving=kt)
+        s = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=s, op=nl.copy, data=s_ps, scale=1.0 / D ** 0.5)
+        masked = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.affine_select(dst=masked, pattern=[[-1, S]], channel_multiplier=1,
+                           on_true_tile=s, on_false_value=-30000.0,
+                           cmp_op=nl.greater_equal)
+        row_max = nl.ndarray((S, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=row_max, op=nl.maximum, data=masked, axis=1, keepdims=True)
+        nisa.tensor_scalar(dst=row_max, data=row_max, op0=nl.multiply, operand0=-1.0)
+        p = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.sbuf)
+        row_sum = nl.ndarray((S, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=p, op=nl.exp, data=masked, bias=row_max, reduce_op=nl.add,
+                        reduce_res=row_sum, reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        pt_ps = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_transpose(dst=pt_ps, data=p)
+        pt = nl.ndarray((S, S), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=pt, src=pt_ps)
+        o_ps = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=o_ps, stationary=pt, moving=v_sb)
+        inv = nl.ndarray((S, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=inv, op=nl.reciprocal, data=row_sum)
+        o = nl.ndarray((S, D), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=o, data=o_ps, op0=nl.multiply, operand0=inv)
+        nisa.dma_copy(dst=out[h, 0:S, 0:D], src=o)
+    return out
+'''

@@ -1,12 +1,13 @@
 """The NKI lint (nki_lint.py) passes the hand-written modules of the contract and locates
 each construct outside the NKI subset by line."""
 import pytest
-from nki_kernels import BODY_LINE, CAUSAL_T, RMSNORM, SOFTMAX, gemm, module, prefix_blocks
+from nki_kernels import (ATTENTION, BODY_LINE, CAUSAL_T, RMSNORM, SOFTMAX, gemm, module,
+                         prefix_blocks)
 from nki_lint import lint
 
 
 @pytest.mark.parametrize("source", [gemm(), gemm("bfloat16", "k != 0", "sequential_range"),
-                                    SOFTMAX, RMSNORM, CAUSAL_T,
+                                    SOFTMAX, RMSNORM, CAUSAL_T, ATTENTION,
                                     prefix_blocks("sequential_range")])
 def test_contract_modules_are_clean(source):
     assert lint(source) == []

@@ -2,7 +2,7 @@
 answers, and refuses each documented limit with an error naming the call and the line."""
 import numpy as np
 import pytest
-from nki_kernels import (BODY_LINE, CAUSAL_T, RMSNORM, SOFTMAX, gemm, module,
+from nki_kernels import (ATTENTION, BODY_LINE, CAUSAL_T, RMSNORM, SOFTMAX, gemm, module,
                          prefix_blocks)
 from nki_reference import NkiReferenceError, ReferenceRun, run
 
@@ -44,6 +44,19 @@ def test_rmsnorm():
     out = run(RMSNORM, "rmsnorm", x, w)
     want = x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def attention_reference(q, k, v):
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    s = np.where(np.tri(q.shape[1], dtype=bool), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+def test_causal_attention_forward():
+    q, k, v = randn(2, 128, 64), randn(2, 128, 64), randn(2, 128, 64)
+    out = run(ATTENTION, "attention", q, k, v)
+    np.testing.assert_allclose(out, attention_reference(q, k, v), rtol=1e-4, atol=1e-5)
 
 
 def test_transpose_and_causal_select():
@@ -332,6 +345,8 @@ CASES = [
      / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)),
     (RMSNORM, "rmsnorm", lambda: (randn(130, 96), randn(96)),
      lambda x, w: x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6) * w),
+    (ATTENTION, "attention", lambda: (randn(2, 128, 64), randn(2, 128, 64), randn(2, 128, 64)),
+     lambda q, k, v: attention_reference(q, k, v)),
 ]
 
 

@@ -7,9 +7,12 @@ reference for the duration of the call. The reference is pinned to the current N
 in ``nl.shared_hbm``) and checks the limits the NKI documentation states, raising
 :class:`NkiReferenceError` that names the call, the kernel line and the limit.
 
-Sources (docs.aws Neuron, NKI API): nki.isa.nc_matmul, nc_transpose, dma_copy, tensor_copy,
-tensor_tensor, tensor_scalar, activation, tensor_reduce, iota, affine_select, memset;
-nki.language.ndarray; the NKI migration guides (0.2 -> 0.6); "NKI Loops".
+Sources: the NKI API pages of the Neuron docs (awsdocs-neuron.readthedocs-hosted.com,
+v2.30-v2.33: nki/api/generated/nki.isa.<name>.html for nc_matmul, nc_transpose, dma_copy,
+tensor_copy, tensor_tensor, tensor_scalar, activation, tensor_reduce, iota, affine_select,
+memset; nki.language.ndarray, affine_range, NkiTensor; nki/api/nki.errors.html), the
+migration guides (v2.32.0 nki/migration/index.html: NKI 0.6 is Neuron 2.32) and "NKI
+Loops" (nki/deep-dives/nki-loops.html). Read for their meaning only; the code is ours.
 
 The contract (what the emitter writes; additions later, no changes)
 =====================================================================
@@ -39,7 +42,9 @@ Buffers and dtypes:
   512]`` (loop variables are plain ints), ``nl.ds(start, size)`` is ``slice(start,
   start + size)``. Out-of-bounds, negative, or stepped slices raise. An integer index drops
   that axis, except axis 0 of an SBUF/PSUM tile (the partition axis must stay a slice).
-- ``t.shape``, ``t.dtype``, ``t.buffer`` read like NKI tensors.
+- ``t.shape``, ``t.dtype``, ``t.buffer`` read like NKI tensors; ``nl.tile_size.pmax``
+  (128), ``.psum_fmax`` (512), ``.gemm_stationary_fmax`` (128), ``.gemm_moving_fmax`` (512).
+- Instructions accept ``name=`` and ignore it; unknown keywords are a TypeError.
 
 Loops: ``for i in range(n)`` and ``nl.sequential_range(n)`` run in order;
 ``nl.affine_range(start, stop, step)`` claims no loop-carried dependence other than
@@ -76,22 +81,26 @@ Instructions (keyword arguments as spelled here; ``dst`` first)::
         tensor_copy, ...) raises: the docs call that undefined.
     nisa.nc_transpose(dst=, data=)
         dst[F, P] = data[P, F]; on the Tensor Engine (data SBUF, dst PSUM, P, F <= 128) or,
-        when dst is not in PSUM, the Vector Engine (P, F <= 32). dst dtype == data dtype.
+        when dst is not in PSUM, the Vector Engine (P, F <= 32); engine=nisa.engine.tensor
+        or .vector forces one. dst dtype == data dtype.
     nisa.tensor_tensor(dst=, data1=, data2=, op=)
         op in nl.add, subtract, multiply, divide, maximum, minimum, power, equal,
-        not_equal, greater, greater_equal, less, less_equal. Inputs not both in PSUM;
-        same partition count and elements per partition. fp32 math, cast to dst.dtype.
+        not_equal, greater, greater_equal, less, less_equal (1.0 / 0.0). Inputs not both in
+        PSUM (and neither in PSUM for power); same partition count and elements per
+        partition. fp32 math (integer tiles natively), cast to dst.dtype.
     nisa.tensor_scalar(dst=, data=, op0=, operand0=, reverse0=False, op1=None,
                        operand1=None, reverse1=False)
-        (data op0 operand0) op1 operand1; each operand a Python number or a float32
-        [P, 1] tile in SBUF/PSUM broadcast along the free axes; reverse swaps its sides.
+        (data op0 operand0) op1 operand1 in fp32; each operand a Python number or a
+        float32 [P, 1] tile in SBUF/PSUM broadcast along the free axes; reverse swaps its
+        sides.
     nisa.activation(dst=, op=, data=, bias=None, scale=1.0, reduce_op=None,
                     reduce_res=None, reduce_cmd=nisa.reduce_cmd.idle)
-        dst = op(data * scale + bias); scale a number or a float32 [P, 1] tile, bias a
-        number or a [P, 1] tile. op in nl.exp, log, copy, square, sqrt, rsqrt,
-        reciprocal, tanh, sigmoid, relu, silu, abs. With reduce_op=nl.add: reduce_cmd
-        reset/reduce/reset_reduce drive 128 per-partition fp32 registers (persisting
-        across calls in a run) and reduce_res [P, 1] receives them.
+        dst = op(data * scale + bias) in fp32; scale a number or a float32 [P, 1] tile,
+        bias a number or a float32/float16/bfloat16 [P, 1] tile. op in nl.exp, log, copy,
+        square, sqrt, rsqrt, reciprocal, tanh, sigmoid, relu, silu, abs. With
+        reduce_op=nl.add: reduce_cmd reset/reduce/reset_reduce drive 128 per-partition
+        fp32 registers (persisting across calls in a run) and reduce_res [P, 1] receives
+        them.
     nisa.tensor_reduce(dst=, op=, data=, axis=, negate=False, keepdims=False)
         op in nl.add, maximum, minimum, multiply over axis (an int or tuple) = the last
         free axes, never 0; dst holds the remaining elements per partition.

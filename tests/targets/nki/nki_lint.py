@@ -9,12 +9,15 @@ to plain statements: assignments, ``for`` over ``range`` / ``nl.affine_range`` /
 Tensors are indexed with static slices, and no Python control flow reads a tensor's data
 (only its ``.shape`` / ``.dtype``). What the compiler rejects at runtime (``while`` on
 registers, classes, closures, exceptions, generators, context managers) is refused here.
+Against the contract: ``nl.*`` / ``nisa.*`` names outside the reference's subset, ``nisa``
+calls with positional arguments, unknown keywords or a required one missing.
 
 ``lint(source) -> list[Problem]``: each problem has the line, the column and a message.
 """
 from __future__ import annotations
 
 import ast
+import inspect
 from dataclasses import dataclass
 
 import nki_ref_isa as isa
@@ -24,9 +27,10 @@ ALLOWED_IMPORTS = {"nki": None, "nki.language": "nl", "nki.isa": "nisa", "math":
 NL_NAMES = (set(mem.DTYPES) | set(mem.BUFFERS) | set(isa.OPS)
             | {"ndarray", "affine_range", "sequential_range", "static_range", "ds",
                "tile_size", "program_id", "num_programs"})
-NISA_NAMES = {"dma_copy", "tensor_copy", "memset", "nc_matmul", "nc_transpose",
-              "tensor_tensor", "tensor_scalar", "activation", "tensor_reduce", "iota",
-              "affine_select", "reduce_cmd", "engine"}
+# Each instruction's parameters, from the reference itself (so lint and reference agree).
+INSTRUCTIONS = {name: inspect.signature(fn)
+                for name, fn in vars(isa.isa_module(None)).items() if inspect.isfunction(fn)}
+NISA_NAMES = set(INSTRUCTIONS) | {"reduce_cmd", "engine"}
 BUILTINS = {"range", "min", "max", "len", "int", "float", "abs", "print", "tuple"}
 LOOP_ITERATORS = {"range", "nl.affine_range", "nl.sequential_range", "nl.static_range"}
 STATIC_ATTRIBUTES = {"shape", "dtype", "buffer", "ndim"}
@@ -195,6 +199,15 @@ class _Linter:
         if head == "nisa" and node.args:
             self.flag(node, f"{name}: pass every argument by keyword (dst=, ...), as the "
                             "contract spells it")
+        signature = INSTRUCTIONS.get(name[len("nisa."):]) if head == "nisa" else None
+        if signature is not None:
+            given = {k.arg for k in node.keywords}
+            for key in sorted(given - set(signature.parameters) - {None}):
+                self.flag(node, f"{name} has no argument {key!r}")
+            missing = [p for p, v in signature.parameters.items()
+                       if v.default is inspect.Parameter.empty and p not in given]
+            if missing and not node.args:
+                self.flag(node, f"{name} needs {', '.join(m + '=' for m in missing)}")
         if head in ("nl", "nisa", "math", "nki") or name in BUILTINS or name in self.helpers:
             return
         self.flag(node, f"call of {name!r}: only nl.*, nisa.*, math.*, module helpers and "

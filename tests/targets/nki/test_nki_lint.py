@@ -86,6 +86,7 @@ def test_calls_outside_the_reference_subset():
         nisa.dma_transpose(dst=t, src=x)
         import numpy
         numpy.zeros(3)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, oprand0=1.0)
     """)
     problems = lint(src)
     assert lines(problems, "pass every argument by keyword") == [BODY_LINE + 1]
@@ -93,6 +94,8 @@ def test_calls_outside_the_reference_subset():
     assert lines(problems, "nisa.dma_transpose is not in") == [BODY_LINE + 3]
     assert lines(problems, "imports belong at module level") == [BODY_LINE + 4]
     assert lines(problems, "call of 'numpy.zeros'") == [BODY_LINE + 5]
+    assert lines(problems, "has no argument 'oprand0'") == [BODY_LINE + 6]
+    assert lines(problems, "needs operand0=") == [BODY_LINE + 6]
 
 
 def test_syntax_error_is_one_problem():

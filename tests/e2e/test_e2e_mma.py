@@ -9,16 +9,18 @@ import torch
 from support.gpu import needs_nvrtc
 
 import tilejit as tj
+from tilejit.layout import S, SwizzleMode, TileLayout, smem_layout
 from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
 
 
 @tj.kernel
 def staged_gemm(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
-                L: tj.constexpr, TB: tj.constexpr = False):
-    """C = A @ B (B given transposed, [N, K], when TB), K in steps of BK."""
+                L: tj.constexpr, TB: tj.constexpr = False, LA: tj.constexpr = None):
+    """C = A @ B (B given transposed, [N, K], when TB), K in steps of BK; LA: the shared
+    layout of A's tile."""
     m0 = tj.cta_id(0) * BM
     n0 = tj.cta_id(1) * BN
-    a_tile = tj.alloc_shared((BM, BK), A.dtype)
+    a_tile = tj.alloc_shared((BM, BK), A.dtype, layout=LA)
     b_tile = tj.alloc_shared((BN, BK) if TB else (BK, BN), B.dtype)
     acc = tj.fragment((BM, BN), tj.float32, layout=L)
     tj.fill(acc, 0.0)
@@ -34,14 +36,14 @@ def staged_gemm(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
     tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
 
 
-def run(m, n, k, bm, bn, bk, dtype, warps=4, layout=None, tb=False, seed=0):
+def run(m, n, k, bm, bn, bk, dtype, warps=4, layout=None, tb=False, seed=0, a_layout=None):
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(k, n, generator=gen).to(dtype)
     c = torch.zeros(m, n)
     layout = layout or mma_accumulator_layout((bm, bn), warps)
     args = (a, b.T.contiguous() if tb else b, c)
-    options = dict(BM=bm, BN=bn, BK=bk, L=layout, TB=tb, num_warps=warps)
+    options = dict(BM=bm, BN=bn, BK=bk, L=layout, TB=tb, LA=a_layout, num_warps=warps)
     staged_gemm[(m // bm, n // bn)](*args, **options)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
     # this launch's specialization (compiled_kernels()[-1] is the last one compiled)
@@ -60,6 +62,7 @@ def test_mma_gemm_matches_torch(lowering, dtype, m, n, k, bm, bn, bk):
     if lowering == "per_thread":
         assert gemm.rule == "mma" and gemm.shape == (16, 8, 16)
         assert gemm.distribution.startswith("owned by the threads of C's layout")
+        assert gemm.note == "A by ldmatrix.x4; B by ldmatrix.x2.trans"   # B is [K, N]
     else:
         assert gemm.rule != "mma" and "mma" not in dict(gemm.rejected)   # never tried
 
@@ -68,6 +71,31 @@ def test_a_transposed_b_and_warps_sharing_columns(lowering):
     """Two warps on a 16-row tile split its atom columns; B is read as [N, K]."""
     gemm = run(16, 32, 32, 16, 32, 16, torch.float16, warps=2, tb=True)
     assert (gemm.rule == "mma") == (lowering == "per_thread")
+    if lowering == "per_thread":
+        assert gemm.note == "A by ldmatrix.x4; B by ldmatrix.x2"   # B's rows run along K
+
+
+def test_an_accumulator_whose_lane_iter_straddles_rows_and_columns(lowering):
+    """Two warps on a 32x8 tile: the accumulator layout's 32 lanes run over 8 rows and 4
+    column pairs as one iter, which the per-thread distribution splits by the dims (it
+    decoded the unsplit iter's digits and failed with an internal KeyError before)."""
+    layout = mma_accumulator_layout((32, 8), 2)
+    assert any(it.axis.name == "laneid" and it.extent == 32 for it in layout.shard)
+    gemm = run(64, 16, 32, 32, 8, 16, torch.float16, warps=2, layout=layout)
+    assert (gemm.rule == "mma") == (lowering == "per_thread")
+
+
+@pytest.mark.parametrize("a_layout, loads", [
+    (smem_layout((32, 32), "float16", SwizzleMode.B64), "A by ldmatrix.x4"),
+    (TileLayout(S[(32, 32):(36, 1)]), "A by elements (A's rows do not start 16-byte aligned)"),
+    (TileLayout(S[(32, 4, 8):(8, 256, 1)]), "A by ldmatrix.x4"),
+], ids=["swizzled", "padded-by-8-bytes", "row-chunks-apart"])
+def test_ldmatrix_takes_any_layout_that_keeps_16_byte_rows(lowering, a_layout, loads):
+    """The rows of an 8x8 matrix may lie anywhere, each 16 contiguous, aligned bytes; a tile
+    padded off that alignment is read element by element, with the same result."""
+    gemm = run(64, 32, 64, 32, 32, 32, torch.float16, a_layout=a_layout)
+    if lowering == "per_thread":
+        assert gemm.rule == "mma" and gemm.note.startswith(loads + ";")
 
 
 def declined(gemm) -> str:
@@ -107,6 +135,9 @@ def test_the_kernel_compiles_for_cuda_with_mma_sync(arch, fresh_cache):
     compiled = staged_gemm.compile(a, a, c, BM=64, BN=64, BK=32,
                                    L=mma_accumulator_layout((64, 64), 4), num_warps=4,
                                    target="cuda", arch=arch)
-    assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in line
-               for line in compiled.asm["ptx"].splitlines())
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in line for line in ptx)
+    for form in ("x4", "x2.trans"):   # the dispatch log's "A by ldmatrix.x4; B by ..."
+        assert any(line.startswith(f"ldmatrix.sync.aligned.m8n8.{form}.shared.b16")
+                   for line in ptx)
     assert compiled.metadata["spill_bytes"] == 0

@@ -19,6 +19,7 @@ import test_e2e_native as native
 import test_e2e_pipeline as pipeline
 import tilejit as tj
 from tilejit.ir import parse_kernel
+from tilejit.layout.fragments import mma_accumulator_layout
 from tilejit.knobs import knobs
 from tilejit.passes.pipeline import PIPELINE, run_pipeline
 from tilejit.targets.backend import get_backend
@@ -247,3 +248,35 @@ def test_atomics_never_race_with_each_other_but_do_with_plain_accesses():
         module.launch((1,), [x, out])
     assert f"updated (atomically) it at line {line_of(histogram, '# atomic')}" in str(info.value)
     assert f"wrote it at line {line_of(histogram, '# plain write')}" in str(info.value)
+
+
+@tj.kernel(simt=True)
+def staged_mma(A, B, C, L: tj.constexpr):
+    a_tile = tj.alloc_shared((32, 16), A.dtype)
+    b_tile = tj.alloc_shared((16, 8), B.dtype)
+    acc = tj.fragment((32, 8), tj.float32, layout=L)
+    tj.fill(acc, 0.0)
+    tj.copy(a_tile, A[0:32, 0:16])            # stage A
+    tj.copy(b_tile, B[0:16, 8:16])
+    tj.gemm(acc, a_tile, b_tile)              # mma
+    tj.copy(C[0:32, 0:8], acc)
+
+
+def test_ldmatrix_rows_are_read_by_the_lanes_that_name_them():
+    """The mma family's ldmatrix reads each matrix row as the lane that supplies its
+    address; without the barrier after staging A, lane 16 reads A[0, 8:16], which thread 0
+    wrote (the copy is cyclic over the CTA's 64 threads)."""
+    a, b, c = torch.randn(32, 16).half(), torch.randn(16, 16).half(), torch.zeros(32, 8)
+    layout = mma_accumulator_layout((32, 8), 2)
+    staged_mma[(1,)](a, b, c, L=layout, num_warps=2)
+    checked(staged_mma)
+    torch.testing.assert_close(c, a.float() @ b[:, 8:].float(), rtol=1e-4, atol=1e-4)
+    (gemm,) = [r for r in staged_mma.compile(a, b, c, L=layout, num_warps=2).dispatch_log
+               if r.primitive == "gemm"]
+    assert gemm.note.startswith("A by ldmatrix.x4")
+    module = without_sync_hazards(staged_mma, a, b, c, L=layout, num_warps=2)
+    with pytest.raises(tj.LaunchError, match=rf"data race on shared buffer 'a_tile' element "
+                       rf"\[0, 8\] in CTA 0: thread 0 wrote it at line "
+                       rf"{line_of(staged_mma, '# stage A')} and thread 16 read it at line "
+                       rf"{line_of(staged_mma, '# mma')} "):
+        module.launch((1,), [a, b, c])

@@ -76,6 +76,22 @@ def test_mma_m16n8k16_c_matches_ptx(dtype):
     assert len(seen) == 128
 
 
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_ldmatrix_matches_ptx(num, trans):
+    # PTX ISA "ldmatrix": thread 4*row + word holds word (two elements) of each matrix's
+    # row; .trans delivers the transposed matrix (threads hold columns).
+    lay = hw.ldmatrix_layout(num, trans)
+    for j in range(num):
+        for row in range(8):
+            for col in range(8):
+                r, c = (col, row) if trans else (row, col)
+                lane, element = 4 * r + c // 2, 2 * j + c % 2
+                assert at(lay, (j, row, col), (num, 8, 8), ("laneid", "m")) == (lane, element)
+    with pytest.raises(LayoutError, match="1, 2 or 4"):
+        hw.ldmatrix_layout(3)
+
+
 def test_mma_rejects_other_dtypes():
     with pytest.raises(LayoutError):
         hw.mma_m16n8k16_a_layout("float32")

@@ -4,7 +4,7 @@ CTAs run one after another; the threads of a CTA run in lockstep, SIMT style: ev
 SSA value is a numpy vector with one entry per thread and control flow runs under an
 active mask (a ``for`` whose bounds differ per thread iterates until every thread is done;
 an ``if`` runs both branches under complementary masks). That makes per-thread code,
-``warp_shuffle``, ``mma_sync`` and ``sync`` exact, and ``single {team}`` runs its region on
+``warp_shuffle``, ``mma_sync``, ``ldmatrix`` and ``sync`` exact, and ``single {team}`` runs its region on
 the first active thread of each team instance.
 
 Storage: global buffers are the numpy arrays passed in (indexed logically; every access is
@@ -299,6 +299,34 @@ class _CTA:
             d = (a @ b + c).reshape(-1)
             for i, result in enumerate(results):
                 result[lanes] = d[[regs[i] for regs in places[2]]]
+        return results
+
+    def op_ldmatrix(self, op, mask):
+        """Each warp's 8x8 matrices (PTX ISA "ldmatrix", restated apart from the layout
+        object): lane ``8j + r`` names row ``r`` of matrix ``j``, eight elements along the
+        last dim from its indices; lane ``4g + q`` gets elements ``2q`` and ``2q + 1`` of
+        row ``g`` of each matrix -- of column ``g``, rows ``2q`` and ``2q + 1``, with
+        ``.trans``."""
+        ref, *indices = self.args(op)
+        num, trans = op.attrs["num"], op.attrs["trans"]
+        lane = self.tid % LANES_PER_WARP
+        supplies = mask & (lane < 8 * num)
+        row = np.zeros((8, self.threads))
+        for e in range(8):
+            buf, flat = self._locate(op, ref, [*indices[:-1], indices[-1] + e], supplies)
+            (pos,) = buf.positions(flat)
+            row[e, supplies] = buf.data[pos[supplies]]
+        results = [self.full(0, t) for t in op.result_types]
+        for first in range(0, self.threads, LANES_PER_WARP):
+            if not mask[first:first + LANES_PER_WARP].all():
+                raise ExecError(f"ldmatrix at {op.loc} with inactive lanes in its warp")
+            matrices = row[:, first:first + 8 * num].T.reshape(num, 8, 8)   # [j, r, e]
+            for t in range(first, first + LANES_PER_WARP):
+                g, q = (t - first) // 4, (t - first) % 4
+                for i, result in enumerate(results):
+                    j, half = divmod(i, 2)
+                    result[t] = matrices[j, 2 * q + half, g] if trans \
+                        else matrices[j, g, 2 * q + half]
         return results
 
     def op_device_print(self, op, mask):

@@ -69,3 +69,54 @@ def test_below_sm_80_it_is_a_located_error():
             as info:
         print_cuda(mma_kernel("f16"), "sm_75")
     assert info.value.line == 4
+
+
+def ldmatrix_kernel(num: int, trans: bool):
+    """Each lane names row lane % 8 of a shared [32, 8] f16 tile and stores its values."""
+    count = 2 * num
+    names = ", ".join(f"%v{i}" for i in range(count))
+    flag = ", trans = true" if trans else ""
+    lines = ['kernel @rows(%y: buffer<global, f16, [?], strides=[1]>) '
+             '{num_warps = 1, distribution = "per_thread"} loc("/src/k.py":1:0) {',
+             "  %s = alloc {scope = shared, dtype = f16, shape = [32, 8], offset = 0} : "
+             "buffer<shared, f16, [32, 8]> loc(2:4)",
+             "  %lane = thread_index {kind = lane_id} : i32 loc(3:4)",
+             "  %eight = const {value = 8} : i32 loc(3:4)",
+             "  %row = binary(%lane, %eight) {op = mul} : i32 loc(3:4)",
+             f"  {names} = ldmatrix_at(%s, %row) {{num = {num}{flag}}} : "
+             f"{', '.join(['f16'] * count)} loc(4:4)",
+             f"  %n = const {{value = {count}}} : i32 loc(5:4)",
+             "  %first = binary(%lane, %n) {op = mul} : i32 loc(5:4)"]
+    for i in range(count):
+        lines += [f"  %i{i} = const {{value = {i}}} : i32 loc(5:4)",
+                  f"  %o{i} = binary(%first, %i{i}) {{op = add}} : i32 loc(5:4)",
+                  f"  store_at(%y, %v{i}, %o{i}) loc(5:4)"]
+    return verify(parse_kernel("\n".join(lines + ["}"])))
+
+
+@pytest.mark.parametrize("num, trans", [(4, False), (2, True), (1, False)])
+def test_ldmatrix_prints_as_one_inline_ptx_instruction(num, trans):
+    source, _ = print_cuda(ldmatrix_kernel(num, trans), "sm_90a")
+    (line,) = [line.strip() for line in source.splitlines() if "ldmatrix" in line]
+    registers = ", ".join(f"%{i}" for i in range(num))
+    form = f"x{num}" + (".trans" if trans else "")
+    assert line.startswith(f'asm volatile("ldmatrix.sync.aligned.m8n8.{form}.shared.b16 '
+                           f'{{{registers}}}, [%{num}];"')
+    assert line.endswith('"r"(tj_smem_addr(&s[row])) : "memory");')
+    # value 2j is register j's low half, 2j + 1 its high half
+    assert "tj_from_bits<__half>((unsigned short)((ldm >> 16) & 0xFFFFu))" in source
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_nvrtc_compiles_ldmatrix(arch):
+    source, _ = print_cuda(ldmatrix_kernel(4, True), arch)
+    ptx = [line.strip() for line in compile_cuda(source, arch).ptx.splitlines()]
+    assert any(line.startswith("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") for line in ptx)
+
+
+def test_ldmatrix_below_sm_75_is_a_located_error():
+    with pytest.raises(CompilationError, match="ldmatrix needs sm_75 or later; compiling for "
+                                               "sm_70") as info:
+        print_cuda(ldmatrix_kernel(4, False), "sm_70")
+    assert info.value.line == 4

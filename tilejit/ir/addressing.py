@@ -11,8 +11,9 @@ whose storage strides give the element offset; ``ComposeLayout`` adds
 its XOR swizzle to the result.
 
 The arithmetic is generic over :class:`Arith`: the address-lowering pass builds it as IR
-ops (``passes/addresses.py``), the CPU emitter as LLVM instructions; indices are
-non-negative, so division and remainder may be unsigned.
+ops (``passes/addresses.py``), the CPU emitter as LLVM instructions, dispatch rules as
+numpy arrays (:class:`ArrayArith`); indices are non-negative, so division and remainder
+may be unsigned.
 """
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from tilejit.errors import CompilationError, LayoutError
 from tilejit.layout import ComposeLayout
 
 from .storage import layout_reach, stored_reach, swizzle_period
 
-__all__ = ["Arith", "Addressing", "Iters", "Storage", "row_major_flat", "row_major_indices"]
+__all__ = ["Arith", "ArrayArith", "Addressing", "Iters", "Storage", "row_major_flat", "row_major_indices"]
 
 
 class Arith(Protocol):
@@ -42,6 +45,19 @@ class Arith(Protocol):
     def xor(self, a, b) -> Any: ...
     def shl(self, a, b) -> Any: ...
     def lshr(self, a, b) -> Any: ...
+
+
+class ArrayArith:
+    """:class:`Arith` on numpy integer arrays: the offsets of many elements at once, for
+    rules that check where a whole tile lies (offsets are non-negative, so unsigned
+    division is floor division)."""
+
+    const = staticmethod(int)
+    add, mul = staticmethod(np.add), staticmethod(np.multiply)
+    udiv, urem = staticmethod(np.floor_divide), staticmethod(np.remainder)
+    and_, or_, xor = staticmethod(np.bitwise_and), staticmethod(np.bitwise_or), \
+        staticmethod(np.bitwise_xor)
+    shl, lshr = staticmethod(np.left_shift), staticmethod(np.right_shift)
 
 
 Iters = tuple[tuple[int, int], ...]  # (extent, storage stride) outer -> inner

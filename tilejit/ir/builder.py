@@ -16,6 +16,7 @@ API (every method validates against the op catalogue and raises a located
     b.atomic(op, buf, value, indices)   b.atomic_cas(buf, compare, value, indices)
     b.warp_shuffle(mode, value, lane)   b.elect_sync()
     b.mma_sync(a, b, c, shape="m16n8k16") -> the lane's D values (a list)
+    b.ldmatrix(buf, indices, num, trans=False) -> the lane's 2 * num values (a list)
     b.alloc_barrier(count)        b.intrinsic(target, name, args, result_type=None)
 
     # ops without results return the Operation
@@ -160,6 +161,11 @@ class Builder:
                          {"shape": shape, "a_type": a[0].type, "b_type": b[0].type,
                           "c_type": c[0].type})
         return list(op.results)
+
+    def ldmatrix(self, buf: Value, indices: Sequence[Value], num: int,
+                 trans: bool = False) -> list[Value]:
+        """A warp's load of ``num`` 8x8 matrices; ``indices``: this lane's matrix row."""
+        return list(self.create("ldmatrix", (buf, *indices), {"num": num, "trans": trans}).results)
 
     def elect_sync(self) -> Value:
         return self._value("elect_sync")

@@ -5,6 +5,7 @@ import math
 import re
 
 from ..layout.fragments import MMA_SHAPES
+from ..layout.hw_nvidia import LDMATRIX_NUMS
 from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, Enum, Optional, Tuple
 from .opdef import OpGroup, register
 from .scope import LANES_PER_WARP
@@ -35,13 +36,18 @@ SHUFFLE_MODES = ("xor", "down", "up", "idx")
 ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a buffer
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
-VECTOR_ACCESS_OPS = ("load_vec", "store_vec")
+VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix")
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
+# ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
+# (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one
+# matrix row, a run of LDMATRIX_ROW elements (16 bytes).
+LDMATRIX_ROW = 8
 # the flat forms of both (load_at, load_vec_at ...)
 FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS + VECTOR_ACCESS_OPS}
 FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access -> operand
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
-READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at"}
+READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at", "ldmatrix",
+                                       "ldmatrix_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at"}
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
@@ -239,6 +245,33 @@ def _check_vector(op):
     return None
 
 
+def run_length(op) -> int:
+    """How many consecutive elements of the last dim a vector access's indices start."""
+    return LDMATRIX_ROW if op.name.startswith("ldmatrix") else op.attrs["count"]
+
+
+def _check_ldmatrix(op):
+    """A 16-bit shared buffer; the row's indices (one per dim), or a root buffer and one
+    offset (ldmatrix_at)."""
+    buf = op.operands[0]
+    if op.attrs["num"] not in LDMATRIX_NUMS:
+        return f"ldmatrix loads 1, 2 or 4 matrices, not {op.attrs['num']}"
+    if buf.type.scope is not MemScope.SHARED:
+        return f"ldmatrix reads shared memory, not {buf.type.scope}"
+    if buf.type.dtype.itemsize != 2:
+        return f"ldmatrix moves 16-bit elements, not {buf.type.dtype}"
+    if op.name == "ldmatrix_at":
+        return None if is_root_buffer(buf) else "ldmatrix_at needs a root buffer, not a view"
+    if len(op.operands) - 1 != buf.type.rank:
+        return (f"ldmatrix of a rank-{buf.type.rank} buffer needs {buf.type.rank} indices, "
+                f"got {len(op.operands) - 1}")
+    return None
+
+
+def _ldmatrix_results(types, attrs):
+    return (types[0].dtype,) * (2 * attrs["num"])
+
+
 def _vector_results(types, attrs):
     return (types[0].dtype,) * attrs["count"]
 
@@ -395,6 +428,17 @@ register("load_vec_at", MEMORY, "buf:buffer offset:int", {"count": Attr(INT)}, _
 register("store_vec_at", MEMORY, "buf:buffer offset:int *values:scalar", {"count": Attr(INT)},
          fixed(), check=_check_vector,
          doc=f"the flat store_vec: offset of the first element; {VECTOR_DOC}")
+
+LDMATRIX_DOC = ("a warp collective (every lane of the warp takes part): each lane names the "
+                "first element of one matrix row and gets 2 * num values, two of each matrix, "
+                "placed as layout/hw_nvidia.ldmatrix_layout(num, trans) says; alignment and "
+                "contiguity of the rows are the rule's that made it (rules/gemm_mma.py)")
+register("ldmatrix", MEMORY, "buf:memory *indices:int",
+         {"num": Attr(INT), "trans": Attr(BOOL, False)}, _ldmatrix_results,
+         check=_check_ldmatrix, doc=LDMATRIX_DOC)
+register("ldmatrix_at", MEMORY, "buf:buffer offset:int",
+         {"num": Attr(INT), "trans": Attr(BOOL, False)}, _ldmatrix_results,
+         check=_check_ldmatrix, doc=f"the flat ldmatrix: offset of the row; {LDMATRIX_DOC}")
 
 register("bounds_check", MEMORY, "*values:int",
          {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS)), "buffer": Attr(STR),

@@ -24,6 +24,7 @@ __all__ = [
     "dtype_bytes",
     "smem_atom_shape", "smem_layout", "tma_shared_layout",
     "mma_m16n8k16_a_layout", "mma_m16n8k16_b_layout", "mma_m16n8k16_c_layout",
+    "ldmatrix_layout",
     "wgmma_acc_layout", "wgmma_m64nNk16_d_layout",
     "wg_local_layout", "wg_rf_layout",
     "TMEM_LANES", "TMEM_COLS", "tmem_layout", "tmem_datapath_layout",
@@ -263,6 +264,28 @@ def mma_m16n8k16_c_layout(dtype="float32"):
     """
     _require(dtype, {"float32", "float16"}, "mma_m16n8k16_c_layout")
     return _layout([(2, 2, "m"), (8, 4, "laneid"), (4, 1, "laneid"), (2, 1, "m")])
+
+
+LDMATRIX_NUMS = (1, 2, 4)
+
+
+def ldmatrix_layout(num: int = 4, trans: bool = False):
+    """Where ``ldmatrix.sync.aligned.m8n8.x{num}{.trans}.b16`` puts the elements it loads:
+    shape ``(num, 8, 8)`` (matrix, stored row, stored column) -> ``laneid`` and ``m``, the
+    element index in the lane's results (the 32-bit register is ``m // 2``).
+
+    PTX ISA "ldmatrix": lane ``8*j + r`` supplies the address of row ``r`` of matrix ``j``
+    (eight consecutive 16-bit elements); the lane's register ``j`` holds two adjacent
+    elements. Without ``.trans`` lane ``4*r + c // 2`` gets row ``r``, columns ``c`` (low
+    half, ``c`` even) and ``c + 1``: ``(num,8,4,2):(2@m,4@laneid,1@laneid,1@m)``. With
+    ``.trans`` each matrix is delivered transposed: lane ``4*c + r // 2`` gets column
+    ``c``, rows ``r`` and ``r + 1``: ``(num,4,2,8):(2@m,1@laneid,1@m,4@laneid)``.
+    """
+    if num not in LDMATRIX_NUMS:
+        raise LayoutError(f"ldmatrix loads 1, 2 or 4 matrices, not {num!r}")
+    if trans:
+        return _layout([(num, 2, "m"), (4, 1, "laneid"), (2, 1, "m"), (8, 4, "laneid")])
+    return _layout([(num, 2, "m"), (8, 4, "laneid"), (4, 1, "laneid"), (2, 1, "m")])
 
 
 # ----------------------------------------------------------------------------- wgmma

@@ -41,7 +41,7 @@ from ..errors import CompilationError
 from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
-from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS
+from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
@@ -51,7 +51,7 @@ from .dispatch.registry import context_for
 from .effects import root_buffer
 from .ownership import colliding_elements, unflatten
 
-__all__ = ["IrArith", "lower_addresses", "place_fragments"]
+__all__ = ["IrArith", "buffer_addressing", "lower_addresses", "place_fragments"]
 
 
 def _per_thread(kernel: KernelIR) -> bool:
@@ -190,7 +190,7 @@ def _owner_name(value: Value) -> str | None:
     return getattr(value.owner, "name", None)
 
 
-def _addressing(buf: Value) -> Addressing | None:
+def buffer_addressing(buf: Value) -> Addressing | None:
     """The addressing of an on-chip buffer or view in storage every target lays out alike:
     shared memory (over all the axes its layout reaches: the CTA's threads share it), or
     private memory (without thread axes: a thread holds only its own elements of a layout
@@ -207,7 +207,7 @@ def _addressing(buf: Value) -> Addressing | None:
                 else Addressing.from_layout(t.layout, t.shape, thread_private=private))
     if name != "view":
         return None
-    parent = _addressing(buf.owner.operands[0])
+    parent = buffer_addressing(buf.owner.operands[0])
     if parent is None:
         return None
     if t.layout is not None:
@@ -253,7 +253,7 @@ def _offset(arith: IrArith, buf: Value, indices: list):
                                                                       dim=dim)
             offset = arith.add(offset, arith.mul(index, stride))
         return buf, offset
-    addressing = _addressing(buf)
+    addressing = buffer_addressing(buf)
     if addressing is not None:
         root = root_buffer(buf)
         offset = addressing.element_offset(arith, indices, t.shape)
@@ -282,7 +282,7 @@ def _access_parts(op: Operation) -> tuple[tuple, list[Value], int]:
     """(the values an access stores or compares, its indices, how many consecutive
     elements of the last dim it touches)."""
     if op.name in VECTOR_ACCESS_OPS:
-        count = op.attrs["count"]
+        count = run_length(op)
         stored = count if op.name == "store_vec" else 0
         return op.operands[1:1 + stored], list(op.operands[1 + stored:]), count
     first_index = FIRST_INDEX[op.name]

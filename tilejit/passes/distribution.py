@@ -191,6 +191,9 @@ class Owned(Distribution):
         except LayoutError as err:
             return Decline(f"{name}'s layout does not fit its shape: {err.message}")
         owned = cls(driver, call.scope, offsets=dict(used.offset))
+        # The iters as the dims split them (an iter straddling two dims is two here), so
+        # the digits decoded per axis are the ones the loops and thread terms weigh.
+        split = [it for group in groups for it in group]
         for axis in used.axes:
             if axis.kind is not AxisKind.THREAD:
                 continue
@@ -198,7 +201,7 @@ class Owned(Distribution):
                 return Decline(f"{name} is placed on thread axis {axis.name}, which the "
                                f"per-thread distribution does not decode")
             # An iter of extent 1 places nothing: it must not guard its axis.
-            iters = sorted((it for it in used.shard + used.replica
+            iters = sorted((it for it in split + list(used.replica)
                             if it.axis is axis and it.extent > 1), key=lambda it: it.stride)
             if not iters and not used.offset.get(axis.name, 0):
                 continue

@@ -3,8 +3,8 @@
 ``uniform_within(kernel)`` maps every value to the coarsest ``TeamKind`` inside which all
 threads see one value: a kernel argument or a constant is the same everywhere (CLUSTER),
 ``cta_id()`` within a CTA, ``warpgroup_id()`` within a warpgroup, ``warp_id()`` within a
-warp, and ``thread_id()``, ``lane_id()``, ``elect_sync()``, shuffles, ``mma_sync`` (each
-lane gets its own part of D), atomics, intrinsics and reads of thread-private memory
+warp, and ``thread_id()``, ``lane_id()``, ``elect_sync()``, shuffles, ``mma_sync`` and ``ldmatrix``
+(each lane gets its own part of the matrices), atomics, intrinsics and reads of thread-private memory
 (local, fragment) only within a thread. Other ops are as
 uniform as their least uniform operand (a load from shared or global memory at uniform
 indices reads one value). A value leaving control flow (an ``if``'s results, a loop's
@@ -28,7 +28,8 @@ THREAD_INDEX_UNIFORMITY = {
     "warp_id": TeamKind.WARP, "warp_id_in_wg": TeamKind.WARP,
     "lane_id": TeamKind.THREAD, "thread_id": TeamKind.THREAD,
 }
-_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "mma_sync", "intrinsic"}) \
+_PER_THREAD_OPS = frozenset({"elect_sync", "warp_shuffle", "mma_sync", "ldmatrix", "ldmatrix_at",
+                             "intrinsic"}) \
     | ATOMIC_ACCESSES
 _PRIVATE_SCOPES = (MemScope.LOCAL, MemScope.FRAGMENT)
 

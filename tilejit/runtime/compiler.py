@@ -8,7 +8,7 @@ process that finds a kernel on disk compiles nothing.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import Any
 
@@ -82,16 +82,12 @@ def _print_stage(dump: frozenset[str], stage: str, kernel: str, text: Any) -> No
 
 
 def _record_json(record: DispatchRecord) -> dict:
-    return {"primitive": record.primitive, "rule": record.rule, "shape": list(record.shape),
-            "scope": record.scope, "fallback": record.fallback,
-            "rejected": [list(pair) for pair in record.rejected], "line": record.line,
-            "distribution": record.distribution}
+    return asdict(record)   # tuples become lists
 
 
 def _record_from_json(data: dict) -> DispatchRecord:
-    return DispatchRecord(data["primitive"], data["rule"], tuple(data["shape"]), data["scope"],
-                          data["fallback"], tuple(tuple(p) for p in data["rejected"]),
-                          data["line"], data["distribution"])
+    return DispatchRecord(**{**data, "shape": tuple(data["shape"]),
+                             "rejected": tuple(tuple(p) for p in data["rejected"])})
 
 
 @dataclass

@@ -11,24 +11,37 @@ multiples of 16, 8, 16; and the team is a warp, warpgroup or CTA with every thre
 Lowering, the same code in every thread: the thread reads its registers of C (the
 fragments of the atoms its warp owns, four values per 16x8 atom); then for each k-step of
 16, for each of those atoms, it loads the A and B elements its lane holds in the PTX
-fragment layouts (``layout/hw_nvidia.py``) with plain loads at logical indices -- an
-A fragment once per atom row, a B fragment once per atom column -- and issues
-``mma_sync``; the D values are carried to the next step and stored back into C at the end.
-Which element a lane holds comes from the layout objects: each iter's digit is read back
-from the lane's (and warp's) coordinate, so no fragment table is written out here.
+fragment layouts (``layout/hw_nvidia.py``) -- an A fragment once per atom row, a B
+fragment once per atom column -- and issues ``mma_sync``; the D values are carried to the
+next step and stored back into C at the end. Which element a lane holds comes from the
+layout objects: each iter's digit is read back from the lane's (and warp's) coordinate, so
+no fragment table is written out here.
+
+A fragment loads with one ``ldmatrix`` (x4 for A, x2 for B; ``.trans`` where the operand
+is stored the other way round) when the ldmatrix layout delivers exactly that fragment
+from 8x8 matrices of the operand (checked by enumerating both layouts) and every 8-element
+row of the operand lies contiguous and 16-byte aligned in shared memory (checked on its
+storage offsets, which needs static region starts); else with plain loads at logical
+indices. The plan's details say which, and why not.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from ...ir.ops_native import MMA_INPUT_TYPES
+import numpy as np
+
+from ...ir.addressing import ArrayArith
+from ...ir.ops_native import LDMATRIX_ROW, MMA_INPUT_TYPES
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, TeamKind, f32
-from ...layout import TileLayout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout
+from ...layout import TileLayout, ldmatrix_layout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout
 from ...layout import mma_m16n8k16_c_layout
-from ...layout.fragments import MMA_SHAPES, mma_accumulator_layout, mma_atom_layout
+from ...layout.fragments import MMA_SHAPES, lane_registers, mma_accumulator_layout, mma_atom_layout
+from ...layout.hw_nvidia import LDMATRIX_NUMS
 from ...layout.transform import group_iters
-from ..dispatch.call import PrimitiveCall
+from ..addresses import buffer_addressing
+from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..loopgen import Emitter, Index
@@ -76,6 +89,120 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
+@dataclass(frozen=True)
+class MatrixLoad:
+    """One operand's fragment as one ldmatrix: ``num`` matrices, ``.trans`` or not, and each
+    matrix's first element in the fragment's stored coordinates (row, contiguous column)."""
+
+    num: int
+    trans: bool
+    origins: tuple[tuple[int, int], ...]
+
+    def describe(self) -> str:
+        return f"ldmatrix.x{self.num}" + (".trans" if self.trans else "")
+
+    def steps(self) -> list[tuple[int, int]]:
+        """How the origin moves per bit of the matrix number: lanes compute their row's
+        origin from these (origins that are not affine in the bits are not taken)."""
+        first = self.origins[0]
+        return [(self.origins[bit][0] - first[0], self.origins[bit][1] - first[1])
+                for bit in (1, 2) if bit < self.num]
+
+    def origin(self, j: int) -> tuple[int, int]:
+        row, col = self.origins[0]
+        for bit, (dr, dc) in enumerate(self.steps()):
+            if j >> bit & 1:
+                row, col = row + dr, col + dc
+        return row, col
+
+    def lane_row(self, em: Emitter, lane) -> tuple[Index, Index]:
+        """The stored (row, column) this lane's address names, relative to the fragment:
+        lane ``8 * j + r`` names row ``r`` of matrix ``j`` (lanes past ``8 * num`` repeat the
+        pattern, so every address is valid)."""
+        matrix = em.mod(em.floordiv(lane, LDMATRIX_ROW), self.num)
+        row, col = em.add(em.mod(lane, LDMATRIX_ROW), self.origins[0][0]), self.origins[0][1]
+        for bit, (dr, dc) in enumerate(self.steps()):
+            digit = em.mod(em.floordiv(matrix, 1 << bit), 2)
+            row, col = em.add(row, em.mul(digit, dr)), em.add(col, em.mul(digit, dc))
+        return row, col
+
+
+def _matrix_load(fragment: TileLayout, shape, stored_transposed: bool) -> MatrixLoad | None:
+    """The ldmatrix that delivers ``fragment`` (a warp fragment of ``shape``) to every lane,
+    when there is one: its layout and the fragment's must place every element alike, up to
+    where each 8x8 matrix starts."""
+    wanted = lane_registers(fragment, shape)
+    num = len(wanted[0]) // 2
+    if num not in LDMATRIX_NUMS:
+        return None
+
+    def stored(flat):
+        row, col = divmod(flat, shape[1])
+        return (col, row) if stored_transposed else (row, col)
+    for trans in (False, True):
+        delivered = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
+        origins = []
+        for j in range(num):   # where lane 0's first value of matrix j puts the matrix
+            _, row, col = np.unravel_index(delivered[0][2 * j], (num, LDMATRIX_ROW, LDMATRIX_ROW))
+            first = stored(wanted[0][2 * j])
+            origins.append((first[0] - int(row), first[1] - int(col)))
+        if all(stored(flat) == (origins[j][0] + row, origins[j][1] + col)
+               for got, want in zip(delivered, wanted) for place, flat in zip(got, want)
+               for j, row, col in [map(int, np.unravel_index(
+                   place, (num, LDMATRIX_ROW, LDMATRIX_ROW)))]):
+            load = MatrixLoad(num, trans, tuple(origins))
+            return load if all(load.origin(j) == origins[j] for j in range(num)) else None
+    return None
+
+
+def _rows_in_place(operand: Operand) -> str | None:
+    """Why the 8-element rows of ``operand`` (along its last dim) are not each contiguous
+    and 16-byte aligned in shared memory (None: they are)."""
+    value = operand.value
+    region = value.owner if operand.is_region else None
+    buf = region.operands[0] if region is not None else value
+    starts = [0] * len(operand.shape)
+    if region is not None:
+        static = [getattr(s.owner, "attrs", {}).get("value") for s in region.operands[1:]]
+        if None in static or not all(region.attrs["keep"]):
+            return f"{operand.name} is a region with run-time starts or dropped dims"
+        starts = static
+    root = buf
+    while getattr(root.owner, "name", None) == "view":
+        root = root.owner.operands[0]
+    if getattr(root.owner, "name", None) != "alloc" or root.owner.attrs.get("per_team"):
+        return f"{operand.name} is not a shared buffer of the CTA's own"
+    addressing = buffer_addressing(buf)
+    rows, cols = operand.shape
+    if addressing is None or cols % LDMATRIX_ROW:
+        return f"{operand.name}'s storage is not known here, or its rows are not 8-element runs"
+    grid = np.meshgrid(np.arange(rows) + starts[0], np.arange(cols) + starts[1], indexing="ij")
+    offsets = np.asarray(addressing.element_offset(ArrayArith, grid, buf.type.shape))
+    runs = offsets.reshape(rows, cols // LDMATRIX_ROW, LDMATRIX_ROW)
+    if not (runs - runs[..., :1] == np.arange(LDMATRIX_ROW)).all():
+        return f"{operand.name}'s layout does not keep 8 consecutive elements of a row together"
+    if (runs[..., 0] % LDMATRIX_ROW).any():
+        return f"{operand.name}'s rows do not start 16-byte aligned"
+    return None
+
+
+def _operand_loads(call: PrimitiveCall) -> dict[str, MatrixLoad | str]:
+    """Per operand (A, B): its ldmatrix, or why it loads element by element."""
+    ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
+    fragments = {"A": (mma_m16n8k16_a_layout(call["A"].dtype.name), (SHAPE[0], SHAPE[2]), ta),
+                 "B": (mma_m16n8k16_b_layout(call["B"].dtype.name), (SHAPE[2], SHAPE[1]), tb)}
+    loads = {}
+    for name, (fragment, shape, transposed) in fragments.items():
+        operand = call[name]
+        if operand.role is not MemScope.SHARED:
+            loads[name] = f"{name} is not in shared memory"
+            continue
+        load = _matrix_load(fragment, shape, transposed)
+        why = _rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
+        loads[name] = load if why is None else why
+    return loads
+
+
 def check(call: PrimitiveCall) -> Plan | Decline:
     if SHAPE not in call.context.tensor_core_shapes.get("mma", ()):
         return Decline(f"target {call.target!r} has no mma.sync {INST} (its capabilities "
@@ -104,7 +231,11 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     dist = choose(call, [c])
     if isinstance(dist, Decline):
         return dist
-    return Plan([SHAPE], {"distribution": dist, "warps": warps, "warp_axis": axis})
+    loads = _operand_loads(call)
+    note = "; ".join(f"{name} by {load.describe()}" if isinstance(load, MatrixLoad)
+                         else f"{name} by elements ({load})" for name, load in loads.items())
+    return Plan([SHAPE], {"distribution": dist, "warps": warps, "warp_axis": axis,
+                          "matrix_loads": loads, "note": note})
 
 
 def _logical_index(em: Emitter, layout: TileLayout, shape, location: dict) -> list[Index]:
@@ -149,6 +280,10 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     a_places = _fragment(em, mma_m16n8k16_a_layout(a.dtype.name), (rows, depth), lane)
     b_places = _fragment(em, mma_m16n8k16_b_layout(b.dtype.name), (depth, cols), lane)
     c_places = _fragment(em, mma_m16n8k16_c_layout(), (rows, cols), lane)
+    matrix_loads = {name: load for name, load in plan.details["matrix_loads"].items()
+                    if isinstance(load, MatrixLoad)}
+    with em.hoisted():
+        lane_rows = {name: load.lane_row(em, lane) for name, load in matrix_loads.items()}
 
     # The warp's atoms: their register part (constants: what atoms of one row or column
     # share) and their first row and column; then the loop-invariant indices of the
@@ -170,15 +305,26 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def element(operand, row, col, transposed):
         return em.load(operand, [col, row] if transposed else [row, col])
 
+    def matrices(name, operand, row, col, transposed):
+        """The fragment whose first element is (row, col), by one ldmatrix."""
+        load, (lane_row, lane_col) = matrix_loads[name], lane_rows[name]
+        first = [col, row] if transposed else [row, col]
+        index = [em.index(em.add(first[0], lane_row)), em.index(em.add(first[1], lane_col))]
+        return em.b.ldmatrix(em.storage(operand), index, load.num, load.trans)
+
     def step(kk, *accs):
         a_frags, b_frags, results = {}, {}, []
-        for j, ((row_key, col_key), _) in enumerate(owned):
+        for j, ((row_key, col_key), origin) in enumerate(owned):
             if row_key not in a_frags:
-                a_frags[row_key] = [element(a, row, em.add(kk, q), ta)
-                                    for row, (_, q) in zip(a_rows[row_key], a_places)]
+                a_frags[row_key] = (
+                    matrices("A", a, origin[0], kk, ta) if "A" in matrix_loads else
+                    [element(a, row, em.add(kk, q), ta)
+                     for row, (_, q) in zip(a_rows[row_key], a_places)])
             if col_key not in b_frags:
-                b_frags[col_key] = [element(b, em.add(kk, q), col, tb)
-                                    for col, (q, _) in zip(b_cols[col_key], b_places)]
+                b_frags[col_key] = (
+                    matrices("B", b, kk, origin[1], tb) if "B" in matrix_loads else
+                    [element(b, em.add(kk, q), col, tb)
+                     for col, (q, _) in zip(b_cols[col_key], b_places)])
             acc = accs[per_atom * j:per_atom * (j + 1)]
             results += em.b.mma_sync(a_frags[row_key], b_frags[col_key], acc, INST)
         return results

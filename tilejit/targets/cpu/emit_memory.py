@@ -23,7 +23,7 @@ from llvmlite import ir
 
 from tilejit.errors import CompilationError
 from tilejit.ir.addressing import Addressing, Storage, row_major_flat, row_major_indices
-from tilejit.ir.ops_native import FIRST_INDEX
+from tilejit.ir.ops_native import FIRST_INDEX, run_length
 from tilejit.ir.storage import held_per_thread, team_copies
 from tilejit.ir.types import MemScope, ScalarType, f16, u32
 from tilejit.passes.dispatch import PER_THREAD
@@ -176,10 +176,11 @@ def emit_store(em, op):
     return []
 
 
-def _run(em, op):
+def run(em, op):
     """(buffer, pointer to each element) of the run a ``load_vec_at``/``store_vec_at``
-    moves: consecutive elements from its offset."""
-    ref, offset, count = em[op.operands[0]], op.operands[1], op.attrs["count"]
+    moves (an ``ldmatrix_at``: its lane's matrix row): consecutive elements from its
+    offset."""
+    ref, offset, count = em[op.operands[0]], op.operands[1], run_length(op)
     b = em.b
     first = types.to_i64(b, em[offset], offset.type)
     ptrs = [ref.element_ptr_at(b, b.add(first, ir.Constant(I64, k))) for k in range(count)]
@@ -197,12 +198,12 @@ def _run(em, op):
 
 def emit_load_vec(em, op):
     """One load per element: LLVM combines adjacent ones where the target has vectors."""
-    ref, ptrs = _run(em, op)
+    ref, ptrs = run(em, op)
     return [types.load(em.b, ptr, ref.dtype, tag=_alias_tag(em, ref)) for ptr in ptrs]
 
 
 def emit_store_vec(em, op):
-    ref, ptrs = _run(em, op)
+    ref, ptrs = run(em, op)
     for value, ptr in zip(op.operands[2:], ptrs):
         types.store(em.b, em[value], ptr, ref.dtype, tag=_alias_tag(em, ref))
     return []

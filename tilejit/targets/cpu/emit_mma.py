@@ -8,6 +8,12 @@ warp has met, the area holds the whole 16x16 A, 16x8 B and 16x8 C, and each lane
 computes its four D values ``C[r, c] + sum_k A[r, k] * B[k, c]`` in f32, k in order.
 An f16 or bf16 product is exact in f32, so only the order of the additions can differ
 from a GPU's.
+
+``ldmatrix_at`` meets the same way: each lane that supplies a row (``8 * num`` of them)
+reads its eight elements itself -- bounds, 16-byte alignment and the race detector see the
+read as that lane's -- and writes them into the warp's area (matrix, row, column
+row-major); once the warp has met, each lane takes its ``2 * num`` values at the places
+``layout/hw_nvidia.ldmatrix_layout`` gives it.
 """
 from __future__ import annotations
 
@@ -16,11 +22,12 @@ from llvmlite import ir
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.ir.scope import LANES_PER_WARP
-from tilejit.layout import (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
+from tilejit.ir.ops_native import LDMATRIX_ROW
+from tilejit.layout import (ldmatrix_layout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
                             mma_m16n8k16_c_layout)
 from tilejit.layout.fragments import MMA_SHAPES, lane_registers
 
-from . import types
+from . import emit_memory, types
 from .emit_sync import warp_exchange
 from .types import F32, I32, I64, PTR
 
@@ -33,21 +40,37 @@ AREA_ELEMENTS = C_AT + M * N
 OPERANDS_PER_LANE = sum(MMA_FRAGMENT_SIZES["m16n8k16"])
 
 
+def _constant_table(mc, name: str, entries) -> ir.GlobalVariable:
+    table = mc.module.globals.get(name)
+    if table is None:
+        entries = list(entries)
+        table = ir.GlobalVariable(mc.module, ir.ArrayType(I32, len(entries)), name)
+        table.initializer = ir.Constant(table.value_type, entries)
+        table.linkage, table.global_constant = "internal", True
+    return table
+
+
 def _position_table(mc) -> ir.GlobalVariable:
     """``table[lane * 16 + j]``: where operand ``j`` of ``lane`` goes in the area."""
-    name = "tj.mma.m16n8k16.positions"
-    table = mc.module.globals.get(name)
-    if table is not None:
-        return table
     per_operand = [(lane_registers(mma_m16n8k16_a_layout(), (M, K)), A_AT),
                    (lane_registers(mma_m16n8k16_b_layout(), (K, N)), B_AT),
                    (lane_registers(mma_m16n8k16_c_layout(), (M, N)), C_AT)]
-    entries = [at + index for lane in range(LANES_PER_WARP) for registers, at in per_operand
-               for index in registers[lane]]
-    table = ir.GlobalVariable(mc.module, ir.ArrayType(I32, len(entries)), name)
-    table.initializer = ir.Constant(table.value_type, entries)
-    table.linkage, table.global_constant = "internal", True
-    return table
+    return _constant_table(mc, "tj.mma.m16n8k16.positions",
+                           (at + index for lane in range(LANES_PER_WARP)
+                            for registers, at in per_operand for index in registers[lane]))
+
+
+def _table_entry(em, table, index):
+    b = em.b
+    return b.load(b.gep(types.opaque(table), [b.zext(index, I64)], source_etype=I32), typ=I32)
+
+
+def _require_whole_warp(em, what: str) -> None:
+    active = em.state.active
+    if active is None or active.elected or tuple(active.lanes) != (0, LANES_PER_WARP):
+        where = "not known here" if active is None else active.describe()
+        raise CompilationError(f"{what} needs all {LANES_PER_WARP} lanes of its warp; the "
+                               f"active threads are {where}")
 
 
 def _dot_function(mc) -> ir.Function:
@@ -78,18 +101,14 @@ def _dot_function(mc) -> ir.Function:
 
 
 def emit_mma_sync(em, op):
-    units, b, active = em.mc.units, em.b, em.state.active   # thread units (units.py)
-    if active is None or active.elected or tuple(active.lanes) != (0, LANES_PER_WARP):
-        where = "not known here" if active is None else active.describe()
-        raise CompilationError(f"mma_sync needs all {LANES_PER_WARP} lanes of its warp; the "
-                               f"active threads are {where}")
+    _require_whole_warp(em, "mma_sync")
+    units, b = em.mc.units, em.b   # thread units (units.py)
     lane = units.thread_index(b, "lane_id", em.frame.unit)
-    table = types.opaque(_position_table(em.mc))
+    table = _position_table(em.mc)
     first = b.mul(lane, ir.Constant(I32, OPERANDS_PER_LANE))
 
     def position(j: int):
-        index = b.add(first, ir.Constant(I32, j))
-        return b.load(b.gep(table, [b.zext(index, I64)], source_etype=I32), typ=I32)
+        return _table_entry(em, table, b.add(first, ir.Constant(I32, j)))
 
     def deposit(area):
         for j, (value, value_type) in enumerate(zip(em.operands(op), op.operands)):
@@ -103,4 +122,33 @@ def emit_mma_sync(em, op):
             for i in range(len(op.results))]
 
 
-HANDLERS = {"mma_sync": emit_mma_sync}
+def emit_ldmatrix_at(em, op):
+    _require_whole_warp(em, "ldmatrix")
+    b, num, trans = em.b, op.attrs["num"], op.attrs["trans"]
+    dtype = op.operands[0].type.dtype
+    element = types.storage_type(dtype)
+    lane = em.mc.units.thread_index(b, "lane_id", em.frame.unit)
+
+    def slot(area, index):
+        return b.gep(area, [b.zext(index, I64)], source_etype=element)
+
+    def deposit(area):
+        supplies = b.icmp_unsigned("<", lane, ir.Constant(I32, LDMATRIX_ROW * num))
+        with b.if_then(supplies):
+            row = b.mul(lane, ir.Constant(I32, LDMATRIX_ROW))
+            _, ptrs = emit_memory.run(em, op)
+            for k, ptr in enumerate(ptrs):
+                types.store(b, types.load(b, ptr, dtype),
+                            slot(area, b.add(row, ir.Constant(I32, k))), dtype)
+
+    area = warp_exchange(em, op, "ldmatrix", LANES_PER_WARP * LDMATRIX_ROW * dtype.itemsize,
+                         deposit, "ldmatrix")
+    registers = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
+    table = _constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}.places",
+                            (place for per_lane in registers for place in per_lane))
+    first = b.mul(lane, ir.Constant(I32, 2 * num))
+    return [types.load(b, slot(area, _table_entry(em, table, b.add(first, ir.Constant(I32, i)))),
+                       dtype) for i in range(2 * num)]
+
+
+HANDLERS = {"mma_sync": emit_mma_sync, "ldmatrix_at": emit_ldmatrix_at}

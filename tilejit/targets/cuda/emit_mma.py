@@ -1,8 +1,10 @@
-"""The cuda printer's tensor-core ops: ``mma_sync`` as one inline-PTX ``mma.sync.aligned``.
+"""The cuda printer's tensor-core ops: ``mma_sync`` as one inline-PTX ``mma.sync.aligned``,
+``ldmatrix_at`` as one ``ldmatrix.sync.aligned.m8n8``.
 
 PTX takes 16-bit A and B fragments packed in pairs into 32-bit registers, the element of
 lower index in the lower half (PTX ISA "Matrix Fragments for mma.m16n8k16"); the f32 C
-and D values are one register each. The instruction exists from sm_80 on.
+and D values are one register each. ldmatrix delivers its 16-bit values packed the same
+way. mma.sync m16n8k16 exists from sm_80 on, ldmatrix from sm_75.
 """
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.passes.rules.gemm_mma import MIN_SM
 
 from .emit import CudaPrinter
+from .emit_scalar import storage_type
 
 __all__ = ["HANDLERS"]
 
+LDMATRIX_MIN_SM = 75
 
 
 def _packed(p: CudaPrinter, values) -> list[str]:
@@ -51,4 +55,26 @@ def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
     p.emit(f'asm volatile("{instruction} {operands};" : {outputs} : {inputs});')
 
 
-HANDLERS = {"mma_sync": print_mma_sync}
+def print_ldmatrix_at(p: CudaPrinter, op: Operation) -> None:
+    if p.sm < LDMATRIX_MIN_SM:
+        raise CompilationError(f"ldmatrix needs sm_{LDMATRIX_MIN_SM} or later; compiling for "
+                               f"{p.arch}")
+    num, buf, offset = op.attrs["num"], *op.operands
+    instruction = ("ldmatrix.sync.aligned.m8n8.x" + str(num)
+                   + (".trans" if op.attrs["trans"] else "") + ".shared.b16")
+    registers = [p.fresh("ldm") for _ in range(num)]
+    p.emit(f"unsigned {', '.join(registers)};")
+    outputs = ", ".join(f'"=r"({r})' for r in registers)
+    operands = "{" + ", ".join(f"%{i}" for i in range(num)) + f"}}, [%{num}]"
+    address = f"tj_smem_addr(&{p[buf]}[{p[offset]}])"
+    # volatile and "memory": a warp collective reading shared memory other threads wrote
+    # before a barrier; it must stay where the IR puts it.
+    p.emit(f'asm volatile("{instruction} {operands};" : {outputs} : "r"({address}) '
+           ': "memory");')
+    element = storage_type(buf.type.dtype)
+    for i, result in enumerate(op.results):
+        half = f"({registers[i // 2]} >> 16)" if i % 2 else registers[i // 2]
+        p.define(result, f"tj_from_bits<{element}>((unsigned short)({half} & 0xFFFFu))")
+
+
+HANDLERS = {"mma_sync": print_mma_sync, "ldmatrix_at": print_ldmatrix_at}

@@ -36,13 +36,15 @@ ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
 VECTOR_ACCESS_OPS = ("load_vec", "store_vec")
+ASYNC_ACCESS_OPS = ("cp_async",)   # ops_async: a chunk copied into shared memory, later
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
 # the flat forms of both (load_at, load_vec_at ...)
 FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS + VECTOR_ACCESS_OPS}
 FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access -> operand
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at"}
-WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at"}
+WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at",
+                                      "cp_async", "cp_async_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.
@@ -397,7 +399,8 @@ register("store_vec_at", MEMORY, "buf:buffer offset:int *values:scalar", {"count
          doc=f"the flat store_vec: offset of the first element; {VECTOR_DOC}")
 
 register("bounds_check", MEMORY, "*values:int",
-         {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS)), "buffer": Attr(STR),
+         {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS, *ASYNC_ACCESS_OPS)),
+          "buffer": Attr(STR),
           "scope": Attr(Enum(MemScope))}, fixed(), check=_check_bounds,
          doc="indices then extents, as many of each: the access fails (naming the buffer) "
              "unless every index lies in [0, extent); targets check where their options ask")

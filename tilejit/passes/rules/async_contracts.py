@@ -9,9 +9,10 @@ the violated constraints in words (empty: the call keeps the contract); the hard
 encoding limits (TMA boxes of at most 256 per dim, wgmma's M % 64, cp.async alignment) are
 the CUDA lowering's business, not the contract's.
 
-The synchronous stand-ins both targets share live here too: :func:`as_copy` (an async
-copy planned as the element copy) and :func:`gemm_plan` / :func:`lower_gemm` (an async
-gemm handed to the target's own ``gemm`` rules through the registry).
+The synchronous stand-ins both targets share live here too: :func:`element_copy` /
+:func:`lower_immediate` (an async copy run at once as the element copy, then its bytes
+completed on the barrier) and :func:`gemm_plan` / :func:`lower_gemm` (an async gemm
+handed to the target's own ``gemm`` rules through the registry).
 """
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ from ...ir.types import MemScope, bf16, f8e4m3, f8e5m2, f16, f32, i8, i32, u8
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, rules_for
 from ..loopgen import Emitter
+from . import elementwise
 
-__all__ = ["WGMMA_TYPES", "as_copy", "cp_async_reasons", "family_check", "gemm_plan",
-           "lower_gemm", "one_thread_reasons", "tcgen05_reasons", "tile_bytes", "tma_reasons",
-           "wgmma_reasons"]
+__all__ = ["WGMMA_TYPES", "as_copy", "cp_async_reasons", "element_copy", "family_check",
+           "gemm_plan", "lower_gemm", "lower_immediate", "one_thread_reasons", "tcgen05_reasons",
+           "tile_bytes", "tma_reasons", "wgmma_reasons"]
 
 GLOBAL, SHARED, FRAGMENT, TMEM = MemScope.GLOBAL, MemScope.SHARED, MemScope.FRAGMENT, MemScope.TMEM
 
@@ -52,6 +54,26 @@ def family_check(family_reasons, base_plan):
 def as_copy(call: PrimitiveCall) -> PrimitiveCall:
     """The call as the synchronous ``copy`` it stands for (the barrier dropped)."""
     return dataclasses.replace(call, primitive="copy", extras=())
+
+
+def element_copy(call: PrimitiveCall) -> Plan | Decline:
+    """The element loop's plan for the copy: its vector widths, else one element at a time."""
+    copy = as_copy(call)
+    vector = elementwise.check_vector(copy)
+    scalar = elementwise.check_scalar(copy)
+    if isinstance(scalar, Decline):
+        return scalar
+    if isinstance(vector, Plan):
+        return Plan(vector.shapes + scalar.shapes, {**scalar.details, **vector.details})
+    return scalar
+
+
+def lower_immediate(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    """The copy at once, then its bytes completed on the barrier."""
+    elementwise.lower(as_copy(call), plan, em)
+    if call.extras:
+        bar, index = call.extras
+        em.b.create("mbarrier_complete_tx", (bar, index, em.const(tile_bytes(call), i32)))
 
 
 def _role_reasons(call: PrimitiveCall, family: str, allowed) -> list[str]:

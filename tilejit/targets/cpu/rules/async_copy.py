@@ -61,42 +61,21 @@ are multiplied in full f32 here (tf32 on Hopper); fp8 and 16-bit floats are exac
 """
 from __future__ import annotations
 
-from tilejit.ir.types import i32
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
-from tilejit.passes.rules import copy_cp_async, elementwise
-from tilejit.passes.rules.async_contracts import (as_copy, cp_async_reasons, family_check,
-                                                  gemm_plan, lower_gemm, one_thread_reasons,
-                                                  tcgen05_reasons, tile_bytes, tma_reasons,
-                                                  wgmma_reasons)
+from tilejit.passes.rules import copy_cp_async
+from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
+                                                  gemm_plan, lower_gemm, lower_immediate,
+                                                  one_thread_reasons, tcgen05_reasons,
+                                                  tma_reasons, wgmma_reasons)
 
-__all__ = ["COPY_ASYNC_RULES", "GEMM_ASYNC_RULES", "element_copy", "lower_immediate"]
+__all__ = ["COPY_ASYNC_RULES", "GEMM_ASYNC_RULES"]
 
 CPU = ("cpu",)
 
 
 # ------------------------------------------------------------------------- copy_async
-def element_copy(call: PrimitiveCall) -> Plan | Decline:
-    """The element loop's plan for the copy: its vector widths, else one element at a time."""
-    copy = as_copy(call)
-    vector = elementwise.check_vector(copy)
-    scalar = elementwise.check_scalar(copy)
-    if isinstance(scalar, Decline):
-        return scalar
-    if isinstance(vector, Plan):
-        return Plan(vector.shapes + scalar.shapes, {**scalar.details, **vector.details})
-    return scalar
-
-
-def lower_immediate(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    """The copy at once, then its bytes completed on the barrier."""
-    elementwise.lower(as_copy(call), plan, em)
-    if call.extras:
-        bar, index = call.extras
-        em.b.create("mbarrier_complete_tx", (bar, index, em.const(tile_bytes(call), i32)))
-
-
 def _tma_reasons(call: PrimitiveCall) -> list[str]:
     return tma_reasons(call) + one_thread_reasons(call)
 

@@ -73,7 +73,7 @@ def lower_immediate(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     elementwise.lower(as_copy(call), plan, em)
     if call.extras:
         bar, index = call.extras
-        em.b.create("mbarrier_complete_tx", (bar, index, em.const(tile_bytes(call), i32)))
+        em.b.mbarrier_complete_tx(bar, index, em.const(tile_bytes(call), i32))
 
 
 def _role_reasons(call: PrimitiveCall, family: str, allowed) -> list[str]:

@@ -163,6 +163,6 @@ def lower_cp_async(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
                                             chunk)])
     if call.extras:
         bar, index = call.extras
-        b.create("cp_async_commit")
-        b.create("cp_async_wait", attrs={"pending": 0})
-        b.create("mbarrier_complete_tx", (bar, index, em.const(tile_bytes(call), i32)))
+        b.cp_async_commit()
+        b.cp_async_wait(0)
+        b.mbarrier_complete_tx(bar, index, em.const(tile_bytes(call), i32))

@@ -2,8 +2,9 @@
 (``tj.cp_async_commit()``, ``tj.cp_async_wait(n)``): a double-buffered GEMM and a plain
 staged copy against torch on ragged shapes. Per thread the copy is ``cp_async`` chunks
 (passes/rules/copy_cp_async.py: misaligned chunks and the tensor's ragged end included);
-team_once it is the immediate copy. The CPU lands each chunk when it is issued
-(targets/cpu/emit_async.py), so a missing wait is not observable here."""
+team_once it is the immediate copy. Per thread the CPU lands a chunk only when a wait
+retires its group (targets/cpu/emit_async.py), so a kernel that forgets to wait reads
+what shared memory held before, as on a GPU."""
 import pytest
 import torch
 from e2e_helpers import assert_guard_intact, guarded, make
@@ -52,13 +53,16 @@ def test_double_buffered_cp_async_gemm(name, m, n, k):
 
 
 @tj.kernel
-def staged(x, out, BM: tj.constexpr, BN: tj.constexpr):
+def staged(x, out, BM: tj.constexpr, BN: tj.constexpr, WAIT: tj.constexpr = True):
     tile = tj.alloc_shared((BM, BN), x.dtype)
+    tj.fill(tile, 0)
+    tj.sync()
     r = tj.cta_id(0) * BM
     c = tj.cta_id(1) * BN
     tj.copy_async(tile, x[r:r + BM, c:c + BN], dispatch="cp.async")
     tj.cp_async_commit()
-    tj.cp_async_wait(0)
+    if WAIT:
+        tj.cp_async_wait(0)
     tj.sync()
     tj.copy(out[r:r + BM, c:c + BN], tile)
 
@@ -73,6 +77,16 @@ def test_cp_async_ragged_tiles(name):
     staged[(tj.cdiv(45, 16), tj.cdiv(70, 32))](x, out, BM=16, BN=32)
     assert torch.equal(out, x)
     assert_guard_intact(whole, shape, name)
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_a_missing_wait_reads_the_tile_before_the_copy_lands():
+    x = torch.arange(1, 16 * 32 + 1, dtype=torch.float32).reshape(16, 32)
+    out = torch.full_like(x, -1.0)
+    staged[(1, 1)](x, out, BM=16, BN=32, WAIT=False, simt=True)
+    assert torch.equal(out, torch.zeros_like(x))     # the fill, not x
+    staged[(1, 1)](x, out, BM=16, BN=32, WAIT=True, simt=True)
+    assert torch.equal(out, x)
 
 
 @pytest.mark.team_once_only("compiles per thread itself (simt=True)")

@@ -120,3 +120,18 @@ def test_cp_async_wait_needs_a_compile_time_count():
     with pytest.raises(tj.CompilationError, match=r"needs a compile-time int >= 0") as info:
         bad_wait.compile(torch.zeros(8))
     assert info.value.line is not None and "cp_async_wait" in str(info.value)
+
+
+@pytest.mark.team_once_only("compiles per thread itself (simt=True)")
+def test_cp_async_says_why_each_chunk_size_fails():
+    @tj.kernel
+    def odd_rows(x):
+        tile = tj.alloc_shared((8, 7), x.dtype)
+        tj.copy_async(tile, x[0:8, 0:7], dispatch="cp.async")
+
+    x = torch.zeros(8, 7, dtype=torch.float16)
+    with pytest.raises(tj.DispatchError, match=r"(?s)16-byte chunks: dst's last dim of 7 is "
+                       r"not a multiple of 8.*4-byte chunks: dst's last dim of 7 is not a "
+                       r"multiple of 2") as info:
+        odd_rows.compile(x, simt=True)
+    assert info.value.line is not None

@@ -60,12 +60,14 @@ def _storage_reason(dst: Operand, width: int) -> str | None:
         layout = layout.tile_layout
     if layout is None:   # row-major: each stride but the last a multiple of shape[-1]
         bad = shape[-1] % width != 0
-    else:
+    else:   # the innermost iter holds whole chunks; every other step keeps them aligned
         canon = layout.canonicalize()
-        terms = [(it.extent, it.stride) for it in canon.shard if it.axis.name == "m"]
-        offset = canon.offset.get("m", 0)
-        bad = offset % width != 0 or any(
-            stride % width if stride != 1 else extent % width for extent, stride in terms)
+        if not canon.shard:   # a single element
+            return None if width == 1 else f"{dst.name} holds one element, not {width}"
+        *outer, inner = canon.shard
+        bad = any(it.axis.name != "m" for it in canon.shard) or inner.stride != 1 \
+            or inner.extent % width != 0 or canon.offset.get("m", 0) % width != 0 \
+            or any(it.stride % width for it in outer)
     if bad:
         return (f"{dst.name}'s layout does not store chunks of {width} elements contiguously "
                 f"at multiples of {width}")
@@ -76,25 +78,24 @@ def _storage_reason(dst: Operand, width: int) -> str | None:
     return None
 
 
-def _width(call: PrimitiveCall) -> tuple[int, tuple, str | None]:
+def _width(call: PrimitiveCall) -> tuple[int, tuple, list[str]]:
     """(the widest chunk, in elements, the src dims its alignment leaves to run-time
-    checks, why no chunk width works)."""
+    checks; or why no chunk size works, one reason per size)."""
     dst, src = call["dst"], call["src"]
-    why = None
+    why = []
     for nbytes in reversed(CP_ASYNC_BYTES):
         width = nbytes // dst.dtype.itemsize
-        if width < 1 or nbytes % dst.dtype.itemsize:
+        if nbytes % dst.dtype.itemsize:
             continue
-        if dst.shape[-1] % width:
-            why = f"dst's last dim of {dst.shape[-1]} is not a multiple of {width}"
-            continue
-        why = _storage_reason(dst, width)
-        if why:
-            continue
-        checked, why = alignment_checks(call, src, width) if width > 1 else ((), None)
-        if why is None:
-            return width, checked, None
-    return 0, (), why or f"a {dst.dtype} element is not 4, 8 or 16 bytes"
+        problem = f"dst's last dim of {dst.shape[-1]} is not a multiple of {width}" \
+            if dst.shape[-1] % width else _storage_reason(dst, width)
+        checked = ()
+        if problem is None and width > 1:
+            checked, problem = alignment_checks(call, src, width)
+        if problem is None:
+            return width, checked, []
+        why.append(f"{nbytes}-byte chunks: {problem}")
+    return 0, (), why or [f"a {dst.dtype} element is not 4, 8 or 16 bytes"]
 
 
 def check_cp_async(call: PrimitiveCall) -> Plan | Decline:
@@ -120,7 +121,7 @@ def check_cp_async(call: PrimitiveCall) -> Plan | Decline:
                        "over threads")
     width, checked, why = _width(call)
     if why:
-        return Decline(why)
+        return Decline(*why)
     return Plan([(width,)], {"distribution": dist, "checked_dims": checked})
 
 

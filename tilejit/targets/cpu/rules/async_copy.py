@@ -4,18 +4,20 @@ The CPU has no copy engine and no asynchronous tensor cores, so an asynchronous 
 *completes before the next statement*: this is a legal schedule of the CUDA semantics
 (an async copy may finish at any time before its barrier's phase completes; an async gemm
 at any time before the kernel waits for it), so a Hopper kernel runs here unchanged and
-computes the same values.
+computes the same values. The exception is ``cp.async`` per thread (SIMT mode), which runs
+the CUDA lowering: its chunks land when the thread's wait retires their group.
 
 ``copy_async(dst, src, barrier=None)``
     The copy is the generic element loop (``passes/rules/elementwise``: vector or scalar
     chunks through the loop generator, masked where ``src``/``dst`` run past the end of a
     global tensor -- loads beyond read 0, stores beyond are skipped), run once per team
     instance in the ``single`` region ``lower-tiles`` wraps around it. When a barrier is
-    given, the copy then reports its bytes with ``mbarrier_complete_tx(bar, index, bytes)``, where
-    ``bytes`` is the whole destination tile (``prod(dst.shape) * dst.dtype.itemsize``): like
+    given, the copy then reports its bytes with ``mbarrier_complete_tx(bar, index,
+    bytes)``, where ``bytes`` is the whole destination tile (``prod(dst.shape) * dst.dtype.itemsize``): like
     TMA, which counts the full box, zero-filled elements included. A producer therefore
     announces ``mbarrier_arrive_expect_tx(bar, tile bytes)`` whether or not the tile is
-    masked.
+    masked. Per thread, a copy with a barrier runs on one thread of its team (the barrier
+    expects the tile's bytes once).
 
 ``gemm_async(C, A, B, ...)``
     Exactly ``gemm``: the call is handed to the CPU's ``gemm`` rules through the registry
@@ -50,8 +52,8 @@ gemm_async         ``tcgen05``   the CPU gemm; legal where tcgen05.mma is: C in 
 =================  ============  ========================================================
 
 The CUDA families are checked against the *contract that makes them what they are*
-(``passes/rules/async_contracts``, which the CUDA target reads too)
--- direction, storage roles, no conversion, dtypes --, not against the hardware's encoding
+(direction, storage roles, no conversion, dtypes: ``passes/rules/async_contracts``, which
+the CUDA target reads too), not against the hardware's encoding
 limits (TMA boxes of at most 256 per dim and 16-byte inner boxes, wgmma's M % 64,
 K-major operands for tf32/fp8) -- those are the CUDA rules' business: a kernel legal on
 Hopper is legal here. Other CUDA-only names (``ldmatrix``, ``stmatrix`` for ``copy``,

@@ -13,8 +13,9 @@ the CUDA lowering: its chunks land when the thread's wait retires their group.
     global tensor -- loads beyond read 0, stores beyond are skipped), run once per team
     instance in the ``single`` region ``lower-tiles`` wraps around it. When a barrier is
     given, the copy then reports its bytes with ``mbarrier_complete_tx(bar, index,
-    bytes)``, where ``bytes`` is the whole destination tile (``prod(dst.shape) * dst.dtype.itemsize``): like
-    TMA, which counts the full box, zero-filled elements included. A producer therefore
+    bytes)``, where ``bytes`` is the whole destination tile (``prod(dst.shape) *
+    dst.dtype.itemsize``): like TMA, which counts the full box, zero-filled elements
+    included. A producer therefore
     announces ``mbarrier_arrive_expect_tx(bar, tile bytes)`` whether or not the tile is
     masked. Per thread, a copy with a barrier runs on one thread of its team (the barrier
     expects the tile's bytes once).

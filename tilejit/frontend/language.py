@@ -30,7 +30,8 @@ __all__ = [
     "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_barriers",
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
-    "mbarrier_wait", "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
+    "mbarrier_wait", "cp_async_commit", "cp_async_wait",
+    "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
     "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
     "zeros", "full", "trans", "permute", "broadcast_to", "expand_dims", "reshape", "gather",
     "scatter",
@@ -271,6 +272,22 @@ def mbarrier_arrive_expect_tx(barrier, nbytes, *, _sem):
 @builtin("mbarrier_wait")
 def mbarrier_wait(barrier, phase, *, _sem):
     return _sem.memory.mbarrier("wait", barrier, phase)
+
+
+@builtin("cp_async_commit")
+def cp_async_commit(*, _sem):
+    """Close this thread's group of cp.async copies issued since its last commit."""
+    return _sem.b.cp_async_commit()
+
+
+@builtin("cp_async_wait")
+def cp_async_wait(pending=0, *, _sem):
+    """Wait until at most ``pending`` (a compile-time int) of this thread's committed
+    cp.async groups are still in flight; the others' copies have landed."""
+    if isinstance(pending, builtins.bool) or not isinstance(pending, builtins.int) or pending < 0:
+        raise CompilationError("tj.cp_async_wait(pending) needs a compile-time int >= 0 (the "
+                               f"groups left in flight), got {pending!r}")
+    return _sem.b.cp_async_wait(pending)
 
 
 # -------------------------------------------------------------------- execution scope

@@ -189,6 +189,15 @@ class Builder:
     def mbarrier_wait(self, bar: Value, index: Value, phase: Value) -> Operation:
         return self.create("mbarrier_wait", (bar, index, phase))
 
+    def mbarrier_complete_tx(self, bar: Value, index: Value, nbytes: Value) -> Operation:
+        return self.create("mbarrier_complete_tx", (bar, index, nbytes))
+
+    def cp_async_commit(self) -> Operation:
+        return self.create("cp_async_commit")
+
+    def cp_async_wait(self, pending: int) -> Operation:
+        return self.create("cp_async_wait", attrs={"pending": pending})
+
     def intrinsic(self, target: str, name: str, args: Sequence[Value] = (),
                   result_type=None) -> Value | Operation:
         """A raw target intrinsic; returns its Value when it has a result, else the op."""

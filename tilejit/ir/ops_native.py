@@ -37,6 +37,7 @@ ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
 VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix")
+ASYNC_ACCESS_OPS = ("cp_async",)   # ops_async: a chunk copied into shared memory, later
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
 # ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
 # (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one
@@ -48,7 +49,8 @@ FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access ->
 ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at"})
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at", "ldmatrix",
                                        "ldmatrix_at"}
-WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at"}
+WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at",
+                                      "cp_async", "cp_async_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.
@@ -441,7 +443,8 @@ register("ldmatrix_at", MEMORY, "buf:buffer offset:int",
          check=_check_ldmatrix, doc=f"the flat ldmatrix: offset of the row; {LDMATRIX_DOC}")
 
 register("bounds_check", MEMORY, "*values:int",
-         {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS)), "buffer": Attr(STR),
+         {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS, *ASYNC_ACCESS_OPS)),
+          "buffer": Attr(STR),
           "scope": Attr(Enum(MemScope))}, fixed(), check=_check_bounds,
          doc="indices then extents, as many of each: the access fails (naming the buffer) "
              "unless every index lies in [0, extent); targets check where their options ask")

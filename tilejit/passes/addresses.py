@@ -289,14 +289,34 @@ def _access_parts(op: Operation) -> tuple[tuple, list[Value], int]:
     return op.operands[1:first_index], list(op.operands[first_index:]), 1
 
 
+def _flat_place(arith: IrArith, op: Operation, buf: Value, index_operands: list, count: int):
+    """(root buffer, offset) of the element of ``buf`` at ``index_operands``, after a
+    ``bounds_check`` of the first and ``count``-th elements of its run; None where the
+    buffer cannot be addressed flat."""
+    checked, indices = _under_regions(arith, buf, index_operands)
+    found = _offset(arith, checked, indices)
+    if found is None:
+        return None
+    extents = [extent if isinstance(extent, int) else arith.op("buffer_dim", (checked,), dim=d)
+               for d, extent in enumerate(checked.type.shape)]
+    # A run's first and last elements: the others lie between them.
+    ends = [indices] if count == 1 else [indices, [*indices[:-1],
+                                                   arith.add(indices[-1], count - 1)]]
+    arith.b.create("bounds_check", [arith.value(v) for end in ends for v in end]
+                   + [arith.value(v) for _ in ends for v in extents],
+                   {"access": op.name, "buffer": _describe(checked),
+                    "scope": checked.type.scope})
+    root, offset = found
+    return root, arith.value(offset)
+
+
 def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
     values, index_operands, count = _access_parts(op)
     b = ctx.builder
     memo = memos.setdefault(id(b.block), {})
     known = set(memo)
     arith = IrArith(b, _index_type(op.operands[0]), memo)
-    checked, indices = _under_regions(arith, op.operands[0], index_operands)
-    found = _offset(arith, checked, indices)
+    found = _flat_place(arith, op, op.operands[0], index_operands, count)
     if found is None:   # the rewriter drops what was built: so must the memo
         for key in set(memo) - known:
             del memo[key]
@@ -306,20 +326,30 @@ def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
                                    op.loc)
         return None
     root, offset = found
-    extents = [extent if isinstance(extent, int) else arith.op("buffer_dim", (checked,), dim=d)
-               for d, extent in enumerate(checked.type.shape)]
-    # A run's first and last elements: the others lie between them.
-    ends = [indices] if count == 1 else [indices, [*indices[:-1],
-                                                   arith.add(indices[-1], count - 1)]]
-    b.create("bounds_check", [arith.value(v) for end in ends for v in end]
-             + [arith.value(v) for _ in ends for v in extents],
-             {"access": op.name, "buffer": _describe(checked), "scope": checked.type.scope})
-    offset = arith.value(offset)
     operands = (root, offset, *values) if count > 1 else (root, *values, offset)
     new = b.create(FLAT_ACCESS[op.name], operands, dict(op.attrs))
     for old, result in zip(op.results, new.results):
         result.name_hint = old.name_hint
     return new
+
+
+def _lower_cp_async(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+    """``cp_async`` -> ``cp_async_at``: the chunk's dst run is checked whole, its source at
+    its first element (the rule issues a chunk only where that one lies inside the tensor,
+    and reads no further than the tensor's end)."""
+    dst, src, src_bytes, *indices = op.operands
+    b, rank = ctx.builder, dst.type.rank
+    memo = memos.setdefault(id(b.block), {})
+    count = op.attrs["bytes"] // dst.type.dtype.itemsize
+    places = [_flat_place(IrArith(b, _index_type(buf), memo), op, buf, index_operands, n)
+              for buf, index_operands, n in ((dst, indices[:rank], count),
+                                             (src, indices[rank:], 1))]
+    if None in places:
+        raise CompilationError("cp_async reached lower-addresses on a buffer it cannot address "
+                               "flat (the rule that made it checks its operands)", op.loc)
+    (dst_root, dst_offset), (src_root, src_offset) = places
+    return b.create("cp_async_at", (dst_root, dst_offset, src_root, src_offset, src_bytes),
+                    dict(op.attrs))
 
 
 def lower_addresses(kernel: KernelIR) -> KernelIR:
@@ -329,6 +359,8 @@ def lower_addresses(kernel: KernelIR) -> KernelIR:
 
     def lower(op, ctx):
         return _lower_access(op, ctx, memos)
+    def lower_cp_async(op, ctx):
+        return _lower_cp_async(op, ctx, memos)
     # One sweep: the flat accesses it makes are no candidates.
-    return Rewriter([(name, lower) for name in ACCESS_OPS + VECTOR_ACCESS_OPS],
-                    "lower-addresses").sweep(kernel)
+    return Rewriter([(name, lower) for name in ACCESS_OPS + VECTOR_ACCESS_OPS]
+                    + [("cp_async", lower_cp_async)], "lower-addresses").sweep(kernel)

@@ -16,7 +16,7 @@ def pipeline(use_tx: bool, consumer_iters: int = ITERS) -> KernelBuilder:
     (waits full[s], writes 2*ring[s] + 1, arrives on empty[s] with all 32 lanes).
 
     With ``use_tx`` the producer announces the chunk's bytes with expect_tx(arrive) and
-    the "async copy" reports them with the CPU's mbarrier_complete_tx intrinsic."""
+    the "async copy" reports them with mbarrier_complete_tx."""
     with KernelBuilder("pipeline", num_warps=2, x=vector(), out=vector()) as kb:
         x, out = kb.p["x"], kb.p["out"]
         ring = kb.alloc(SHARED, f32, (STAGES, CHUNK))
@@ -49,7 +49,7 @@ def pipeline(use_tx: bool, consumer_iters: int = ITERS) -> KernelBuilder:
                     kb.store(ring, kb.load(x, [g]), [s, j])
                 with kb.when(kb.elect_sync(), "elect"):  # the copy was issued once
                     if use_tx:
-                        kb.intrinsic("cpu", "mbarrier_complete_tx", [full, s, kb.c(CHUNK * 4)])
+                        kb.mbarrier_complete_tx(full, s, kb.c(CHUNK * 4))
                     else:
                         kb.mbarrier_arrive(full, s)
             kb.yield_()

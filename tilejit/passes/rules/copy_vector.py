@@ -35,7 +35,7 @@ from ..distribution import Owned
 from ..loopgen import Box, Emitter
 from .elementwise import compute, element_loop_legality, write
 
-__all__ = ["VEC_COPY", "VEC_POINTWISE"]
+__all__ = ["VEC_COPY", "VEC_POINTWISE", "alignment_checks", "run_aligned"]
 
 REGISTER_ROLES = (MemScope.FRAGMENT, MemScope.LOCAL)
 
@@ -82,7 +82,8 @@ def _run_count(call: PrimitiveCall, dist: Owned, tensor: Operand) -> tuple[int, 
     return count, None
 
 
-def _alignment(call: PrimitiveCall, tensor: Operand, count: int) -> tuple[tuple, str | None]:
+def alignment_checks(call: PrimitiveCall, tensor: Operand,
+                     count: int) -> tuple[tuple, str | None]:
     """(the tensor dims whose start or stride leaves a run's alignment to a run-time check,
     why no run can be aligned)."""
     value, buffer = tensor.value, tensor.buffer_type
@@ -127,7 +128,7 @@ def check_vec(call: PrimitiveCall) -> Plan | Decline:
     count, why = _run_count(call, dist, tensor)
     if why:
         return Decline(why)
-    checked, why = _alignment(call, tensor, count)
+    checked, why = alignment_checks(call, tensor, count)
     if why:
         return Decline(why)
     return Plan([(count,)], {"distribution": dist, "runs": dist.by_runs(count),
@@ -135,7 +136,7 @@ def check_vec(call: PrimitiveCall) -> Plan | Decline:
 
 
 # --------------------------------------------------------------------------- lowering
-def _aligned(em: Emitter, tensor: Operand, dims: tuple, idx: list, count: int):
+def run_aligned(em: Emitter, tensor: Operand, dims: tuple, idx: list, count: int):
     """Whether the flat offset of the run at ``idx`` is a multiple of ``count``, summing
     the terms of ``dims`` alone (the others are multiples of ``count``); None without such
     terms. Masking the low bits is exact even where the i64 sum wraps."""
@@ -200,7 +201,7 @@ def lower_vec(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def run(idx: list) -> None:
         last = [*idx[:-1], em.add(idx[-1], count - 1)]
         ok = em.all_of([c for c in (em.in_bounds(tensor, last),
-                                    _aligned(em, tensor, plan.details["checked_dims"],
+                                    run_aligned(em, tensor, plan.details["checked_dims"],
                                                 idx, count)) if c is not None])
         if ok is None:
             vector(idx)

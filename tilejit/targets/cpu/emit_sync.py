@@ -13,7 +13,7 @@ completes when no arrivals are pending and the tx count is zero; then the phase 
 the pending count is reset. ``mbarrier_wait(bar, i, P)`` passes when the phase with
 parity P has completed (current parity != P). Arrivals and expected bytes are scaled by
 the threads the unit stands for. On the CPU an async copy completes at once and reports
-its bytes with ``intrinsic {target = "cpu", name = "mbarrier_complete_tx"}(bar, i, bytes)``.
+its bytes with ``mbarrier_complete_tx(bar, i, bytes)`` (handled in ``emit_async``).
 The vector intrinsics of the CPU instruction families live in ``emit_vector``.
 
 In SIMT mode the race detector (``race``) has arrivals release the unit's vector clock
@@ -266,7 +266,8 @@ def emit_mbarrier_wait(em, op):
     return []
 
 
-def _complete_tx(em, op):
+def mbarrier_complete_tx(em, op):
+    """``mbarrier_complete_tx``: an asynchronous copy's bytes landed (``emit_async``)."""
     state, bar, index = _barrier(em, op)
     _release(em, bar, index)   # on behalf of the thread that issued the async copy
     nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
@@ -274,7 +275,7 @@ def _complete_tx(em, op):
     return []
 
 
-CPU_INTRINSICS = {"mbarrier_complete_tx": _complete_tx, **emit_vector.INTRINSICS}
+CPU_INTRINSICS = emit_vector.INTRINSICS
 
 
 def emit_intrinsic(em, op):

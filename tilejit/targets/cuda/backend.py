@@ -60,6 +60,9 @@ class CudaBackend(Backend):
     def arch_id(self, arch: str | None) -> str:
         return arch or default_arch()
 
+    def import_rules(self) -> None:
+        from .rules import cp_async, hopper, immediate  # noqa: F401  (copy_async, gemm_async)
+
     def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
         from .emit import print_cuda
         from .nvrtc import compile_cuda, parse_arch

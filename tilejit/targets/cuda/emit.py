@@ -450,3 +450,7 @@ HANDLERS.update(emit_sync.HANDLERS)
 from . import emit_mma  # noqa: E402  (mma_sync)
 
 HANDLERS.update(emit_mma.HANDLERS)
+
+from . import emit_async  # noqa: E402  (cp.async, mbarrier transaction bytes)
+
+HANDLERS.update(emit_async.HANDLERS)

@@ -1,0 +1,13 @@
+"""The CUDA target's own instruction families; each module registers its rules on import
+(``CudaBackend.import_rules``). Every one is per thread (the target's distribution).
+
+| primitive | family | module |
+|---|---|---|
+| copy_async | ``immediate`` (default): the element copy at once, then the bytes | ``immediate`` |
+| copy_async | ``cp.async``: global -> shared chunks of 4/8/16 bytes | ``cp_async`` |
+| gemm_async | ``immediate`` (default): the cuda ``gemm`` rules, synchronously | ``immediate`` |
+| copy_async, gemm_async | ``tma``; ``wgmma``, ``tcgen05``: declined (issue 14) | ``hopper`` |
+
+The contracts (roles, dtypes, barriers) are ``passes/rules/async_contracts``, which the
+CPU's families read too.
+"""

@@ -85,13 +85,13 @@ def _record_json(record: DispatchRecord) -> dict:
     return {"primitive": record.primitive, "rule": record.rule, "shape": list(record.shape),
             "scope": record.scope, "fallback": record.fallback,
             "rejected": [list(pair) for pair in record.rejected], "line": record.line,
-            "distribution": record.distribution}
+            "distribution": record.distribution, "note": record.note}
 
 
 def _record_from_json(data: dict) -> DispatchRecord:
     return DispatchRecord(data["primitive"], data["rule"], tuple(data["shape"]), data["scope"],
                           data["fallback"], tuple(tuple(p) for p in data["rejected"]),
-                          data["line"], data["distribution"])
+                          data["line"], data["distribution"], data.get("note", ""))
 
 
 @dataclass

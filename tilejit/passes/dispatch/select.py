@@ -40,6 +40,9 @@ class DispatchRecord:
     # how the team's threads share the instances: "uniform" (team_once, or one thread),
     # "cyclic over T threads", "owned by the threads of X's layout" (per_thread)
     distribution: str = "uniform"
+    # what else the rule chose, in words (its plan's "note": the nki gemm's operand roles
+    # and outer loops)
+    note: str = ""
 
     def __str__(self) -> str:
         text = f"line {self.line}: {self.primitive} -> {self.rule} {list(self.shape)}"
@@ -47,6 +50,8 @@ class DispatchRecord:
             text += " (fallback)"
         if self.distribution != "uniform":
             text += f", {self.distribution}"
+        if self.note:
+            text += f" ({self.note})"
         return text + "".join(f"\n    {rule} declined: {why}" for rule, why in self.rejected)
 
 
@@ -99,7 +104,8 @@ def select(call: PrimitiveCall) -> Selection:
             record = DispatchRecord(call.primitive, rule.family, verdict.shape,
                                     str(call.scope), rule.fallback, tuple(rejected),
                                     call.loc.line if call.loc else None,
-                                    str(verdict.details.get("distribution") or "uniform"))
+                                    str(verdict.details.get("distribution") or "uniform"),
+                                    str(verdict.details.get("note", "")))
             return Selection(rule, verdict, record)
         rejected.append((rule.family, str(verdict)))
     raise DispatchError(_failure_message(call, rejected), call.loc)

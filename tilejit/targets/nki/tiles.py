@@ -103,12 +103,24 @@ class Digit:
 def digits(operand: Operand, tile: Tile) -> list[list[Digit]] | str:
     """Per logical dim of ``operand``, its digits outer to inner, or why they cannot be
     read off (a region start known only at run time, a layout the slice broke)."""
-    if operand.layout is None:
-        return operand.layout_error or f"{operand.name} has no layout"
-    if operand.is_region and any(s.owner.name != "const" for s in
-                                 operand.value.owner.operands[1:]):
+    if operand.layout_error:
+        return operand.layout_error
+    starts = operand.value.owner.operands[1:] if operand.is_region else ()
+    if any(s.owner.name != "const" for s in starts):
         return f"{operand.name} is a region of an on-chip buffer with a run-time start"
     layout = operand.layout
+    if layout is None:   # the buffer's default layout, sliced as the operand is
+        buffer = operand.buffer_type
+        layout = default_layout(buffer)
+        if operand.is_region:
+            t = operand.value.type
+            region = tuple(slice(s.owner.attrs["value"], s.owner.attrs["value"] + n) if keep
+                           else s.owner.attrs["value"]
+                           for s, n, keep in zip(starts, t.sizes, t.keep))
+            try:
+                layout = layout.slice(buffer.shape, region)
+            except LayoutError as err:
+                return err.message
     base = _bases(layout.offset, tile)
     try:
         groups = layout.group_iters(operand.shape)

@@ -248,6 +248,10 @@ def _view(p: NkiPrinter, op: Operation) -> None:
 
 def _region(p: NkiPrinter, op: Operation) -> None:
     buf, *starts = op.operands
+    if all(p[s] == "0" for s in starts) and op.attrs["sizes"] == tuple(buf.type.shape) \
+            and all(op.attrs["keep"]):
+        p.names[op.result] = p[buf]   # the whole tensor
+        return
     parts = []
     for start, size, keep in zip(starts, op.attrs["sizes"], op.attrs["keep"]):
         first = p.operand(start, 2)
@@ -287,11 +291,17 @@ def _scope(p: NkiPrinter, op: Operation) -> None:
         p.names[result] = p[value]
 
 
-def _call(name: str, *roles: str, **fixed: str):
-    """An instruction: ``nisa.<name>(role=operand, ..., attrs)``."""
+def _call(name: str, *fields):
+    """An instruction: ``nisa.<name>(...)`` with its keyword arguments in ``fields``' order:
+    a word takes the next operand, a ``(keyword, text_of(op))`` pair an attribute (left
+    out where the text is None: the instruction's default)."""
     def handler(p: NkiPrinter, op: Operation) -> None:
-        args = [f"{role}={p[v]}" for role, v in zip(roles, op.operands)]
-        args += [f"{key}={text(op) if callable(text) else text}" for key, text in fixed.items()]
+        operands, args = iter(op.operands), []
+        for f in fields:
+            if isinstance(f, str):
+                args.append(f"{f}={p[next(operands)]}")
+            elif (text := f[1](op)) is not None:
+                args.append(f"{f[0]}={text}")
         p.emit(f"nisa.{name}({', '.join(args)})")
     return handler
 
@@ -315,10 +325,13 @@ HANDLERS = {
     "nki.tensor_copy": _call("tensor_copy", "dst", "src"),
     "nki.matmul": _matmul,
     "nki.transpose": _call("nc_transpose", "dst", "data"),
-    "nki.tensor_tensor": _call("tensor_tensor", "dst", "data1", "data2", op=_nl("op")),
-    "nki.tensor_scalar": _call("tensor_scalar", "dst", "data", "operand0", op0=_nl("op")),
-    "nki.activation": _call("activation", "dst", "data", op=_nl("op")),
-    "nki.tensor_reduce": _call("tensor_reduce", "dst", "data", op=_nl("op"), axis="1"),
+    "nki.tensor_tensor": _call("tensor_tensor", "dst", "data1", "data2", ("op", _nl("op"))),
+    "nki.tensor_scalar": _call("tensor_scalar", "dst", "data", ("op0", _nl("op")), "operand0",
+                               ("reverse0", lambda op: "True" if op.attrs["reverse"] else None)),
+    "nki.memset": _call("memset", "dst", "value"),
+    "nki.activation": _call("activation", "dst", ("op", _nl("op")), "data"),
+    "nki.tensor_reduce": _call("tensor_reduce", "dst", ("op", _nl("op")), "data",
+                               ("axis", lambda op: "1"), ("keepdims", lambda op: "True")),
 }
 
 

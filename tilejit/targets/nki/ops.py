@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 
-from tilejit.ir.attrs import Attr, Choice
+from tilejit.ir.attrs import BOOL, Attr, Choice
 from tilejit.ir.opdef import OpGroup, register
 from tilejit.ir.ops_native import fixed
-from tilejit.ir.types import BufferType, MemScope, RegionType, f32
+from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f32
 from tilejit.layout.hw_trainium import PMAX
 
 __all__ = ["ACTIVATIONS", "ALU_OPS", "MATMUL_FREE", "ON_CHIP", "REDUCE_OPS"]
@@ -23,7 +23,8 @@ __all__ = ["ACTIVATIONS", "ALU_OPS", "MATMUL_FREE", "ON_CHIP", "REDUCE_OPS"]
 # tile's (the output's free size, one 2 KiB PSUM bank of f32).
 MATMUL_FREE = {"stationary": 128, "moving": 512}
 ALU_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
-ACTIVATIONS = ("copy", "exp", "rsqrt", "sqrt", "square", "reciprocal")
+ACTIVATIONS = ("copy", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "square",
+               "reciprocal")
 REDUCE_OPS = ("add", "maximum", "minimum")
 ON_CHIP = (MemScope.SHARED, MemScope.SBUF, MemScope.PSUM)
 
@@ -108,6 +109,16 @@ def _check_matmul(op):
     return None
 
 
+def _check_tensor_scalar(op):
+    dst, data, operand = op.operands
+    problem = _check_same_shapes("dst", "data")(op)
+    if problem or isinstance(operand.type, ScalarType):
+        return problem
+    if _shape(operand) != (_shape(data)[0], 1):
+        return f"nki.tensor_scalar: operand {list(_shape(operand))} is not a [P, 1] column"
+    return _on_chip(op, "dst", "data", "operand")
+
+
 def _check_reduce(op):
     dst, src = op.operands
     problem = _on_chip(op, "dst", "src")
@@ -136,9 +147,13 @@ register("nki.matmul", MEMORY, "dst:memory stationary:memory moving:memory *accu
 register("nki.tensor_tensor", MEMORY, "dst:memory a:memory b:memory",
          {"op": Attr(Choice(*ALU_OPS))}, fixed(), check=_check_same_shapes("dst", "a", "b"),
          doc="dst = a <op> b element by element (Vector Engine)")
-register("nki.tensor_scalar", MEMORY, "dst:memory src:memory operand:memory",
-         {"op": Attr(Choice(*ALU_OPS))}, fixed(), check=_check_same_shapes("dst", "src"),
-         doc="dst = src <op> operand, operand a [P, 1] column broadcast along F")
+register("nki.tensor_scalar", MEMORY, "dst:memory data:memory operand:tile_or_scalar",
+         {"op": Attr(Choice(*ALU_OPS)), "reverse": Attr(BOOL, False)}, fixed(),
+         check=_check_tensor_scalar,
+         doc="dst = data <op> operand (operand <op> data when reverse), operand a number or "
+             "a [P, 1] column broadcast along F")
+register("nki.memset", MEMORY, "dst:memory value:scalar", results=fixed(),
+         check=lambda op: _on_chip(op, "dst"), doc="dst = value everywhere")
 register("nki.activation", MEMORY, "dst:memory src:memory",
          {"op": Attr(Choice(*ACTIVATIONS))}, fixed(), check=_check_same_shapes("dst", "src"),
          doc="dst = op(src) element by element (Scalar Engine)")

@@ -17,7 +17,7 @@ from tilejit.passes.loopgen import Emitter, Index
 
 from ..tiles import ON_CHIP, Digit, Tile, digits, tile_of
 
-__all__ = ["Keep", "Placed", "hbm_operand_reasons", "hbm_region", "loop_name", "named", "nest", "on_chip_region", "past_first",
+__all__ = ["Keep", "Placed", "Tiling", "tiled", "tiling", "hbm_operand_reasons", "hbm_region", "loop_name", "named", "nest", "on_chip_region", "past_first",
            "placed", "scope_reasons"]
 
 
@@ -163,6 +163,70 @@ def past_first(em: Emitter, ivs: list, always: bool) -> Value:
         past = em.b.cmp("ne", iv, em.const(0))
         value = past if value is None else em.b.binary("or", value, past)
     return value if value is not None else em.const(always, i1)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """An engine instruction per [partitions, free] tile of ``dst``: the digits it covers
+    (``part``, ``free``: keys of ``dst``), and per source whether it is a column (a
+    [P, 1] tile broadcast along the free dim) and which of its logical dims follow dst's."""
+
+    part: tuple[int, int]
+    free: tuple[int, int] | None
+    dims: tuple[tuple[int | None, ...], ...]   # per source: dst dim -> its dim (None: 1)
+
+
+def tiling(dst: Placed, sources: list[Placed], skip_free=()) -> Tiling | str:
+    """How one instruction per tile of ``dst`` covers every source, or why it cannot:
+    a full source must split its dims as dst does and hold the same digits on the
+    partitions; a broadcast source must be 1 along every dim it does not share."""
+    parts = dst.find(on_partitions=True)
+    if len(parts) != 1:
+        return f"{dst.operand.name} has {len(parts)} digits on the partitions, not one"
+    part = parts[0]
+    shape = dst.operand.shape
+    dims = []
+    for src in sources:
+        mine = src.operand.shape
+        if len(mine) != len(shape):
+            return f"{src.operand.name} {list(mine)} has another rank than dst {list(shape)}"
+        shared = tuple(d if n == m else None for d, (n, m) in enumerate(zip(shape, mine)))
+        if any(n != m and m != 1 for n, m in zip(shape, mine)):
+            return f"{src.operand.name} {list(mine)} does not broadcast to {list(shape)}"
+        for d in (d for d in shared if d is not None):
+            if [g.extent for g in src.digits[d]] != [g.extent for g in dst.digits[d]]:
+                return f"{src.operand.name} and dst split dim {d} differently"
+        if shared[part[0]] is None:
+            return f"{src.operand.name} broadcasts along dst's partitions: a transpose"
+        if src[part].dim != 0:
+            return (f"{src.operand.name} and dst hold different digits on the partitions: "
+                    "moving data across partitions is a transpose")
+        dims.append(shared)
+    free = [key for key in dst.find(on_partitions=False) if key[0] != part[0]
+            and key not in skip_free and all(
+                shared[key[0]] is None or src[key].dim != 0
+                for src, shared in zip(sources, dims))]
+    best = max(free, key=lambda key: dst[key].extent, default=None)
+    return Tiling(part, best, tuple(dims))
+
+
+def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit,
+          covered_too=()) -> None:
+    """Loops over every digit of dst that ``t`` does not cover (each independent: no two
+    tiles share an element); ``emit(dst_region, source_regions, picks)`` per tile."""
+    covered = {key: Keep(0, dst[key].extent) for key in (t.part, t.free, *covered_too) if key}
+    keys = [key for key in dst.find() if key not in covered]
+    loops = [(dst[key].extent, True, loop_name("i", key, keys)) for key in keys]
+
+    def body(ivs):
+        picks = {**covered, **dict(zip(keys, ivs))}
+        regions = [on_chip_region(em, src, {(shared[d], j): pick
+                                            for (d, j), pick in picks.items()
+                                            if shared[d] is not None})
+                   for src, shared in zip(sources, t.dims)]
+        emit(on_chip_region(em, dst, picks), regions, picks)
+
+    nest(em, loops, body)
 
 
 def hbm_operand_reasons(operand: Operand) -> list[str]:

@@ -22,7 +22,7 @@ from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 
 from .common import (Keep, Placed, hbm_operand_reasons, hbm_region, loop_name, named, nest,
-                     on_chip_region, placed, scope_reasons)
+                     on_chip_region, placed, scope_reasons, tiled, tiling)
 
 __all__ = ["DMA", "TENSOR_COPY"]
 
@@ -143,32 +143,16 @@ def tensor_copy_check(call: PrimitiveCall) -> Plan | Decline:
     if reasons:
         return Decline(*reasons)
     dst, src = sides
-    if [[g.extent for g in group] for group in dst.digits] != \
-            [[g.extent for g in group] for group in src.digits]:
-        return Decline("dst and src split their logical dims differently")
-    found = _tile_digits(dst, lambda key: src[key].dim != 0)
-    if isinstance(found, str):
-        return Decline(found)
-    part, free = found
-    if src[part].dim != 0:
-        return Decline("dst and src hold different digits on the partitions: moving data "
-                       "across partitions is a transpose")
-    return Plan([(dst[part].extent, dst[free].extent if free else 1)],
-                {"part": part, "free": free})
+    t = tiling(dst, [src])
+    if isinstance(t, str):
+        return Decline(t)
+    return Plan([(dst[t.part].extent, dst[t.free].extent if t.free else 1)], {"tiling": t})
 
 
 def tensor_copy_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    dst, src = placed(call["dst"]), placed(call["src"])
-    covered = {key: Keep(0, dst[key].extent) for key in (plan.details["part"],
-                                                         plan.details["free"]) if key}
-    loops, keys = _loops(dst, covered)
-
-    def body(ivs):
-        picks = {**covered, **dict(zip(keys, ivs))}
-        em.b.create("nki.tensor_copy", (on_chip_region(em, dst, picks),
-                                        on_chip_region(em, src, picks)))
-
-    nest(em, loops, body)
+    def emit(dst, sources, _):
+        em.b.create("nki.tensor_copy", (dst, *sources))
+    tiled(em, placed(call["dst"]), [placed(call["src"])], plan.details["tiling"], emit)
 
 
 DMA = register(Rule("dma", "copy", dma_check, dma_lower, targets=("nki",), priority=10,

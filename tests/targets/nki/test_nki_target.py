@@ -214,3 +214,36 @@ def test_launching_for_nki_says_where_the_module_runs(paper):
     with pytest.raises(tj.LaunchError, match="launches nothing here"):
         paper.launch((1, 1, 1), [])
     assert re.search(r"^@nki\.jit$", paper.asm["nki"], re.M)
+
+
+def test_every_emitted_module_passes_the_nki_subset_lint(paper):
+    nki_lint = pytest.importorskip("nki_lint", reason="the NKI subset lint is absent")
+    psum = psum_gemm.compile(spec(128, 96), spec(128, 320), spec(96, 320), M=96, N=320,
+                             K=128, target="nki")
+    for compiled in (paper, psum):
+        assert nki_lint.lint(compiled.asm["nki"]) == []
+
+
+def test_the_lowered_ir_with_nki_instructions_prints_parses_and_verifies(paper):
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.ir.verifier import verify
+    text = paper.asm["lowered"]
+    assert "nki.matmul(" in text and "independent = true" in text
+    kernel = parse_kernel(text)
+    verify(kernel)
+    assert str(kernel) == text
+
+
+def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.ir.verifier import verify
+    from tilejit.targets.nki import ops  # noqa: F401  (the nki.* ops join the catalogue)
+    text = """kernel @bad() {num_warps = 1} loc("/k.py":1:0) {
+  %acc = alloc {scope = psum, dtype = f32, shape = [128, 640]} : buffer<psum, f32, [128, 640]> loc(2:4)
+  %a = alloc {scope = shared, dtype = f32, shape = [128, 128]} : buffer<shared, f32, [128, 128]> loc(3:4)
+  %b = alloc {scope = shared, dtype = f32, shape = [128, 640]} : buffer<shared, f32, [128, 640]> loc(4:4)
+  nki.matmul(%acc, %a, %b) loc(5:4)
+}"""
+    with pytest.raises(CompilationError, match=r"free sizes 128 \(stationary, at most 128\) "
+                                               r"and 640 \(moving, at most 512\)"):
+        verify(parse_kernel(text))

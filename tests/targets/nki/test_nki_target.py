@@ -136,8 +136,9 @@ def test_a_tile_with_k_on_the_partitions_crosses_the_tensor_engines_transpose(pa
         "nisa.nc_transpose(dst=transposed, data=staged)",
         "nisa.tensor_copy(dst=A[0:128, i0, i1, 0:128], src=transposed)",
     ]
-    assert after(source, "tj.copy(B, b[0:1024, 0:256])", 3)[2] == ("nisa.dma_copy(dst=B[0:128, i0, i1, 0:128], "
-                         "src=b[i0 * 128:i0 * 128 + 128, i1 * 128:i1 * 128 + 128])")
+    assert after(source, "tj.copy(B, b[0:1024, 0:256])", 3)[2] == (
+        "nisa.dma_copy(dst=B[0:128, i0, i1, 0:128], "
+        "src=b[i0 * 128:i0 * 128 + 128, i1 * 128:i1 * 128 + 128])")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -239,9 +240,12 @@ def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
     from tilejit.ir.verifier import verify
     from tilejit.targets.nki import ops  # noqa: F401  (the nki.* ops join the catalogue)
     text = """kernel @bad() {num_warps = 1} loc("/k.py":1:0) {
-  %acc = alloc {scope = psum, dtype = f32, shape = [128, 640]} : buffer<psum, f32, [128, 640]> loc(2:4)
-  %a = alloc {scope = shared, dtype = f32, shape = [128, 128]} : buffer<shared, f32, [128, 128]> loc(3:4)
-  %b = alloc {scope = shared, dtype = f32, shape = [128, 640]} : buffer<shared, f32, [128, 640]> loc(4:4)
+  %acc = alloc {scope = psum, dtype = f32, shape = [128, 640]} :
+         buffer<psum, f32, [128, 640]> loc(2:4)
+  %a = alloc {scope = shared, dtype = f32, shape = [128, 128]} :
+       buffer<shared, f32, [128, 128]> loc(3:4)
+  %b = alloc {scope = shared, dtype = f32, shape = [128, 640]} :
+       buffer<shared, f32, [128, 640]> loc(4:4)
   nki.matmul(%acc, %a, %b) loc(5:4)
 }"""
     with pytest.raises(CompilationError, match=r"free sizes 128 \(stationary, at most 128\) "

@@ -17,8 +17,9 @@ from tilejit.passes.loopgen import Emitter, Index
 
 from ..tiles import ON_CHIP, Digit, Tile, digits, tile_of
 
-__all__ = ["Keep", "Placed", "Tiling", "tiled", "tiling", "hbm_operand_reasons", "hbm_region", "loop_name", "named", "nest", "on_chip_region", "past_first",
-           "placed", "scope_reasons"]
+__all__ = ["Keep", "Placed", "Tiling", "hbm_operand_reasons", "hbm_region", "loop_name",
+           "named", "nest", "on_chip_region", "past_first", "placed", "scope_reasons", "tiled",
+           "tiling"]
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 
 | tilejit op | NKI instruction |
 |---|---|
-| add sub mul div maximum minimum, two tiles | ``nisa.tensor_tensor(op=nl.add ...)`` |
-| the same with a number or a [P, 1] column (a row statistic) | ``nisa.tensor_scalar`` (``reverse0`` when it is the left operand) |
+| add sub mul div maximum minimum of two tiles | ``nisa.tensor_tensor(op=nl.add ...)`` |
+| the same with a number or a [P, 1] column | ``nisa.tensor_scalar`` (``reverse0``: it is left) |
 | exp log sqrt rsqrt tanh sigmoid abs | ``nisa.activation(op=nl.exp ...)`` (Scalar Engine) |
 | neg | ``nisa.tensor_scalar(op0=nl.multiply, operand0=-1.0)`` |
 | cast | ``nisa.tensor_copy`` (it converts) |

@@ -251,3 +251,26 @@ def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
     with pytest.raises(CompilationError, match=r"free sizes 128 \(stationary, at most 128\) "
                                                r"and 640 \(moving, at most 512\)"):
         verify(parse_kernel(text))
+
+
+@tj.kernel
+def ragged_exp(x, out, R: tj.constexpr, N: tj.constexpr):
+    with tj.thread():
+        t = tj.alloc_shared((128, N), tj.float32)
+        for r in tj.static_range((R + 127) // 128):
+            tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
+            tj.exp(t, t)
+            tj.copy(out[r * 128:r * 128 + 128, 0:N], t)
+
+
+def test_a_tile_past_the_tensors_end_is_a_shorter_static_slice():
+    compiled = ragged_exp.compile(spec(200, 64), spec(200, 64), R=200, N=64, target="nki")
+    source = lines(compiled.asm["nki"])
+    assert "nisa.dma_copy(dst=t[0:72, 0:64], src=x[128:200, 0:64])" in source
+    assert "nisa.dma_copy(dst=out[128:200, 0:64], src=t[0:72, 0:64])" in source
+    x = np.random.default_rng(3).standard_normal((200, 64), dtype=np.float32)
+    np.testing.assert_allclose(reference.run(compiled.asm["nki"], "ragged_exp", x), np.exp(x),
+                               rtol=1e-6)
+    out = torch.zeros(200, 64)
+    ragged_exp[(1,)](torch.from_numpy(x), out, R=200, N=64, num_warps=1)   # the CPU masks
+    torch.testing.assert_close(out, torch.from_numpy(np.exp(x)))

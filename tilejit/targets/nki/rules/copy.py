@@ -85,11 +85,43 @@ def dma_check(call: PrimitiveCall) -> Plan | Decline:
         return Decline(f"{chip.name} has no free digit a tensor slice can match")
     # the tensor keeps its dims in logical order, the tile the partitions first
     transposed = free is not None and free[0] < part[0]
+    clip = _ragged(tensor, p, (part, free))
+    if isinstance(clip, str):
+        return Decline(clip)
+    details = {"part": part, "free": free, "transposed": transposed, "clip": clip}
+    if clip:   # one instruction per tile, cut to the tensor's end
+        rows, cols = (clip.get(key, p[key].extent if key else 1) for key in (part, free))
+        if transposed and cols > PMAX:
+            return Decline(f"a transposed tile of {cols} columns running past the end of "
+                           f"{tensor.name}: at most {PMAX} cross the Tensor Engine")
+        return Plan([(rows, cols)], details)
     free_sizes = [1] if free is None else \
         [c for c in range(p[free].extent, 0, -1) if p[free].extent % c == 0
          and (not transposed or c <= PMAX)]
-    return Plan([(p[part].extent, c) for c in free_sizes],
-                {"part": part, "free": free, "transposed": transposed})
+    return Plan([(p[part].extent, c) for c in free_sizes], details)
+
+
+def _ragged(tensor, p: Placed, covered) -> dict | str:
+    """The covered digits cut short where the tile runs past its tensor's end, by how far
+    it reaches (shapes are specialized here, so a static start makes the cut a static
+    slice), or why it cannot be cut."""
+    if not tensor.may_oob:
+        return {}
+    region = tensor.value.owner
+    buffer, starts = region.operands[0], region.operands[1:]
+    dims = [d for d, kept in enumerate(region.attrs["keep"]) if kept]
+    clip = {}
+    for d in tensor.oob_dims:
+        start, extent = starts[d].owner, buffer.type.shape[d]
+        if extent is None or getattr(start, "name", None) != "const":
+            return (f"{tensor.name} may run past its end at a run-time start: NKI slices are "
+                    "static (a tile loop in tj.static_range gives its tiles static starts)")
+        keys = p.find(dim=dims.index(d))
+        if len(keys) != 1 or keys[0] not in covered:
+            return (f"{tensor.name} runs past its end along a dim {p.operand.name} splits "
+                    "over several digits: only a tile one instruction covers is cut short")
+        clip[keys[0]] = extent - start.attrs["value"]
+    return clip
 
 
 def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
@@ -101,7 +133,7 @@ def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     if free:
         covered[free] = Keep(0, chunk)
     loops, keys = _loops(p, covered)
-    if free and chunk < p[free].extent:
+    if free and chunk < p[free].extent and not plan.details["clip"]:
         loops.append((p[free].extent // chunk, True, "chunk"))
         keys.append(free)
     loading = chip is call["dst"]

@@ -71,7 +71,9 @@ class NkiPrinter:
     lines: list[str] = field(default_factory=list)
     names: dict[Value, str] = field(default_factory=dict)
     strength: dict[Value, int] = field(default_factory=dict)   # of an inline expression
-    taken: set[str] = field(default_factory=lambda: {"nki", "nl", "nisa", "math"})
+    # module names and the builtins the printed code calls
+    taken: set[str] = field(default_factory=lambda: {"nki", "nl", "nisa", "math", "range",
+                                                     "min", "max"})
     depth: int = 1
     line_no: int | None = None
 

@@ -169,15 +169,15 @@ def past_first(em: Emitter, ivs: list, always: bool) -> Value:
 @dataclass(frozen=True)
 class Tiling:
     """An engine instruction per [partitions, free] tile of ``dst``: the digits it covers
-    (``part``, ``free``: keys of ``dst``), and per source whether it is a column (a
-    [P, 1] tile broadcast along the free dim) and which of its logical dims follow dst's."""
+    (``part``, ``free``: keys of ``dst``) and, per source, which of dst's logical dims it
+    shares (a [P, 1] column, broadcast along the free dim, shares only the partitions')."""
 
     part: tuple[int, int]
     free: tuple[int, int] | None
     dims: tuple[tuple[int | None, ...], ...]   # per source: dst dim -> its dim (None: 1)
 
 
-def tiling(dst: Placed, sources: list[Placed], skip_free=()) -> Tiling | str:
+def tiling(dst: Placed, sources: list[Placed]) -> Tiling | str:
     """How one instruction per tile of ``dst`` covers every source, or why it cannot:
     a full source must split its dims as dst does and hold the same digits on the
     partitions; a broadcast source must be 1 along every dim it does not share."""
@@ -203,19 +203,17 @@ def tiling(dst: Placed, sources: list[Placed], skip_free=()) -> Tiling | str:
             return (f"{src.operand.name} and dst hold different digits on the partitions: "
                     "moving data across partitions is a transpose")
         dims.append(shared)
-    free = [key for key in dst.find(on_partitions=False) if key[0] != part[0]
-            and key not in skip_free and all(
+    free = [key for key in dst.find(on_partitions=False) if key[0] != part[0] and all(
                 shared[key[0]] is None or src[key].dim != 0
                 for src, shared in zip(sources, dims))]
     best = max(free, key=lambda key: dst[key].extent, default=None)
     return Tiling(part, best, tuple(dims))
 
 
-def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit,
-          covered_too=()) -> None:
+def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit) -> None:
     """Loops over every digit of dst that ``t`` does not cover (each independent: no two
-    tiles share an element); ``emit(dst_region, source_regions, picks)`` per tile."""
-    covered = {key: Keep(0, dst[key].extent) for key in (t.part, t.free, *covered_too) if key}
+    tiles share an element of dst); ``emit(dst_region, source_regions)`` per tile."""
+    covered = {key: Keep(0, dst[key].extent) for key in (t.part, t.free) if key}
     keys = [key for key in dst.find() if key not in covered]
     loops = [(dst[key].extent, True, loop_name("i", key, keys)) for key in keys]
 
@@ -225,7 +223,7 @@ def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit,
                                             for (d, j), pick in picks.items()
                                             if shared[d] is not None})
                    for src, shared in zip(sources, t.dims)]
-        emit(on_chip_region(em, dst, picks), regions, picks)
+        emit(on_chip_region(em, dst, picks), regions)
 
     nest(em, loops, body)
 

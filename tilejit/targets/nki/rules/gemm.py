@@ -63,10 +63,10 @@ def _match(ops: dict, call: PrimitiveCall):
     def on_p(name, letter, j):
         return sides[name][letter][j].dim == 0
 
-    def pick(letter, need):  # the longest digit of ``letter`` meeting ``need``
-        found = [j for j in range(len(sides["C" if letter != "K" else "A"][letter])) if need(j)]
-        return max(found, key=lambda j: sides["A" if letter != "N" else "B"][letter][j].extent,
-                   default=None)
+    def pick(letter, need):   # the longest digit of ``letter`` meeting ``need``
+        group = sides["A" if letter == "K" else "C"][letter]   # both sharers split alike
+        return max((j for j in range(len(group)) if need(j)),
+                   key=lambda j: group[j].extent, default=None)
 
     k = pick("K", lambda j: on_p("A", "K", j) and on_p("B", "K", j))
     if k is None:

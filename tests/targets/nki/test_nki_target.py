@@ -131,8 +131,8 @@ def test_a_tile_with_k_on_the_partitions_crosses_the_tensor_engines_transpose(pa
         "for i0 in nl.affine_range(4):",
         "for i1 in nl.affine_range(8):",
         "staged = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)",
-        "transposed = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)",
         "nisa.dma_copy(dst=staged, src=a[i0 * 128:i0 * 128 + 128, i1 * 128:i1 * 128 + 128])",
+        "transposed = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)",
         "nisa.nc_transpose(dst=transposed, data=staged)",
         "nisa.tensor_copy(dst=A[0:128, i0, i1, 0:128], src=transposed)",
     ]

@@ -1,5 +1,6 @@
-"""``copy(dst, src)`` on a NeuronCore: family ``dma`` (HBM <-> SBUF, ``nisa.dma_copy``) and
-family ``tensor_copy`` (on chip: SBUF or PSUM into SBUF, converting the dtype).
+"""``copy(dst, src)`` on a NeuronCore: family ``dma`` (HBM <-> SBUF, ``nisa.dma_copy``),
+family ``tensor_copy`` (on chip: SBUF or PSUM into SBUF, converting the dtype) and family
+``nc_transpose`` (on chip, partitions and free dim swapped: through the Tensor Engine).
 
 Each instruction moves one [partitions, free] tile of the on-chip operand: its digit on
 ``P`` and one digit on ``F`` (the longest the other side allows); every other digit is an
@@ -13,6 +14,8 @@ here, so a tile whose region of a tensor ends early is a static slice, not a mas
   128 x 128 a time) and an SBUF staging tile on the tensor's side.
 * ``tensor_copy``: both tiles split their logical dims alike and hold the same digit on
   the partitions (an engine cannot move data across partitions: that is a transpose).
+* ``nc_transpose``: each tile's partition digit is the other's free digit (at most 128
+  each); ``nisa.nc_transpose`` turns it into PSUM and ``tensor_copy`` lands it.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from tilejit.passes.loopgen import Emitter
 from .common import (Keep, Placed, hbm_operand_reasons, hbm_region, loop_name, named, nest,
                      on_chip_region, placed, scope_reasons, tiled, tiling)
 
-__all__ = ["DMA", "TENSOR_COPY"]
+__all__ = ["DMA", "TENSOR_COPY", "TRANSPOSE"]
 
 
 def _common(call: PrimitiveCall) -> list[str]:
@@ -146,23 +149,28 @@ def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         if not plan.details["transposed"]:
             em.b.create("nki.dma_copy", (tile, hbm) if loading else (hbm, tile))
             return
-        # The tensor's slice is [free, partitions]: it crosses the Tensor Engine's
-        # transpose through PSUM, staged in SBUF on the tensor's side.
+        # The tensor's slice is [free, partitions]: staged in SBUF on the tensor's side,
+        # it crosses the Tensor Engine's transpose.
         stage = named(em.b.alloc(MemScope.SHARED, chip.dtype, (chunk, rows),
                                  sbuf_layout((chunk, rows))), "staged")
-        flipped_shape = (rows, chunk) if loading else (chunk, rows)
-        flipped = named(em.b.alloc(MemScope.PSUM, chip.dtype, flipped_shape,
-                                   psum_layout(flipped_shape)), "transposed")
         if loading:
             em.b.create("nki.dma_copy", (stage, hbm))
-            em.b.create("nki.transpose", (flipped, stage))
-            em.b.create("nki.tensor_copy", (tile, flipped))
+            _turn(em, tile, stage, (chunk, rows), chip.dtype)
         else:
-            em.b.create("nki.transpose", (flipped, tile))
-            em.b.create("nki.tensor_copy", (stage, flipped))
+            _turn(em, stage, tile, (rows, chunk), chip.dtype)
             em.b.create("nki.dma_copy", (hbm, stage))
 
     nest(em, loops, body)
+
+
+def _turn(em: Emitter, dst, src, shape, dtype) -> None:
+    """``dst`` = ``src`` ([rows, cols] = ``shape``) transposed: ``nc_transpose`` into a PSUM
+    tile, then ``tensor_copy`` out of it (engines cannot move data across partitions)."""
+    rows, cols = shape
+    flipped = named(em.b.alloc(MemScope.PSUM, dtype, (cols, rows), psum_layout((cols, rows))),
+                    "transposed")
+    em.b.create("nki.transpose", (flipped, src))
+    em.b.create("nki.tensor_copy", (dst, flipped))
 
 
 # ------------------------------------------------------------------------- tensor_copy
@@ -187,8 +195,53 @@ def tensor_copy_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     tiled(em, placed(call["dst"]), [placed(call["src"])], plan.details["tiling"], emit)
 
 
+# --------------------------------------------------------------------------- transpose
+def transpose_check(call: PrimitiveCall) -> Plan | Decline:
+    reasons = _common(call)
+    sides = [placed(call[name]) for name in ("dst", "src")]
+    reasons += [p for p in sides if isinstance(p, str)]
+    if MemScope.PSUM in (call["dst"].role, call["src"].role):
+        reasons.append("a transpose reads SBUF and lands in SBUF (through PSUM)")
+    if reasons:
+        return Decline(*reasons)
+    dst, src = sides
+    if [[g.extent for g in group] for group in dst.digits] != \
+            [[g.extent for g in group] for group in src.digits]:
+        return Decline("dst and src split their logical dims differently")
+    src_parts, dst_parts = src.find(on_partitions=True), dst.find(on_partitions=True)
+    if len(src_parts) != 1 or len(dst_parts) != 1:
+        return Decline("dst and src need one digit each on the partitions")
+    to_free, to_part = src_parts[0], dst_parts[0]
+    if to_free == to_part or src[to_part].dim == 0 or dst[to_free].dim == 0:
+        return Decline("dst's partitions do not hold a free digit of src and src's a free "
+                       "digit of dst: not a partition <-> free transpose")
+    rows, cols = src[to_free].extent, src[to_part].extent
+    if max(rows, cols) > PMAX:
+        return Decline(f"a [{rows}, {cols}] transpose: the Tensor Engine turns at most "
+                       f"{PMAX} x {PMAX}")
+    return Plan([(rows, cols)], {"part": to_free, "free": to_part})
+
+
+def transpose_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    dst, src = placed(call["dst"]), placed(call["src"])
+    rows, cols = plan.shape
+    covered = {plan.details["part"]: Keep(0, rows), plan.details["free"]: Keep(0, cols)}
+    loops, keys = _loops(src, covered)
+
+    def body(ivs):
+        picks = {**covered, **dict(zip(keys, ivs))}
+        _turn(em, on_chip_region(em, dst, picks), on_chip_region(em, src, picks),
+              (rows, cols), src.operand.dtype)
+
+    nest(em, loops, body)
+
+
 DMA = register(Rule("dma", "copy", dma_check, dma_lower, targets=("nki",), priority=10,
                     doc="nisa.dma_copy between HBM and SBUF"))
 TENSOR_COPY = register(Rule("tensor_copy", "copy", tensor_copy_check, tensor_copy_lower,
                             targets=("nki",), priority=10,
                             doc="nisa.tensor_copy on chip (SBUF or PSUM into SBUF)"))
+TRANSPOSE = register(Rule("nc_transpose", "copy", transpose_check, transpose_lower,
+                         targets=("nki",), priority=5,
+                         doc="an on-chip copy that swaps partitions and free dim: "
+                             "nisa.nc_transpose through PSUM"))

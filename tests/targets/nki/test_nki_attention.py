@@ -13,6 +13,12 @@ from tilejit.layout.hw_trainium import sbuf_layout
 reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
 
+
+def lint_clean(source: str) -> bool:
+    """The module keeps to the NKI compiler's Python subset (the lint beside the tests)."""
+    nki_lint = pytest.importorskip("nki_lint", reason="the NKI subset lint is absent")
+    return nki_lint.lint(source) == []
+
 S, D = 128, 64
 HEAD_DIM_ON_P = sbuf_layout((S, D), partition_dim=1)   # [S, D] with D on the partitions
 KEYS_ON_P = sbuf_layout((S, S), partition_dim=1)       # [S_q, S_k] with S_k on them
@@ -72,6 +78,7 @@ def test_attention_dispatches_two_matmuls_and_a_transpose(compiled):
     assert "nisa.nc_transpose(dst=transposed_2, data=scores)" in source
     assert "nisa.tensor_copy(dst=probs_t, src=transposed_2)" in source
     assert "nisa.nc_matmul(dst=acc_1, stationary=probs_t, moving=V)" in source
+    assert lint_clean(compiled.asm["nki"])
 
 
 @pytest.mark.parametrize("seed", [0, 1])

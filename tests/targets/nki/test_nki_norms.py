@@ -11,6 +11,12 @@ reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
 
 
+def lint_clean(source: str) -> bool:
+    """The module keeps to the NKI compiler's Python subset (the lint beside the tests)."""
+    nki_lint = pytest.importorskip("nki_lint", reason="the NKI subset lint is absent")
+    return nki_lint.lint(source) == []
+
+
 @tj.kernel
 def softmax(x, out, R: tj.constexpr, N: tj.constexpr):
     with tj.thread():
@@ -74,6 +80,7 @@ def test_softmax_is_one_instruction_per_primitive():
         "nisa.tensor_scalar(dst=t, data=t, op0=nl.divide, operand0=row_sum)",
         "nisa.dma_copy(dst=out[r * 128:r * 128 + 128, 0:200], src=t)",
     ]
+    assert lint_clean(compiled.asm["nki"])
     x = np.random.default_rng(0).standard_normal((256, 200), dtype=np.float32) * 4
     y = reference.run(compiled.asm["nki"], "softmax", x, strict_reads=True)
     np.testing.assert_allclose(y, torch.softmax(torch.from_numpy(x), 1).numpy(),
@@ -88,6 +95,7 @@ def test_rmsnorm_scales_rows_by_a_column_and_a_number():
     assert "nisa.activation(dst=ms, op=nl.rsqrt, data=ms)" in lines
     assert "nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=ms)" in lines
     assert "nisa.tensor_tensor(dst=t, data1=t, data2=weight, op=nl.multiply)" in lines
+    assert lint_clean(compiled.asm["nki"])
     rng = np.random.default_rng(1)
     x = rng.standard_normal((384, 96), dtype=np.float32)
     w = rng.standard_normal(96, dtype=np.float32)

@@ -274,3 +274,42 @@ def test_a_tile_past_the_tensors_end_is_a_shorter_static_slice():
     out = torch.zeros(200, 64)
     ragged_exp[(1,)](torch.from_numpy(x), out, R=200, N=64, num_warps=1)   # the CPU masks
     torch.testing.assert_close(out, torch.from_numpy(np.exp(x)))
+
+
+@tj.kernel
+def exp_rows(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, x.shape[1]), tj.float32)   # static: shapes are specialized
+        tj.copy(t, x[0:128, 0:x.shape[1]])
+        tj.exp(t, t)
+        tj.copy(out[0:128, 0:x.shape[1]], t)
+
+
+@pytest.mark.parametrize("n", [64, 96])
+def test_each_tensor_shape_compiles_its_own_module(n):
+    compiled = exp_rows.compile(spec(128, n), spec(128, n), target="nki")
+    source = lines(compiled.asm["nki"])
+    assert f"t = nl.ndarray((128, {n}), dtype=nl.float32, buffer=nl.sbuf)" in source
+    assert f"out = nl.ndarray((128, {n}), dtype=nl.float32, buffer=nl.shared_hbm)" in source
+
+
+@tj.kernel
+def gemm_m_on_partitions(a, b, c):
+    with tj.thread():
+        A = tj.alloc_shared((128, 128), tj.float32)   # M on the partitions, K on F
+        B = tj.alloc_shared((128, 128), tj.float32)
+        C = tj.alloc_shared((128, 128), tj.float32)
+        tj.copy(A, a[0:128, 0:128])
+        tj.copy(B, b[0:128, 0:128])
+        tj.gemm(C, A, B)
+        tj.copy(c[0:128, 0:128], C)
+
+
+def test_a_gemm_whose_k_is_not_on_the_partitions_is_declined_saying_so():
+    with pytest.raises(DispatchError) as info:
+        gemm_m_on_partitions.compile(spec(128, 128), spec(128, 128), spec(128, 128),
+                                     target="nki")
+    message = str(info.value)
+    assert "nc_matmul | no digit of K lies on the partitions of both A and B" in message
+    assert "fma" in message and "cannot run per-element loops" in message
+    _located(info.value, "tj.gemm(C, A, B)")

@@ -13,8 +13,9 @@ import tilejit as tj
 from tilejit.errors import CompilationError, DispatchError, LaunchError
 from tilejit.passes.dispatch import PER_THREAD, TEAM_ONCE, unregister_target
 from tilejit.targets import cpu
-from tilejit.targets.backend import (Capabilities, backends, get_backend, register_backend,
-                                     target_for_devices, unregister_backend)
+from tilejit.targets.backend import (Capabilities, Placeholder, backends, get_backend,
+                                     register_backend, target_for_devices,
+                                     unregister_backend)
 from tilejit.targets.cpu.backend import CpuBackend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,12 +78,28 @@ def test_capabilities_refuse_an_unknown_distribution():
 
 
 def test_a_placeholder_target_says_code_generation_is_not_implemented():
+    class Later(Placeholder):
+        name = "later-test"
+        capabilities = get_backend("nki").capabilities
+
+    backend = register_backend(Later())
+    try:
+        spec = tj.TensorSpec((16,), tj.float32, device="cpu")
+        with pytest.raises(CompilationError, match="code generation for target 'later-test' "
+                                                   "is not implemented yet"):
+            double.compile(spec, spec, 16, target="later-test")
+        with pytest.raises(CompilationError, match="not implemented yet"):
+            backend.compile(None, False)
+    finally:
+        unregister_backend(backend)
+
+
+def test_the_nki_target_specializes_shapes_and_launches_nothing():
     spec = tj.TensorSpec((16,), tj.float32, device="cpu")
-    with pytest.raises(CompilationError, match="code generation for target 'nki' is "
-                                               "not implemented yet"):
-        double.compile(spec, spec, 16, target="nki")
-    with pytest.raises(CompilationError, match="not implemented yet"):
-        get_backend("nki").compile(None, False)
+    with pytest.raises(DispatchError, match="cannot run per-element loops"):
+        double.compile(spec, spec, 16, target="nki")   # fragments: no NKI family takes them
+    assert get_backend("nki").capabilities.static_shapes
+    assert not get_backend("cpu").capabilities.static_shapes
 
 
 # -- a target of the test's own --------------------------------------------------------------

@@ -27,7 +27,7 @@ __all__ = [
     "constexpr", "cdiv", "func", "DeviceFunction",
     "cta_id", "program_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg", "lane_id",
     "thread_id", "cta_id_in_cluster",
-    "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_barriers",
+    "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_psum", "alloc_barriers",
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
     "mbarrier_wait", "cp_async_commit", "cp_async_wait",
@@ -241,6 +241,13 @@ def fragment(shape, dtype, layout=None, *, _sem):
 @builtin("alloc_tmem")
 def alloc_tmem(shape, dtype, layout=None, *, _sem):
     return _sem.memory.alloc(MemScope.TMEM, shape, dtype, layout)
+
+
+@builtin("alloc_psum")
+def alloc_psum(shape, dtype, layout=None, *, _sem):
+    """A tile in Trainium's PSUM, the Tensor Engine's accumulator memory (docs/language.md,
+    "Trainium buffers"); only the nki target has it."""
+    return _sem.memory.alloc(MemScope.PSUM, shape, dtype, layout)
 
 
 @builtin("alloc_barriers")

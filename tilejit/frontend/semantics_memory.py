@@ -225,8 +225,10 @@ class MemorySemantics:
             raise CompilationError(f"index {item} is out of bounds for dimension {axis} of size "
                                    f"{'?' if extent is None else extent}")
 
-    def _window(self, item, extent, axis):
-        """(start, size, keep) of one index item on a dimension of ``extent`` (None = run time)."""
+    def _window(self, item, extent, axis, masked=False):
+        """(start, size, keep) of one index item on a dimension of ``extent`` (None = run
+        time). ``masked``: a tensor's tile may run past its end (SPEC §3: masked), also
+        when the runtime specialized its size (the nki target)."""
         if not isinstance(item, slice):
             self._check_index(item, extent, axis)
             return item, 1, False
@@ -249,15 +251,17 @@ class MemorySemantics:
                                    "write it as start:start + SIZE")
         if size <= 0:
             raise CompilationError(f"slice {axis} is empty (size {size})")
-        outside = is_int_number(start) and not 0 <= start <= (extent or 0) - size
-        if extent is not None and (size > extent or outside):
+        last = (extent or 0) - (1 if masked else size)   # the last start that fits
+        outside = is_int_number(start) and not 0 <= start <= last
+        if extent is not None and ((size > extent and not masked) or outside):
             raise CompilationError(f"slice {axis} of size {size} does not fit in a dimension of "
                                    f"size {extent}")
         return start, size, True
 
     def region(self, value: Value, items) -> Value:
         t = value.type
-        windows = [self._window(item, extent, axis)
+        masked = isinstance(t, BufferType) and t.scope is MemScope.GLOBAL
+        windows = [self._window(item, extent, axis, masked)
                    for axis, (item, extent) in enumerate(zip(items, t.shape))]
         if isinstance(t, BufferType):
             starts = [self.sem.to_ir(start) for start, _, _ in windows]

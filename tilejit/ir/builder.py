@@ -220,9 +220,11 @@ class Builder:
         return self.create("condition", (cond, *values))
 
     def for_(self, lb: Value, ub: Value, step: Value, inits: Sequence[Value] = (),
-             unroll: int | None = None, pipeline: int | None = None) -> tuple[Operation, Block]:
+             unroll: int | None = None, pipeline: int | None = None,
+             independent: bool = False) -> tuple[Operation, Block]:
         body = Block.with_arg_types([lb.type, *(v.type for v in inits)])
-        op = self.create("for", (lb, ub, step, *inits), {"unroll": unroll, "pipeline": pipeline},
+        op = self.create("for", (lb, ub, step, *inits),
+                         {"unroll": unroll, "pipeline": pipeline, "independent": independent},
                          regions=(body,))
         return op, body
 

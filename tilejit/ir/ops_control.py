@@ -1,7 +1,7 @@
 """Catalogue entries: structured control flow, terminators and team switches."""
 from __future__ import annotations
 
-from .attrs import FILTER, INT, STR, Attr, Enum, Optional
+from .attrs import BOOL, FILTER, INT, STR, Attr, Enum, Optional
 from .opdef import OpGroup, RegionSpec, register
 from .types import TeamKind
 
@@ -29,12 +29,15 @@ def _check_for_attrs(op):
 
 
 register("for", CONTROL, "lb:int ub:int step:int *inits",
-         {"unroll": Attr(Optional(INT), None), "pipeline": Attr(Optional(INT), None)},
+         {"unroll": Attr(Optional(INT), None), "pipeline": Attr(Optional(INT), None),
+          "independent": Attr(BOOL, False)},
          results=lambda types, attrs: types[3:],
          regions=(RegionSpec("body", "yield",
                              arg_types=lambda op: (op.operands[0].type, *op.result_types)),),
          check=_check_for_attrs,
-         doc="body args: (iv, *iter_args); the body yields the next iter args")
+         doc="body args: (iv, *iter_args); the body yields the next iter args; "
+             "independent: the rule that made it promises no iteration reads or writes what "
+             "another writes (the nki target prints nl.affine_range)")
 register("if", CONTROL, "cond:i1", {"filter": Attr(Optional(FILTER), None)},
          regions=(RegionSpec("then", "yield"), RegionSpec("else", "yield")),
          doc="filter: the thread range the then-branch keeps, when cond is a thread filter")

@@ -150,16 +150,17 @@ class Emitter:
 
     # ----------------------------------------------------------------- loops
     def loop(self, lo: Index, hi: Index, step: int, body: Callable, inits: Sequence[Value] = (),
-             unroll: int | None = None) -> tuple:
+             unroll: int | None = None, independent: bool = False) -> tuple:
         """``for iv in range(lo, hi, step)`` carrying ``inits``; ``body(iv, *carried)``
-        returns the next carried values. Empty and one-trip loops are folded away."""
+        returns the next carried values. Empty and one-trip loops are folded away.
+        ``independent``: the caller promises that no iteration touches what another writes."""
         if isinstance(lo, int) and isinstance(hi, int):
             if lo >= hi:
                 return tuple(inits)
             if hi - lo <= step:
                 return tuple(body(lo, *inits) or ())
         op, block = self.b.for_(self.index(lo), self.index(hi), self.const(step), inits,
-                                unroll=unroll)
+                                unroll=unroll, independent=independent)
         with self.b.insert_into(block):
             self.b.yield_(list(body(*block.args) or ()))
         return op.results

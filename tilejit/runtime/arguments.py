@@ -318,10 +318,13 @@ def _device_name(value: Any) -> str:
     return str(value.device) if _is_tensor(value) else device_of(value)
 
 
-def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> ArgSpec:
+def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True,
+                static_shape: bool = False) -> ArgSpec:
     """What the compiler may assume about ``value``: read off its signature, so it is
     exactly what the launch's lookup key holds. (Sizes and strides divisible by 16 are not
-    in it: testing every one on every launch would cost a microsecond.)"""
+    in it: testing every one on every launch would cost a microsecond.) ``static_shape``:
+    a tensor's sizes too, for a target that compiles per shape (its kernels launch
+    nothing here, so no launch's lookup key needs them)."""
     signature = facts(type(value), facts_of)(value)[0]
     if signature in _SCALAR_SIGNATURES:
         dtype, div16 = _SCALAR_SIGNATURES[signature]
@@ -353,9 +356,10 @@ def arg_spec_of(value: Any, name: str, kernel: str, specialize: bool = True) -> 
     if scalar is None:
         raise LaunchError(f"{kernel}: argument {name!r} has dtype {dtype}, which tilejit "
                           "does not support")
+    shape = tuple(int(n) for n in value.shape) if static_shape else None
     if not specialize:   # index64 is no specialization: 32-bit index math would be wrong
-        return ArgSpec.tensor(scalar, rank, index64=index64)
-    return ArgSpec.tensor(scalar, rank, aligned16=aligned, unit_stride=unit_stride,
+        return ArgSpec.tensor(scalar, rank, shape, index64=index64)
+    return ArgSpec.tensor(scalar, rank, shape, aligned16=aligned, unit_stride=unit_stride,
                           index64=index64)
 
 
@@ -399,7 +403,8 @@ _SCALAR_SIGNATURES = {"i1": (types.i1, False), "f32": (types.f32, False),
 
 def spec_key(spec: ArgSpec) -> list:
     """The JSON-safe part of an ArgSpec that goes into the cache key."""
-    return [spec.kind, str(spec.dtype), spec.rank, *spec.specialization]
+    shape = [] if spec.shape is None else [list(spec.shape)]
+    return [spec.kind, str(spec.dtype), spec.rank, *spec.specialization, *shape]
 
 
 def json_safe(value: Any) -> Any:

@@ -22,6 +22,7 @@ from ..frontend.language import DeviceFunction, constexpr
 from ..frontend.signature import ArgSpec, LaunchOptions
 from ..frontend.source import function_source
 from ..knobs import knobs
+from ..targets.backend import get_backend
 from . import arguments
 from .arguments import TensorSpec
 from .cache import CacheInfo, KernelCache, register_kernel
@@ -153,7 +154,8 @@ class Kernel:
             else:
                 try:
                     specs[param] = arguments.arg_spec_of(
-                        value, param, name, specialize=param not in self.do_not_specialize)
+                        value, param, name, specialize=param not in self.do_not_specialize,
+                        static_shape=get_backend(target).capabilities.static_shapes)
                 except LaunchError as err:
                     raise err.with_location(self._location(param)) from None
         arguments.check_devices(bound, target, name)

@@ -52,6 +52,8 @@ class Capabilities:
         field(default_factory=dict, hash=False)
     partitions: int = 1          # on-chip memory partitions (Trainium: 128)
     accumulator_memory: int = 0  # bytes of a separate accumulator memory (Trainium's PSUM)
+    static_shapes: bool = False  # its code is compiled per tensor shape (NKI): the runtime
+    #                              specializes every tensor argument's sizes
 
     def __post_init__(self):
         if self.distribution not in (TEAM_ONCE, PER_THREAD):

@@ -86,7 +86,11 @@ class Operand:
         layout, error = _sub_tile_layout(value)
         oob = ()
         if isinstance(t, RegionType) and buffer.scope is MemScope.GLOBAL:
-            oob = tuple(d for d, n in enumerate(buffer.shape) if n is None)
+            starts = [_static_int(s) for s in value.owner.operands[1:]]
+            # a run-time size, or a static one (specialized) that a static tile passes
+            oob = tuple(d for d, (n, start, size) in
+                        enumerate(zip(buffer.shape, starts, t.sizes))
+                        if n is None or (start is not None and start + size > n))
         return cls(name, value, buffer.scope, buffer.dtype, tuple(t.shape), layout, error, oob)
 
     @property

@@ -1,13 +1,16 @@
-"""The NKI (AWS Trainium) target's backend object: a NeuronCore's capabilities; emitting
-NKI source comes later.
+"""The NKI (AWS Trainium) target's backend object: a NeuronCore's capabilities, its
+instruction families (``rules/``) and the printer of NKI source (``emit.py``).
 
-Until it exists, compiling for ``nki`` raises the CompilationError of :class:`Placeholder`.
+It emits one Python module per kernel (stage ``nki``) for the Neuron SDK to compile; it
+launches nothing here (``device`` None), so loading gives the source and launching is a
+LaunchError saying where to run it (docs/nki.md).
 """
 from __future__ import annotations
 
+from tilejit.errors import LaunchError
 from tilejit.passes.dispatch import TEAM_ONCE
 
-from ..backend import Capabilities, Placeholder, register_backend
+from ..backend import Backend, Capabilities, register_backend
 
 __all__ = ["BACKEND", "NkiBackend", "NEURON_CORE"]
 
@@ -18,6 +21,7 @@ __all__ = ["BACKEND", "NkiBackend", "NEURON_CORE"]
 # element-loop rules do not apply. Memory: SBUF 24 MiB (128 partitions x 192 KiB), PSUM
 # 2 MiB (128 partitions x 16 KiB: 8 banks of 2 KiB each). nc_matmul takes a stationary
 # tile of at most 128 (k, partitions) x 128 (m) and a moving one of 128 (k) x 512 (n).
+# NKI compiles a kernel per tensor shape: the runtime specializes them (static_shapes).
 NEURON_CORE = Capabilities(
     distribution=TEAM_ONCE,
     vector_bytes=0,
@@ -28,14 +32,36 @@ NEURON_CORE = Capabilities(
     tensor_core_shapes={"nc_matmul": ((128, 512, 128),)},
     partitions=128,
     accumulator_memory=128 * 16 * 1024,
+    static_shapes=True,
 )
 
 
-class NkiBackend(Placeholder):
+class NkiBackend(Backend):
     name = "nki"
     device = None   # it emits source to run under the Neuron SDK: it launches nothing
     text_stages = ("nki",)
     capabilities = NEURON_CORE
+
+    def import_rules(self) -> None:
+        from . import ops  # noqa: F401  (the nki.* instructions in the op catalogue)
+        from .rules import copy, gemm, pointwise, reduce  # noqa: F401  (they register)
+
+    def arch_id(self, arch: str | None) -> str:
+        return arch or "trn1"
+
+    def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
+        from .emit import print_nki
+        return {"nki": print_nki(lowered).encode()}, {}
+
+    def load(self, files: dict[str, bytes], meta: dict):
+        return files["nki"].decode()
+
+    def launchers(self, module, arguments=None):
+        def launch(grid, records, stream=None):
+            raise LaunchError("the nki target emits NKI source and launches nothing here: "
+                              "take kernel.compile(...).asm['nki'] to a Trainium machine "
+                              "(docs/nki.md)")
+        return launch, launch
 
 
 BACKEND = register_backend(NkiBackend())

@@ -10,6 +10,10 @@
 #   1. scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch; a tilejit kernel
 #      compiled for the cuda target and launched through the runtime);
 #   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others);
+#   2b. `python3 -m pytest --cuda-run tests/e2e/...` (tests/support/cuda_run.py): the e2e
+#      tests of $GPU_CHECK_E2E_FILES, each launch on CPU tensors run again on the GPU and
+#      compared with the CPU's results (which the tests compare with torch); interrupted
+#      (SIGINT: pytest still reports) when its time is up -- a partial run, not a failure;
 #   3. scripts/gpu_bench.py: vector add and row softmax against the device's copy bandwidth,
 #      the matmul against torch.matmul (CUDA events, best of N), in a table of its own;
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
@@ -20,9 +24,11 @@
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
 # - Exit status: 0 when nothing FAILed, else 1.
 #
-# Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (90),
-#      GPU_CHECK_PYTEST_TIMEOUT (210), GPU_CHECK_BENCH_TIMEOUT (120),
-#      GPU_CHECK_NOTEBOOK_TIMEOUT (60): 480 s in all at worst, inside a 600 s device call.
+# Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
+#      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
+#      (90), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 480 s in all at worst, inside a 600 s device
+#      call. GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
+#      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise).
 #      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
 
@@ -65,12 +71,12 @@ row() {  # row CHECK RESULT DETAIL: append a table row (writing the header if sm
 
 # --- 1. smoke --------------------------------------------------------------------------------
 echo "== scripts/gpu_smoke.py =="
-timeout "${GPU_CHECK_SMOKE_TIMEOUT:-90}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
+timeout "${GPU_CHECK_SMOKE_TIMEOUT:-60}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 case "$smoke_rc" in
   0) ;;
   1) [ -s "$REPORT" ] || row "gpu_smoke.py" FAIL "exited 1 before writing its table" ;;
-  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-90} s" ;;
+  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-60} s" ;;
   *) row "gpu_smoke.py" FAIL "crashed with exit status $smoke_rc (see gpu_smoke.log)" ;;
 esac
 
@@ -78,7 +84,7 @@ esac
 echo "== python3 -m pytest -m gpu -q tests =="
 # --continue-on-collection-errors: a test module that can't import here (a package this
 # machine lacks) must not hide the GPU tests that can run; it still counts as an error.
-timeout "${GPU_CHECK_PYTEST_TIMEOUT:-210}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+timeout "${GPU_CHECK_PYTEST_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   --continue-on-collection-errors --junitxml="$TMP/gpu_tests.xml" tests 2>&1 |
   tee "$LOGS/gpu_pytest.log"
 pytest_rc=${PIPESTATUS[0]}
@@ -93,13 +99,44 @@ EOF
 case "$pytest_rc" in
   0) row "pytest -m gpu" PASS "${counts:-passed}" ;;
   5) row "pytest -m gpu" PASS "no tests marked gpu were collected" ;;
-  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-210} s; ${counts:-no counts}" ;;
+  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-150} s; ${counts:-no counts}" ;;
   *) row "pytest -m gpu" FAIL "exit status $pytest_rc; ${counts:-no counts} (see gpu_pytest.log)" ;;
+esac
+
+# --- 2b. the e2e tests, every launch mirrored on the GPU ---------------------------------------
+E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/test_e2e_masks.py \
+tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
+tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py}"
+echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
+# SIGINT when the time is up: pytest stops between tests and still writes its report.
+# shellcheck disable=SC2086
+timeout -s INT "${GPU_CHECK_E2E_TIMEOUT:-150}" "$PY" -m pytest --cuda-run -q \
+  -p no:cacheprovider -k "not per_thread" --junitxml="$TMP/gpu_e2e.xml" $E2E_FILES 2>&1 |
+  tee "$LOGS/gpu_e2e.log"
+e2e_rc=${PIPESTATUS[0]}
+mirrored="$(grep -o 'mirrored launches on cuda: .*' "$LOGS/gpu_e2e.log" | tail -1)"
+e2e_counts="$("$PY" - "$TMP/gpu_e2e.xml" <<'EOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+s = root if root.tag == "testsuite" else root.find("testsuite")
+n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
+EOF
+)"
+case "$e2e_rc" in
+  0) row "pytest --cuda-run (e2e)" PASS "${e2e_counts:-passed}; ${mirrored:-no summary}" ;;
+  2|124|130)
+    if echo "$e2e_counts" | grep -q ' 0 failed, 0 errors'; then
+      row "pytest --cuda-run (e2e)" PARTIAL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-150} s: ${e2e_counts}; ${mirrored:-no summary}"
+    else
+      row "pytest --cuda-run (e2e)" FAIL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-150} s: ${e2e_counts:-no counts} (gpu_e2e.log)"
+    fi ;;
+  *) row "pytest --cuda-run (e2e)" FAIL "exit status $e2e_rc; ${e2e_counts:-no counts}; ${mirrored:-} (gpu_e2e.log)" ;;
 esac
 
 # --- 3. benchmark ------------------------------------------------------------------------------
 echo "== scripts/gpu_bench.py =="
-BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-120}"
+BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-90}"
 # Each of its three parts runs in a process of its own, killed after a third of the step's time.
 # shellcheck disable=SC2086
 timeout "$BENCH_TIMEOUT" "$PY" scripts/gpu_bench.py --out "$LOGS" \
@@ -118,11 +155,11 @@ esac
 # --- 4. the CUDA tutorial, its launch cells included ------------------------------------------
 echo "== tutorials/06-cuda.ipynb =="
 if "$PY" -c 'import nbclient, nbformat, ipykernel' >/dev/null 2>&1; then
-  timeout "${GPU_CHECK_NOTEBOOK_TIMEOUT:-60}" "$PY" - tutorials/06-cuda.ipynb "$TMP" \
+  timeout "${GPU_CHECK_NOTEBOOK_TIMEOUT:-30}" "$PY" - tutorials/06-cuda.ipynb "$TMP" \
     >"$LOGS/gpu_notebook.log" 2>&1 <<'EOF'
 import sys, nbclient, nbformat
 nb = nbformat.read(sys.argv[1], as_version=4)
-nbclient.NotebookClient(nb, timeout=50, kernel_name="python3",
+nbclient.NotebookClient(nb, timeout=25, kernel_name="python3",
                         resources={"metadata": {"path": sys.argv[2]}}).execute()
 text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
 print(text)
@@ -131,7 +168,7 @@ EOF
   nb_rc=$?
   case "$nb_rc" in
     0) row "tutorials/06-cuda.ipynb" PASS "every cell ran, launches included" ;;
-    124) row "tutorials/06-cuda.ipynb" FAIL "timed out after ${GPU_CHECK_NOTEBOOK_TIMEOUT:-60} s" ;;
+    124) row "tutorials/06-cuda.ipynb" FAIL "timed out after ${GPU_CHECK_NOTEBOOK_TIMEOUT:-30} s" ;;
     *) row "tutorials/06-cuda.ipynb" FAIL "exit status $nb_rc (gpu_notebook.log)" ;;
   esac
 else

@@ -30,6 +30,9 @@ def pytest_addoption(parser):
     parser.addoption("--cuda-compile", action="store_true",
                      help="also compile every kernel for cuda sm_80 and sm_90a "
                           "(tests/support/cuda_survey.py)")
+    parser.addoption("--cuda-run", action="store_true",
+                     help="on a GPU: run every launch on CPU tensors again on the GPU and "
+                          "compare what it wrote (tests/support/cuda_run.py)")
     parser.addoption("--cuda-compile-report", default=None, metavar="FILE",
                      help="with --cuda-compile: write the survey as JSON to FILE")
 
@@ -43,6 +46,14 @@ def pytest_configure(config):
         from support import cuda_survey
         config._cuda_survey = cuda_survey.install(config)
         config.pluginmanager.register(cuda_survey, "cuda_survey")
+    if config.getoption("--cuda-run"):
+        from support import cuda_run
+        from support.gpu import cuda_available
+        if not cuda_available():
+            raise pytest.UsageError("--cuda-run needs an NVIDIA GPU (torch.cuda.is_available() "
+                                    "is False)")
+        config._mirror = cuda_run.install(config, cuda_run.cuda_mirror())
+        config.pluginmanager.register(cuda_run, "cuda_run")
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -50,6 +61,9 @@ def pytest_terminal_summary(terminalreporter, config):
     if survey is not None:
         terminalreporter.write_line(survey.summary())
         survey.write()
+    mirror = getattr(config, "_mirror", None)
+    if mirror is not None:
+        terminalreporter.write_line(mirror.summary())
 
 
 @pytest.fixture(autouse=True)

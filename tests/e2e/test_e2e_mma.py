@@ -62,7 +62,9 @@ def test_mma_gemm_matches_torch(lowering, dtype, m, n, k, bm, bn, bk):
     if lowering == "per_thread":
         assert gemm.rule == "mma" and gemm.shape == (16, 8, 16)
         assert gemm.distribution.startswith("owned by the threads of C's layout")
-        assert gemm.note == "A by ldmatrix.x4; B by ldmatrix.x2.trans"   # B is [K, N]
+        a_load, *b_loads = gemm.note.split("; ")   # B, [K, N], by ldmatrix.trans
+        assert a_load == "A by ldmatrix.x4" and b_loads
+        assert all(load.startswith("B") and load.endswith(".trans") for load in b_loads)
     else:
         assert gemm.rule != "mma" and "mma" not in dict(gemm.rejected)   # never tried
 
@@ -72,7 +74,8 @@ def test_a_transposed_b_and_warps_sharing_columns(lowering):
     gemm = run(16, 32, 32, 16, 32, 16, torch.float16, warps=2, tb=True)
     assert (gemm.rule == "mma") == (lowering == "per_thread")
     if lowering == "per_thread":
-        assert gemm.note == "A by ldmatrix.x4; B by ldmatrix.x2"   # B's rows run along K
+        # B's rows run along K; each warp holds two adjacent atom columns
+        assert gemm.note == "A by ldmatrix.x4; B pairs by ldmatrix.x4"
 
 
 def test_an_accumulator_whose_lane_iter_straddles_rows_and_columns(lowering):
@@ -83,6 +86,15 @@ def test_an_accumulator_whose_lane_iter_straddles_rows_and_columns(lowering):
     assert any(it.axis.name == "laneid" and it.extent == 32 for it in layout.shard)
     gemm = run(64, 16, 32, 32, 8, 16, torch.float16, warps=2, layout=layout)
     assert (gemm.rule == "mma") == (lowering == "per_thread")
+
+
+def test_b_columns_load_in_pairs_and_the_odd_one_alone(lowering):
+    """One warp holds three atom columns of a 16x24 tile: the first two take one
+    ldmatrix.x4 together, the third an x2."""
+    gemm = run(32, 48, 32, 16, 24, 16, torch.bfloat16, warps=1)
+    if lowering == "per_thread":
+        assert gemm.note == ("A by ldmatrix.x4; B pairs by ldmatrix.x4.trans; "
+                             "B by ldmatrix.x2.trans")
 
 
 @pytest.mark.parametrize("a_layout, loads", [
@@ -137,7 +149,7 @@ def test_the_kernel_compiles_for_cuda_with_mma_sync(arch, fresh_cache):
                                    target="cuda", arch=arch)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     assert any("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in line for line in ptx)
-    for form in ("x4", "x2.trans"):   # the dispatch log's "A by ldmatrix.x4; B by ..."
+    for form in ("x4", "x4.trans"):   # the dispatch log's "A by ldmatrix.x4; B pairs by ..."
         assert any(line.startswith(f"ldmatrix.sync.aligned.m8n8.{form}.shared.b16")
                    for line in ptx)
     assert compiled.metadata["spill_bytes"] == 0

@@ -17,7 +17,8 @@ next step and stored back into C at the end. Which element a lane holds comes fr
 layout objects: each iter's digit is read back from the lane's (and warp's) coordinate, so
 no fragment table is written out here.
 
-A fragment loads with one ``ldmatrix`` (x4 for A, x2 for B; ``.trans`` where the operand
+A fragment loads with one ``ldmatrix`` (x4 for A; x4 for the B fragments of two adjacent
+atom columns of the warp, x2 for a column without a neighbour; ``.trans`` where the operand
 is stored the other way round) when the ldmatrix layout delivers exactly that fragment
 from 8x8 matrices of the operand (checked by enumerating both layouts) and every 8-element
 row of the operand lies contiguous and 16-byte aligned in shared memory (checked on its
@@ -26,6 +27,7 @@ indices. The plan's details say which, and why not.
 """
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 
@@ -35,7 +37,8 @@ from ...ir.addressing import ArrayArith
 from ...ir.ops_native import LDMATRIX_ROW, MMA_INPUT_TYPES
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, TeamKind, f32
-from ...layout import TileLayout, ldmatrix_layout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout
+from ...layout import Axis, Iter, TileLayout, ldmatrix_layout, mma_m16n8k16_a_layout
+from ...layout import mma_m16n8k16_b_layout
 from ...layout import mma_m16n8k16_c_layout
 from ...layout.fragments import MMA_SHAPES, lane_registers, mma_accumulator_layout, mma_atom_layout
 from ...layout.hw_nvidia import LDMATRIX_NUMS
@@ -186,16 +189,52 @@ def _rows_in_place(operand: Operand) -> str | None:
     return None
 
 
-def _operand_loads(call: PrimitiveCall) -> dict[str, MatrixLoad | str]:
-    """Per operand (A, B): its ldmatrix, or why it loads element by element."""
+def _column_pair_layout(b_fragment: TileLayout) -> TileLayout:
+    """The B fragments of two adjacent atom columns as one (K, 2N) fragment: the second
+    column's values follow the first's in each lane (``m`` + 4)."""
+    rows, cols = group_iters(b_fragment, (SHAPE[2], SHAPE[1]))[1]
+    return TileLayout.from_iters((*rows, Iter(2, b_fragment.size("m"), Axis("m")), *cols))
+
+
+class _Ints:
+    """The Emitter's index arithmetic on Python ints (the atoms' register parts, in check)."""
+    add, mul = staticmethod(operator.add), staticmethod(operator.mul)
+    mod, floordiv = staticmethod(operator.mod), staticmethod(operator.floordiv)
+
+
+def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
+    """The warp's adjacent atom columns (register parts c and c + 1: the same for every
+    warp), paired from the left -- one ldmatrix.x4 loads both columns' B fragments -- and
+    how many columns are left single."""
+    m, n, _ = _mnk(call)
+    grid = (m // SHAPE[0], n // SHAPE[1])
+    atoms = mma_atom_layout((m, n), warps, axis, INST)
+    columns = {_logical_index(_Ints, atoms, grid, {"m": j})[1]
+               for j in range(grid[0] * grid[1] // warps)}
+    pairs, taken = [], set()
+    for column in sorted(columns):
+        if column not in taken and column + 1 in columns:
+            pairs.append((column, column + 1))
+            taken |= {column, column + 1}
+    return tuple(pairs), len(columns) - len(taken)
+
+
+def _operand_loads(call: PrimitiveCall, warps: int, axis: str) -> dict[str, MatrixLoad | str]:
+    """Per operand (A, B, and "B pairs": two atom columns of B at once): its ldmatrix, or
+    why it loads element by element."""
     ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
-    fragments = {"A": (mma_m16n8k16_a_layout(call["A"].dtype.name), (SHAPE[0], SHAPE[2]), ta),
-                 "B": (mma_m16n8k16_b_layout(call["B"].dtype.name), (SHAPE[2], SHAPE[1]), tb)}
+    b_fragment = mma_m16n8k16_b_layout(call["B"].dtype.name)
+    fragments = {"A": (mma_m16n8k16_a_layout(call["A"].dtype.name), (SHAPE[0], SHAPE[2]), ta)}
+    pairs, singles = _column_pairs(call, warps, axis)
+    if pairs:
+        fragments["B pairs"] = (_column_pair_layout(b_fragment), (SHAPE[2], 2 * SHAPE[1]), tb)
+    if singles:
+        fragments["B"] = (b_fragment, (SHAPE[2], SHAPE[1]), tb)
     loads = {}
     for name, (fragment, shape, transposed) in fragments.items():
-        operand = call[name]
+        operand = call[name[0]]
         if operand.role is not MemScope.SHARED:
-            loads[name] = f"{name} is not in shared memory"
+            loads[name] = f"{name[0]} is not in shared memory"
             continue
         load = _matrix_load(fragment, shape, transposed)
         why = _rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
@@ -231,9 +270,9 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     dist = choose(call, [c])
     if isinstance(dist, Decline):
         return dist
-    loads = _operand_loads(call)
+    loads = _operand_loads(call, warps, axis)
     note = "; ".join(f"{name} by {load.describe()}" if isinstance(load, MatrixLoad)
-                         else f"{name} by elements ({load})" for name, load in loads.items())
+                     else f"{name} by elements ({load})" for name, load in loads.items())
     return Plan([SHAPE], {"distribution": dist, "warps": warps, "warp_axis": axis,
                           "matrix_loads": loads, "note": note})
 
@@ -312,9 +351,20 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         index = [em.index(em.add(first[0], lane_row)), em.index(em.add(first[1], lane_col))]
         return em.b.ldmatrix(em.storage(operand), index, load.num, load.trans)
 
+    # Columns loaded in pairs: each column's key -> the pair's first key (loaded when the
+    # first of the two is needed: all at once would lengthen the fragments' live ranges).
+    paired = {key: first for first, _ in (_column_pairs(call, warps, axis)[0]
+                                          if "B pairs" in matrix_loads else ())
+              for key in (first, first + 1)}
+
     def step(kk, *accs):
         a_frags, b_frags, results = {}, {}, []
         for j, ((row_key, col_key), origin) in enumerate(owned):
+            if col_key in paired and col_key not in b_frags:
+                first = paired[col_key]
+                column = em.mul(em.add(warp_part[1], first), cols)
+                both = matrices("B pairs", b, kk, column, tb)
+                b_frags[first], b_frags[first + 1] = both[:len(both) // 2], both[len(both) // 2:]
             if row_key not in a_frags:
                 a_frags[row_key] = (
                     matrices("A", a, origin[0], kk, ta) if "A" in matrix_loads else

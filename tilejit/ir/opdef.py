@@ -10,6 +10,7 @@ it is created.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -94,11 +95,12 @@ class OpDef:
     yields_from: int = 0  # for terminators: index of the first yielded operand
     doc: str = ""
 
-    @property
+    # cached: every op built or verified asks (a frozen dataclass keeps no other state)
+    @functools.cached_property
     def fixed_operands(self) -> tuple:
         return tuple(s for s in self.operands if not s.variadic)
 
-    @property
+    @functools.cached_property
     def variadic(self) -> OperandSpec | None:
         last = self.operands[-1] if self.operands else None
         return last if last is not None and last.variadic else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from typing import Callable, Iterable, Sequence
 
 from ..errors import CompilationError, TilejitError
@@ -43,14 +44,28 @@ PIPELINE: list[tuple[str, Pass]] = [
 DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass
 
 
-class Stages(dict):
+class Stages(Mapping):
     """Pass name -> printed IR after that pass; ``.kernels`` the IR itself, ``.timings``
-    seconds per pass."""
+    seconds per pass. The IR is printed when first asked for (printing every stage was a
+    quarter of a compile): passes leave their input untouched, so a stage's IR stays as
+    the pass left it."""
 
     def __init__(self):
-        super().__init__()
         self.timings: dict[str, float] = {}
         self.kernels: dict[str, KernelIR] = {}
+        self._texts: dict[str, str] = {}
+
+    def __getitem__(self, name: str) -> str:
+        text = self._texts.get(name)
+        if text is None:
+            text = self._texts[name] = str(self.kernels[name])
+        return text
+
+    def __iter__(self):
+        return iter(self.kernels)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
 
     def timing_table(self) -> str:
         width = max((len(name) for name in self.timings), default=0)
@@ -107,7 +122,6 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         stages.kernels[name] = kernel
         if verify:
             _verify(kernel, f"after pass {name!r}")
-        stages[name] = str(kernel)
         if name in dump or DUMP_ALL in dump:
             print(f"// ----- IR after {name} ----- //\n{stages[name]}", file=sys.stderr)
     return kernel, stages

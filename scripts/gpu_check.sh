@@ -69,6 +69,16 @@ row() {  # row CHECK RESULT DETAIL: append a table row (writing the header if sm
   printf '| %s | %s | %s |\n' "$1" "$2" "${3//|//}" >>"$REPORT"
 }
 
+junit_counts() {  # junit_counts FILE: "N passed, F failed, E errors, S skipped" of a pytest run
+  "$PY" - "$1" <<'EOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+s = root if root.tag == "testsuite" else root.find("testsuite")
+n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
+print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
+EOF
+}
+
 # --- 1. smoke --------------------------------------------------------------------------------
 echo "== scripts/gpu_smoke.py =="
 timeout "${GPU_CHECK_SMOKE_TIMEOUT:-60}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
@@ -88,14 +98,7 @@ timeout "${GPU_CHECK_PYTEST_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cache
   --continue-on-collection-errors --junitxml="$TMP/gpu_tests.xml" tests 2>&1 |
   tee "$LOGS/gpu_pytest.log"
 pytest_rc=${PIPESTATUS[0]}
-counts="$("$PY" - "$TMP/gpu_tests.xml" <<'EOF' 2>/dev/null
-import sys, xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-s = root if root.tag == "testsuite" else root.find("testsuite")
-n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
-EOF
-)"
+counts="$(junit_counts "$TMP/gpu_tests.xml")"
 case "$pytest_rc" in
   0) row "pytest -m gpu" PASS "${counts:-passed}" ;;
   5) row "pytest -m gpu" PASS "no tests marked gpu were collected" ;;
@@ -115,14 +118,7 @@ timeout -s INT "${GPU_CHECK_E2E_TIMEOUT:-150}" "$PY" -m pytest --cuda-run -q \
   tee "$LOGS/gpu_e2e.log"
 e2e_rc=${PIPESTATUS[0]}
 mirrored="$(grep -o 'mirrored launches on cuda: .*' "$LOGS/gpu_e2e.log" | tail -1)"
-e2e_counts="$("$PY" - "$TMP/gpu_e2e.xml" <<'EOF' 2>/dev/null
-import sys, xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-s = root if root.tag == "testsuite" else root.find("testsuite")
-n, f, e, k = (int(s.get(a, 0)) for a in ("tests", "failures", "errors", "skipped"))
-print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
-EOF
-)"
+e2e_counts="$(junit_counts "$TMP/gpu_e2e.xml")"
 case "$e2e_rc" in
   0) row "pytest --cuda-run (e2e)" PASS "${e2e_counts:-passed}; ${mirrored:-no summary}" ;;
   2|124|130)

@@ -45,6 +45,7 @@ from ...layout.hw_nvidia import LDMATRIX_NUMS
 from ...layout.transform import group_iters
 from ..addresses import buffer_addressing
 from ..dispatch.call import Operand, PrimitiveCall
+from ..effects import root_buffer
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..loopgen import Emitter, Index
@@ -142,17 +143,23 @@ def _matrix_load(fragment: TileLayout, shape, stored_transposed: bool) -> Matrix
     def stored(flat):
         row, col = divmod(flat, shape[1])
         return (col, row) if stored_transposed else (row, col)
+
+    def in_matrix(place):   # ldmatrix's (matrix, row, column) of a flat (num, 8, 8) index
+        matrix, rest = divmod(place, LDMATRIX_ROW * LDMATRIX_ROW)
+        return (matrix, *divmod(rest, LDMATRIX_ROW))
     for trans in (False, True):
         delivered = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
         origins = []
         for j in range(num):   # where lane 0's first value of matrix j puts the matrix
-            _, row, col = np.unravel_index(delivered[0][2 * j], (num, LDMATRIX_ROW, LDMATRIX_ROW))
+            _, row, col = in_matrix(delivered[0][2 * j])
             first = stored(wanted[0][2 * j])
-            origins.append((first[0] - int(row), first[1] - int(col)))
-        if all(stored(flat) == (origins[j][0] + row, origins[j][1] + col)
-               for got, want in zip(delivered, wanted) for place, flat in zip(got, want)
-               for j, row, col in [map(int, np.unravel_index(
-                   place, (num, LDMATRIX_ROW, LDMATRIX_ROW)))]):
+            origins.append((first[0] - row, first[1] - col))
+
+        def agrees(place, flat):
+            j, row, col = in_matrix(place)
+            return stored(flat) == (origins[j][0] + row, origins[j][1] + col)
+        if all(agrees(place, flat) for got, want in zip(delivered, wanted)
+               for place, flat in zip(got, want)):
             load = MatrixLoad(num, trans, tuple(origins))
             return load if all(load.origin(j) == origins[j] for j in range(num)) else None
     return None
@@ -170,9 +177,7 @@ def _rows_in_place(operand: Operand) -> str | None:
         if None in static or not all(region.attrs["keep"]):
             return f"{operand.name} is a region with run-time starts or dropped dims"
         starts = static
-    root = buf
-    while getattr(root.owner, "name", None) == "view":
-        root = root.owner.operands[0]
+    root = root_buffer(buf)
     if getattr(root.owner, "name", None) != "alloc" or root.owner.attrs.get("per_team"):
         return f"{operand.name} is not a shared buffer of the CTA's own"
     addressing = buffer_addressing(buf)

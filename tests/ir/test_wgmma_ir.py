@@ -1,0 +1,99 @@
+"""The wgmma ops: the shared-memory matrix descriptor's bit fields (PTX ISA "Matrix
+Descriptor Format"), the canonical layouts it describes, the ops' text round trip and the
+verifier's refusals."""
+import pytest
+from support.wgmma_kernels import wgmma_kernel
+
+from tilejit.errors import CompilationError
+from tilejit.ir import parse_kernel, verify
+from tilejit.ir.ops_wgmma import MatrixDescriptor
+
+A = MatrixDescriptor(0, 128, 256)
+B = MatrixDescriptor(2048, 128, 256)
+
+
+def test_descriptor_fields_sit_at_the_ptx_bits():
+    bits = MatrixDescriptor(start=0x1230, lbo=0x40, sbo=0x400, swizzle=128,
+                            base_offset=5).encode()
+    assert bits & 0x3FFF == 0x123            # start >> 4, bits 0-13
+    assert bits >> 16 & 0x3FFF == 0x4        # leading byte offset >> 4, bits 16-29
+    assert bits >> 32 & 0x3FFF == 0x40       # stride byte offset >> 4, bits 32-45
+    assert bits >> 49 & 7 == 5               # base offset, bits 49-51
+    assert bits >> 62 == 1                   # 128B swizzle is 1
+    for swizzle, code in ((0, 0), (64, 2), (32, 3)):
+        assert MatrixDescriptor(0, 16, 16, swizzle).encode() >> 62 == code
+    # nothing else is set
+    assert bits & ~(0x3FFF | 0x3FFF << 16 | 0x3FFF << 32 | 7 << 49 | 3 << 62) == 0
+
+
+@pytest.mark.parametrize("swizzle", [0, 32, 64, 128])
+def test_decode_inverts_encode(swizzle):
+    fields = MatrixDescriptor(start=0x3FFF0, lbo=0x10, sbo=0x3FFF0, swizzle=swizzle,
+                              base_offset=3)
+    assert MatrixDescriptor.decode(fields.encode()) == fields
+
+
+@pytest.mark.parametrize("fields, message", [
+    (MatrixDescriptor(8, 16, 16), "start = 8 bytes"),
+    (MatrixDescriptor(0, 1 << 18, 16), "lbo = 262144 bytes"),
+    (MatrixDescriptor(0, 16, 16, swizzle=16), "swizzle is 0, 32, 64 or 128"),
+    (MatrixDescriptor(0, 16, 16, base_offset=8), "base offset is 3 bits"),
+])
+def test_fields_that_do_not_fit_are_refused(fields, message):
+    with pytest.raises(ValueError, match=message):
+        fields.encode()
+
+
+def test_k_major_core_matrices_without_swizzle():
+    """8 rows of 16 bytes each, contiguous; LBO to the next along K, SBO along M."""
+    d = MatrixDescriptor(0, lbo=128, sbo=256)
+    assert [d.element_address(r, 0, 2, True) for r in range(9)] == \
+        [16 * r for r in range(8)] + [256]
+    assert [d.element_address(0, k, 2, True) for k in (0, 7, 8, 15)] == [0, 14, 128, 142]
+
+
+def test_k_major_128b_swizzle_xors_chunks_with_the_row():
+    d = MatrixDescriptor(0, lbo=16, sbo=1024, swizzle=128)
+    # row 1: its 16-byte chunk 0 moves to chunk 1; row 8 starts the next atom (SBO)
+    assert d.element_address(1, 0, 2, True) == 128 + 16
+    assert d.element_address(1, 8, 2, True) == 128
+    assert d.element_address(8, 0, 2, True) == 1024
+    assert d.element_address(3, 20, 2, True) == 3 * 128 + ((40 // 16) ^ 3) * 16 + 40 % 16
+
+
+def test_mn_major_layouts():
+    none = MatrixDescriptor(0, lbo=256, sbo=128)
+    assert [none.element_address(mn, 0, 2, False) for mn in (0, 7, 8)] == [0, 14, 128]
+    assert [none.element_address(0, k, 2, False) for k in (1, 8)] == [16, 256]
+    wide = MatrixDescriptor(0, lbo=2048, sbo=1024, swizzle=128)   # 64 f16 along N per row
+    assert wide.element_address(63, 0, 2, False) == 126
+    assert wide.element_address(64, 0, 2, False) == 2048
+    assert wide.element_address(0, 8, 2, False) == 1024
+    assert wide.element_address(0, 1, 2, False) == 128 + 16   # row 1's chunk 0 -> chunk 1
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_the_ops_round_trip(wait):
+    text = wgmma_kernel(16, A, B, wait=wait)
+    kernel = verify(parse_kernel(text))
+    assert str(kernel) == text
+    (mma,) = [op for op in kernel.walk() if op.name == "wgmma_mma_async"]
+    assert len(mma.operands) == 2 + 8 and len(mma.results) == 8
+    assert mma.attrs["scale_d"] is True and mma.attrs["trans_a"] is False   # defaults
+    (desc, _) = [op for op in kernel.walk() if op.name == "wgmma_desc"]
+    assert (desc.attrs["lbo"], desc.attrs["sbo"], desc.attrs["swizzle"]) == (128, 256, 0)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("n = 16", "n = 12"), "N a multiple of 8 in \\[8, 256\\], not 12"),
+    (("n = 16", "n = 24"), "m64n24k16 takes 12 f32 accumulators per thread, got 8"),
+    (("a_type = f16", "a_type = f32"), "f16 or bf16 here, not f32"),
+    (("swizzle = 0", "swizzle = 16"), "swizzle is 0, 32, 64 or 128 bytes, not 16"),
+    (("lbo = 128", "lbo = 120"), "lbo = 120 bytes"),
+    (("pending = 0", "pending = -1"), "non-negative number of groups pending"),
+    (("wgmma_desc(%sa", "wgmma_desc(%x"), "names shared memory, not global"),
+])
+def test_the_verifier_explains_bad_wgmma_ops(edit, message):
+    text = wgmma_kernel(16, A, B).replace(*edit, 1)
+    with pytest.raises(CompilationError, match=message):
+        verify(parse_kernel(text))

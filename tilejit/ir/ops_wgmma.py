@@ -1,0 +1,184 @@
+"""Catalogue entries: Hopper's warpgroup tensor-core ops (PTX ``wgmma``), and the shared-memory
+matrix descriptor they read their operands through.
+
+``wgmma_desc`` makes the 64-bit descriptor of a matrix in shared memory: the byte address
+of element ``offset`` of a root buffer plus the typed fields of :class:`MatrixDescriptor`.
+``wgmma_mma_async`` is one warpgroup's ``D = A @ B (+ D)`` of shape m64nNk16 (f16 or bf16
+into f32), A and B read through descriptors; each of the 128 threads passes its N / 2
+accumulator values in the fragment order of ``layout/hw_nvidia.wgmma_acc_layout`` and
+gets the new ones. The values are not ready when the op returns: ``wgmma_commit_group``
+closes the thread's group of issued multiplies and ``wgmma_wait_group {pending = N}``
+returns once all but the N most recent groups completed. ``wgmma_fence`` orders the
+thread's earlier register writes of the accumulators before the multiply reads them.
+Fence, commit and wait take the accumulators and give them back (the same types), so SSA
+orders them with the multiplies; only the wait's results may be read as numbers (the
+verifier does not see this across loops -- the CPU target makes an early read observable).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .attrs import BOOL, INT, SCALAR_TYPE, Attr
+from .opdef import OpGroup
+from .opdef import register as _register
+from .ops_native import fixed, is_root_buffer
+from .types import MemScope, bf16, f16, f32, i64
+
+__all__ = ["MatrixDescriptor", "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M",
+           "wgmma_accumulators"]
+
+SYNC = OpGroup.SYNC
+WGMMA_M, WGMMA_K = 64, 16           # m64nNk16: N a multiple of 8 in [8, 256]
+WGMMA_INPUT_TYPES = (f16, bf16)
+SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core matrices)
+# PTX ISA "Matrix Descriptor Format": bits 62-63 name the swizzle: 0 none, 1 128B, 2 64B, 3 32B
+_SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
+_FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (bytes >> 4)
+CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
+
+
+def wgmma_accumulators(n: int) -> int:
+    """How many f32 accumulator values each thread of the warpgroup holds for m64nNk16."""
+    return WGMMA_M * n // 128
+
+
+@dataclass(frozen=True)
+class MatrixDescriptor:
+    """The fields of a wgmma shared-memory matrix descriptor, in bytes (PTX ISA "Matrix
+    Descriptor Format": start address bits 0-13, leading byte offset 16-29, stride byte
+    offset 32-45, each stored >> 4; base offset 49-51; swizzle 62-63)."""
+
+    start: int
+    lbo: int
+    sbo: int
+    swizzle: int = 0
+    base_offset: int = 0
+
+    def problem(self) -> str | None:
+        """Why the fields do not fit the descriptor (None: they do)."""
+        if self.swizzle not in SWIZZLE_BYTES:
+            return f"swizzle is 0, 32, 64 or 128 bytes, not {self.swizzle}"
+        for name in ("start", "lbo", "sbo"):
+            value = getattr(self, name)
+            if value < 0 or value % 16 or value >> 4 > _FIELD:
+                return (f"{name} = {value} bytes: the descriptor holds multiples of 16 below "
+                        f"{(_FIELD + 1) << 4}")
+        if not 0 <= self.base_offset < 8:
+            return f"base offset is 3 bits, not {self.base_offset}"
+        return None
+
+    def encode(self) -> int:
+        why = self.problem()
+        if why:
+            raise ValueError(why)
+        return ((self.start >> 4) | (self.lbo >> 4) << 16 | (self.sbo >> 4) << 32
+                | self.base_offset << 49 | _SWIZZLE_CODE[self.swizzle] << 62)
+
+    @staticmethod
+    def decode(bits: int) -> MatrixDescriptor:
+        swizzle = {code: nbytes for nbytes, code in _SWIZZLE_CODE.items()}[bits >> 62 & 3]
+        return MatrixDescriptor((bits & _FIELD) << 4, (bits >> 16 & _FIELD) << 4,
+                                (bits >> 32 & _FIELD) << 4, swizzle, bits >> 49 & 7)
+
+    def element_address(self, mn: int, k: int, itemsize: int, k_major: bool) -> int:
+        """The shared byte address wgmma reads for element (mn, k) of the operand: ``mn`` a
+        row of A or column of B, ``k`` along the reduction. The canonical layouts (PTX ISA
+        "Shared Memory Matrix Layout"; T = 16 / itemsize elements, W = swizzle bytes):
+        K-major, no swizzle: core matrices of 8 mn-rows x T k's, 16 bytes a row; LBO steps
+        along k, SBO along mn. K-major swizzled: rows of W bytes, 8 rows an atom, SBO
+        between atoms along mn. MN-major, no swizzle: core matrices of T mn's x 8 k-rows;
+        SBO steps along mn, LBO along k. MN-major swizzled: rows of W bytes along mn, 8
+        k-rows an atom; LBO between atoms along mn, SBO along k. The swizzle XORs the
+        16-byte chunk (address bits 4..) with the 128-byte row (bits 7..), on the address."""
+        per_chunk = CORE_BYTES // itemsize
+        if k_major and not self.swizzle:
+            offset = ((mn // CORE_ROWS) * self.sbo + (mn % CORE_ROWS) * CORE_BYTES
+                      + (k // per_chunk) * self.lbo + (k % per_chunk) * itemsize)
+        elif k_major:
+            offset = (mn // CORE_ROWS) * self.sbo + (mn % CORE_ROWS) * self.swizzle + k * itemsize
+        elif not self.swizzle:
+            offset = ((mn // per_chunk) * self.sbo + (mn % per_chunk) * itemsize
+                      + (k // CORE_ROWS) * self.lbo + (k % CORE_ROWS) * CORE_BYTES)
+        else:
+            across = self.swizzle // itemsize
+            offset = ((mn // across) * self.lbo + (mn % across) * itemsize
+                      + (k // CORE_ROWS) * self.sbo + (k % CORE_ROWS) * self.swizzle)
+        address = self.start + offset
+        if self.swizzle:   # the pattern repeats every 8 rows: buffers are aligned to it
+            address ^= ((address >> 7) & (self.swizzle // CORE_BYTES - 1)) << 4
+        return address
+
+
+def _check_desc(op):
+    buf, _ = op.operands
+    if buf.type.scope is not MemScope.SHARED:
+        return f"a wgmma descriptor names shared memory, not {buf.type.scope}"
+    if not is_root_buffer(buf):
+        return "wgmma_desc needs a root buffer (an alloc), not a view"
+    fields = MatrixDescriptor(0, op.attrs["lbo"], op.attrs["sbo"], op.attrs["swizzle"],
+                              op.attrs["base_offset"])
+    if fields.base_offset:
+        return ("wgmma_desc's base offset is 0: swizzled shared buffers are aligned to their "
+                "pattern (1024, 512 or 256 bytes)")
+    return fields.problem()
+
+
+def _check_accumulators(op, values) -> str | None:
+    count = wgmma_accumulators(op.attrs["n"]) if "n" in op.attrs else None
+    if count is not None and len(values) != count:
+        return (f"{op.name} m64n{op.attrs['n']}k16 takes {count} f32 accumulators per thread, "
+                f"got {len(values)}")
+    for index, value in enumerate(values):
+        if value.type != f32:
+            return f"{op.name} accumulator {index} is {value.type}, not f32"
+    return None
+
+
+def _check_mma_async(op):
+    n, a_type = op.attrs["n"], op.attrs["a_type"]
+    if n % 8 or not 8 <= n <= 256:
+        return f"wgmma m64nNk16 has N a multiple of 8 in [8, 256], not {n}"
+    if a_type not in WGMMA_INPUT_TYPES:
+        return f"wgmma_mma_async multiplies f16 or bf16 here, not {a_type}"
+    for side, desc in zip("AB", op.operands[:2]):
+        if desc.type != i64:
+            return f"{side}'s descriptor is {desc.type}, not i64"
+    return _check_accumulators(op, op.operands[2:])
+
+
+def _check_passthrough(op):
+    if op.name == "wgmma_wait_group" and op.attrs["pending"] < 0:
+        return f"wgmma_wait_group keeps a non-negative number of groups pending, not " \
+               f"{op.attrs['pending']}"
+    return _check_accumulators(op, op.operands)
+
+
+def _accumulator_results(types, attrs):
+    return tuple(types[2:])   # D in C's registers; the check counts them against N
+
+
+def _same_types(types, attrs):
+    return tuple(types)
+
+
+_register("wgmma_desc", SYNC, "buf:buffer offset:int",
+          {"lbo": Attr(INT), "sbo": Attr(INT), "swizzle": Attr(INT),
+           "base_offset": Attr(INT, 0)}, fixed(i64), check=_check_desc,
+          doc="the 64-bit wgmma matrix descriptor of the shared matrix whose first element is "
+              "buf[offset] (a flat element offset): its byte address and the fields")
+_register("wgmma_mma_async", SYNC, "a_desc:int b_desc:int *acc:scalar",
+          {"n": Attr(INT), "a_type": Attr(SCALAR_TYPE), "trans_a": Attr(BOOL, False),
+           "trans_b": Attr(BOOL, False), "scale_d": Attr(BOOL, True)},
+          _accumulator_results, check=_check_mma_async,
+          doc="a warpgroup's D = A @ B (+ D when scale_d) of m64nNk16 from two descriptors: "
+              "trans_a / trans_b read A / B MN-major (else K-major); every thread of the "
+              "warpgroup passes its N / 2 accumulators; the results are ready after a wait")
+_register("wgmma_fence", SYNC, "*acc:scalar", results=_same_types, check=_check_passthrough,
+          doc="orders the thread's earlier accumulator writes before later wgmma reads")
+_register("wgmma_commit_group", SYNC, "*acc:scalar", results=_same_types,
+          check=_check_passthrough,
+          doc="closes the thread's group of wgmma_mma_async issued since the last commit")
+_register("wgmma_wait_group", SYNC, "*acc:scalar", {"pending": Attr(INT)}, _same_types,
+          check=_check_passthrough,
+          doc="waits until at most `pending` committed wgmma groups are in flight; its "
+              "results are the accumulators, readable")

@@ -454,3 +454,7 @@ HANDLERS.update(emit_mma.HANDLERS)
 from . import emit_async  # noqa: E402  (cp.async, mbarrier transaction bytes)
 
 HANDLERS.update(emit_async.HANDLERS)
+
+from . import emit_wgmma  # noqa: E402  (Hopper wgmma)
+
+HANDLERS.update(emit_wgmma.HANDLERS)

@@ -1,0 +1,90 @@
+"""The wgmma ops printed by the cuda target: inline PTX with the accumulators tied to every
+one of them; NVRTC compiles a warpgroup's m64nNk16 for sm_90a (PTX holds wgmma.mma_async,
+SASS -- where nvdisasm is found -- HGMMA) without spills; another arch is a located error.
+The kernel is ``support.wgmma_kernels``'s textual per-thread IR."""
+import shutil
+import subprocess
+
+import pytest
+from support.gpu import needs_nvrtc
+from support.wgmma_kernels import wgmma_kernel
+
+from tilejit.errors import CompilationError
+from tilejit.ir.ops_wgmma import MatrixDescriptor
+from tilejit.ir.parser import parse_kernel
+from tilejit.ir.verifier import verify
+from tilejit.targets.cuda.emit import print_cuda
+from tilejit.targets.cuda.nvrtc import compile_cuda
+
+A = MatrixDescriptor(0, 128, 256)
+B = MatrixDescriptor(2048, 128, 256, swizzle=128)
+
+
+def kernel(n=16, dtype="f16", trans_b=False):
+    return verify(parse_kernel(wgmma_kernel(n, A, B, dtype=dtype, trans_b=trans_b)))
+
+
+def asm_lines(source: str, word: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if word in line and "asm" in line]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_multiply_is_one_asm_with_the_accumulators_tied(dtype):
+    source, _ = print_cuda(kernel(16, dtype, trans_b=True), "sm_90a")
+    (line,) = asm_lines(source, "wgmma.mma_async")
+    assert (f"wgmma.mma_async.sync.aligned.m64n16k16.f32.{dtype}.{dtype} "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 1;") in line
+    assert "setp.ne.b32 p, %10, 0;" in line and line.endswith('"r"(1) : "memory");')
+    assert line.count('"+f"(') == 8 and '"l"(da), "l"(db)' in line
+
+
+def test_fence_commit_and_wait_tie_the_accumulators_too():
+    source, _ = print_cuda(kernel(), "sm_90a")
+    for text in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
+                 "wgmma.wait_group.sync.aligned 0;"):
+        (line,) = asm_lines(source, text)
+        assert line.count('"+f"(') == 8 and line.endswith(':: "memory");')
+
+
+def test_the_descriptor_ors_the_fields_with_the_shared_address():
+    source, _ = print_cuda(kernel(), "sm_90a")
+    (a_line,) = [line.strip() for line in source.splitlines() if line.strip().startswith(
+        "const long long da")]
+    assert f"{MatrixDescriptor(0, 128, 256).encode():#x}ull" in a_line
+    assert "((tj_smem_addr(&sa[0]) & 0x3FFFFu) >> 4)" in a_line   # offset 0 folded
+    (b_line,) = [line.strip() for line in source.splitlines() if line.strip().startswith(
+        "const long long db")]
+    assert f"{MatrixDescriptor(0, 128, 256, swizzle=128).encode():#x}ull" in b_line
+
+
+def test_other_archs_are_a_located_error():
+    with pytest.raises(CompilationError, match="needs sm_90a; compiling for sm_90") as info:
+        print_cuda(kernel(), "sm_90")
+    assert info.value.line == 5
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n", [16, 64, 256])
+def test_nvrtc_compiles_wgmma_without_spills(n):
+    source, entry = print_cuda(kernel(n), "sm_90a")
+    program = compile_cuda(source, "sm_90a")
+    ptx = [line.strip() for line in program.ptx.splitlines()]
+    assert any(line.startswith(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16")
+               for line in ptx)
+    for text in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
+                 "wgmma.wait_group.sync.aligned 0;"):
+        assert text in ptx
+    usage = program.resources()[entry]
+    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+
+
+@needs_nvrtc
+@pytest.mark.skipif(shutil.which("nvdisasm") is None,
+                    reason="nvdisasm is not installed: the SASS (HGMMA) is not checked here")
+def test_the_sass_holds_hgmma(tmp_path):
+    source, _ = print_cuda(kernel(64), "sm_90a")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(compile_cuda(source, "sm_90a").cubin)
+    sass = subprocess.run([shutil.which("nvdisasm"), str(path)], capture_output=True, text=True,
+                          check=True).stdout
+    assert "HGMMA.64x64x16.F32" in sass

@@ -1,0 +1,82 @@
+"""The cuda printer's wgmma ops (``ir/ops_wgmma.py``) as inline PTX, sm_90a only (the
+``a`` target: wgmma is one of Hopper's arch-specific instructions).
+
+* ``wgmma_desc`` is the descriptor's constant fields (``MatrixDescriptor.encode`` with a
+  zero start) or'ed with the buffer element's shared address, bits 4-17 at bits 0-13.
+* ``wgmma_mma_async`` is one ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`` with
+  the thread's N / 2 accumulators as ``"+f"`` operands, the two descriptors, scale-d as a
+  predicate set from a register, A and B scales 1 and the transpose immediates.
+* ``wgmma_fence`` / ``wgmma_commit_group`` / ``wgmma_wait_group N`` are ``wgmma.fence``,
+  ``wgmma.commit_group`` and ``wgmma.wait_group N``, each ``.sync.aligned``.
+
+Every one of them names the accumulators it passes through as ``"+f"`` operands of its
+``asm volatile``: the registers the tensor cores write after the multiply returns must not
+be read, moved or reused by the compiler before the wait, which it learns only this way.
+"""
+from __future__ import annotations
+
+from tilejit.errors import CompilationError
+from tilejit.ir.core import Operation
+from tilejit.ir.ops_wgmma import MatrixDescriptor
+
+from .emit import CudaPrinter
+
+__all__ = ["HANDLERS", "WGMMA_ARCH"]
+
+WGMMA_ARCH = "sm_90a"
+
+
+def _needs_sm90a(p: CudaPrinter, op: Operation) -> None:
+    if p.arch != WGMMA_ARCH:
+        raise CompilationError(f"{op.name} (wgmma) needs {WGMMA_ARCH}; compiling for {p.arch}",
+                               op.loc)
+
+
+def _accumulators(p: CudaPrinter, op: Operation, first: int = 0) -> list[str]:
+    """The op's results as mutable locals holding its accumulator operands' values."""
+    return [p.declare(result, p[value], hint=result.name_hint or "acc")
+            for result, value in zip(op.results, op.operands[first:])]
+
+
+def _tied(names: list[str]) -> str:
+    return ", ".join(f'"+f"({name})' for name in names)
+
+
+def print_wgmma_desc(p: CudaPrinter, op: Operation) -> None:
+    _needs_sm90a(p, op)
+    buf, offset = op.operands
+    a = op.attrs
+    fields = MatrixDescriptor(0, a["lbo"], a["sbo"], a["swizzle"], a["base_offset"]).encode()
+    address = f"tj_smem_addr(&{p[buf]}[{p[offset]}])"
+    p.define(op.result, f"{fields:#x}ull | (unsigned long long)(({address} & 0x3FFFFu) >> 4)")
+
+
+def print_wgmma_mma_async(p: CudaPrinter, op: Operation) -> None:
+    _needs_sm90a(p, op)
+    a = op.attrs
+    a_desc, b_desc = op.operands[:2]
+    d = _accumulators(p, op, first=2)
+    count = len(d)
+    registers = "{" + ", ".join(f"%{i}" for i in range(count)) + "}"
+    dtype = a["a_type"]
+    instruction = (f"wgmma.mma_async.sync.aligned.m64n{a['n']}k16.f32.{dtype}.{dtype} "
+                   f"{registers}, %{count}, %{count + 1}, p, 1, 1, {int(a['trans_a'])}, "
+                   f"{int(a['trans_b'])};")
+    # one PTX line each (the C string's \\n), so the PTX reads as the instruction it is
+    body = f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n{instruction}\\n}}"
+    p.emit(f'asm volatile("{body}" : {_tied(d)} : "l"({p[a_desc]}), "l"({p[b_desc]}), '
+           f'"r"({int(a["scale_d"])}) : "memory");')
+
+
+def _print_passthrough(instruction: str):
+    def print_op(p: CudaPrinter, op: Operation) -> None:
+        _needs_sm90a(p, op)
+        text = instruction.format(**op.attrs)
+        p.emit(f'asm volatile("{text}" : {_tied(_accumulators(p, op))} :: "memory");')
+    return print_op
+
+
+HANDLERS = {"wgmma_desc": print_wgmma_desc, "wgmma_mma_async": print_wgmma_mma_async,
+            "wgmma_fence": _print_passthrough("wgmma.fence.sync.aligned;"),
+            "wgmma_commit_group": _print_passthrough("wgmma.commit_group.sync.aligned;"),
+            "wgmma_wait_group": _print_passthrough("wgmma.wait_group.sync.aligned {pending};")}

@@ -72,9 +72,8 @@ def test_mn_major_layouts():
     assert wide.element_address(0, 1, 2, False) == 128 + 16   # row 1's chunk 0 -> chunk 1
 
 
-@pytest.mark.parametrize("wait", [True, False])
-def test_the_ops_round_trip(wait):
-    text = wgmma_kernel(16, A, B, wait=wait)
+def test_the_ops_round_trip():
+    text = wgmma_kernel(16, A, B)
     kernel = verify(parse_kernel(text))
     assert str(kernel) == text
     (mma,) = [op for op in kernel.walk() if op.name == "wgmma_mma_async"]
@@ -97,3 +96,10 @@ def test_the_verifier_explains_bad_wgmma_ops(edit, message):
     text = wgmma_kernel(16, A, B).replace(*edit, 1)
     with pytest.raises(CompilationError, match=message):
         verify(parse_kernel(text))
+
+
+def test_reading_an_accumulator_before_the_wait_is_refused():
+    with pytest.raises(CompilationError, match="store_at reads %c0, an accumulator of a "
+                       "wgmma_commit_group still in flight") as info:
+        verify(parse_kernel(wgmma_kernel(16, A, B, wait=False)))
+    assert info.value.line == 9

@@ -11,8 +11,9 @@ closes the thread's group of issued multiplies and ``wgmma_wait_group {pending =
 returns once all but the N most recent groups completed. ``wgmma_fence`` orders the
 thread's earlier register writes of the accumulators before the multiply reads them.
 Fence, commit and wait take the accumulators and give them back (the same types), so SSA
-orders them with the multiplies; only the wait's results may be read as numbers (the
-verifier does not see this across loops -- the CPU target makes an early read observable).
+orders them with the multiplies; only the wait's results may be read as numbers: the
+verifier refuses any other op reading a multiply's or commit's results (``IN_FLIGHT``);
+it does not follow them through a loop's carried values.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, bf16, f16, f32, i64
 
-__all__ = ["MatrixDescriptor", "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M",
+__all__ = ["IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor", "SWIZZLE_BYTES", "describe_operand", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M",
            "wgmma_accumulators"]
 
 SYNC = OpGroup.SYNC
@@ -35,6 +36,10 @@ SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core ma
 _SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
 _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (bytes >> 4)
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
+# Results the tensor cores still write after the op returns, and the ops that may take them
+# (the verifier's check; terminators may too: a pipelined loop carries them)
+IN_FLIGHT = frozenset({"wgmma_mma_async", "wgmma_commit_group"})
+IN_FLIGHT_READERS = frozenset({"wgmma_mma_async", "wgmma_commit_group", "wgmma_wait_group"})
 
 
 def wgmma_accumulators(n: int) -> int:
@@ -107,6 +112,48 @@ class MatrixDescriptor:
         if self.swizzle:   # the pattern repeats every 8 rows: buffers are aligned to it
             address ^= ((address >> 7) & (self.swizzle // CORE_BYTES - 1)) << 4
         return address
+
+
+def _unswizzle(address, swizzle: int):
+    """The address before the swizzle (the XOR is its own inverse: bits 7.. stay)."""
+    if not swizzle:
+        return address
+    return address ^ ((address >> 7) & (swizzle // CORE_BYTES - 1)) << 4
+
+
+def describe_operand(addresses, itemsize: int) -> tuple[MatrixDescriptor, bool] | None:
+    """The descriptor (and whether it reads K-major) under which wgmma reads element
+    ``(mn, k)`` of an operand at byte ``addresses[mn][k]`` (an MN x 16 block, addresses
+    from a base aligned to 1024 bytes), when there is one: each swizzle is tried, widest
+    first, K-major then MN-major; its LBO and SBO are read off the unswizzled addresses at
+    the steps that define them, then every element is checked against
+    :meth:`MatrixDescriptor.element_address`. None: no canonical layout places them so."""
+    rows, depth = len(addresses), len(addresses[0])
+    per_chunk = CORE_BYTES // itemsize
+
+    def step(unswizzled, at, start) -> int:   # unused offsets read 16 (PTX: "assumed 1")
+        inside = at[0] < rows and at[1] < depth
+        return unswizzled(addresses[at[0]][at[1]]) - start if inside else CORE_BYTES
+    for swizzle in (128, 64, 32, 0):
+        def unswizzled(address):
+            return _unswizzle(address, swizzle)
+        start = unswizzled(addresses[0][0])
+        for k_major in (True, False):
+            if k_major:
+                sbo = step(unswizzled, (CORE_ROWS, 0), start)
+                lbo = CORE_BYTES if swizzle else step(unswizzled, (0, per_chunk), start)
+            else:
+                across = (swizzle or CORE_BYTES) // itemsize
+                lbo, sbo = (step(unswizzled, (across, 0), start),
+                            step(unswizzled, (0, CORE_ROWS), start))
+                if not swizzle:
+                    lbo, sbo = sbo, lbo
+            fields = MatrixDescriptor(start, lbo, sbo, swizzle)
+            if fields.problem() is None and all(
+                    fields.element_address(mn, k, itemsize, k_major) == addresses[mn][k]
+                    for mn in range(rows) for k in range(depth)):
+                return fields, k_major
+    return None
 
 
 def _check_desc(op):

@@ -4,7 +4,9 @@ Generic checks: every operand is defined before its use and visible there (earli
 same block, in an enclosing block, or an argument of an enclosing region); operands,
 attributes and result types fit the op's ``OpDef``; region block arguments have the types
 the ``RegionSpec`` asks for; each region ends with its terminator and terminators appear
-nowhere else; terminators pass the types the parent expects. Then ``OpDef.check(op)``.
+nowhere else; terminators pass the types the parent expects; values still in flight (a
+wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``) reach only the ops that may
+take them. Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """
@@ -15,6 +17,7 @@ from tilejit.errors import CompilationError
 from .attrs import KERNEL_ATTRS, AttrError, check_attrs
 from .core import Block, KernelIR, Operation, Value, walk
 from .ops import OpDefError
+from .ops_wgmma import IN_FLIGHT, IN_FLIGHT_READERS
 from .printer import Printer
 
 __all__ = ["verify"]
@@ -79,6 +82,11 @@ class _Verifier:
                             f"{parent.name} expects {len(expected)} {_types(expected)}")
 
     def operand(self, op: Operation, value: Value, visible: set[Value]):
+        producer = getattr(value.owner, "name", None)
+        if producer in IN_FLIGHT and op.name not in IN_FLIGHT_READERS \
+                and not op.opdef.terminator:
+            self.fail(op, f"{op.name} reads {self.printer.name(value)}, an accumulator of a "
+                          f"{producer} still in flight: read it after wgmma_wait_group")
         if value in visible:
             return
         if value in self.seen:

@@ -1,0 +1,154 @@
+"""The wgmma ops (``ir/ops_wgmma.py``) on the CPU's per-thread (SIMT) units.
+
+``wgmma_desc`` encodes the descriptor as a GPU does: the element's byte address in the
+CTA's shared window -- on the CPU its offset from the start of the CTA's data arena, where
+the shared-memory plan puts every shared buffer -- in bits 0-13 (>> 4), or'ed with the
+op's constant fields (``MatrixDescriptor.encode``).
+
+``wgmma_mma_async`` decodes both descriptors at run time exactly as the hardware reads
+them (``MatrixDescriptor.element_address``: start address, LBO, SBO, the swizzle's XOR of
+the 16-byte chunk with the 128-byte row), so a descriptor that names the wrong bytes gives
+the wrong numbers here too. Each thread computes its own N / 2 accumulators of D -- row
+and column from ``layout/hw_nvidia.wgmma_acc_layout`` over ``tid_in_wg``, one constant
+table of positions -- as ``D[r, c] (* scale_d) + sum_k A[r, k] * B[k, c]`` in f32, k in
+order, reading A and B from shared memory when the multiply is issued: a legal schedule of
+the asynchronous op (its operands must stay unchanged until the wait). No thread needs
+another's values, so the warpgroup does not meet here; the op is ``.sync.aligned``, so
+the whole warpgroup must be active (a compile error otherwise).
+
+``wgmma_fence``, ``wgmma_commit_group`` and ``wgmma_wait_group`` order nothing more on a
+CPU (the multiply's values are final when it returns): they hand their accumulators on.
+That a wait is missing is the verifier's refusal, before any target (``IN_FLIGHT``).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from tilejit.errors import CompilationError
+from tilejit.ir.ops_wgmma import CORE_BYTES, CORE_ROWS, WGMMA_K, WGMMA_M, MatrixDescriptor
+from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
+from tilejit.layout.hw_nvidia import wgmma_acc_layout
+
+from . import types
+from .emit_mma import _constant_table, _table_entry
+from .types import F32, I32, I64, PTR
+
+__all__ = ["HANDLERS"]
+
+_SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
+
+
+def _require_whole_warpgroup(em) -> None:
+    active = em.state.active
+    warps = set(active.warp_ids) if active is not None else set()
+    whole = active is not None and not active.elected \
+        and tuple(active.lanes) == (0, LANES_PER_WARP) \
+        and all({w - w % WARPS_PER_WARPGROUP + i for i in range(WARPS_PER_WARPGROUP)} <= warps
+                for w in warps)
+    if not whole:
+        where = "not known here" if active is None else active.describe()
+        raise CompilationError(f"wgmma_mma_async needs every thread of its warpgroup (128); "
+                               f"the active threads are {where}")
+
+
+def emit_wgmma_desc(em, op):
+    b, (buf, offset) = em.b, op.operands
+    ref = em[buf]
+    element = ref.element_ptr_at(b, types.to_i64(b, em[offset], offset.type))
+    address = b.sub(b.ptrtoint(element, I64), b.ptrtoint(em.frame.data, I64))
+    fields = MatrixDescriptor(0, op.attrs["lbo"], op.attrs["sbo"], op.attrs["swizzle"],
+                              op.attrs["base_offset"]).encode()
+    start = b.and_(b.lshr(address, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
+    return [b.or_(ir.Constant(I64, fields), start)]
+
+
+def _address(b: ir.IRBuilder, desc, mn, k, itemsize: int, k_major: bool):
+    """``MatrixDescriptor.element_address`` on a run-time descriptor, in i64."""
+    def const(value):
+        return ir.Constant(I64, value)
+
+    def field(shift):
+        return b.shl(b.and_(b.lshr(desc, const(shift)), const(0x3FFF)), const(4))
+    start, lbo, sbo = field(0), field(16), field(32)
+    code = b.lshr(desc, const(62))
+    swizzle = const(0)
+    for value, nbytes in enumerate(_SWIZZLE_BYTES):
+        swizzle = b.select(b.icmp_unsigned("==", code, const(value)), const(nbytes), swizzle)
+    swizzled = b.icmp_unsigned("!=", swizzle, const(0))
+    per_chunk = CORE_BYTES // itemsize
+    if k_major:
+        plain = b.add(b.add(b.mul(b.udiv(mn, const(CORE_ROWS)), sbo),
+                            b.mul(b.urem(mn, const(CORE_ROWS)), const(CORE_BYTES))),
+                      b.add(b.mul(b.udiv(k, const(per_chunk)), lbo),
+                            b.mul(b.urem(k, const(per_chunk)), const(itemsize))))
+        wide = b.add(b.add(b.mul(b.udiv(mn, const(CORE_ROWS)), sbo),
+                           b.mul(b.urem(mn, const(CORE_ROWS)), swizzle)),
+                     b.mul(k, const(itemsize)))
+    else:
+        plain = b.add(b.add(b.mul(b.udiv(mn, const(per_chunk)), sbo),
+                            b.mul(b.urem(mn, const(per_chunk)), const(itemsize))),
+                      b.add(b.mul(b.udiv(k, const(CORE_ROWS)), lbo),
+                            b.mul(b.urem(k, const(CORE_ROWS)), const(CORE_BYTES))))
+        across = b.udiv(b.select(swizzled, swizzle, const(CORE_BYTES)), const(itemsize))
+        wide = b.add(b.add(b.mul(b.udiv(mn, across), lbo),
+                           b.mul(b.urem(mn, across), const(itemsize))),
+                     b.add(b.mul(b.udiv(k, const(CORE_ROWS)), sbo),
+                           b.mul(b.urem(k, const(CORE_ROWS)), swizzle)))
+    address = b.add(start, b.select(swizzled, wide, plain))
+    mask = b.select(swizzled, b.sub(b.udiv(swizzle, const(CORE_BYTES)), const(1)), const(0))
+    return b.xor(address, b.shl(b.and_(b.lshr(address, const(7)), mask), const(4)))
+
+
+def _dot_function(mc, dtype, trans_a: bool, trans_b: bool) -> ir.Function:
+    """``dot(data, desc_a, desc_b, row, col, acc)``: ``acc + sum_k A[row, k] * B[k, col]``
+    in f32, A and B read from the shared window at ``data`` through their descriptors."""
+    name = f"tj.wgmma.dot.{dtype}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
+    fn = mc.module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(mc.module, ir.FunctionType(F32, [PTR, I64, I64, I64, I64, F32]), name)
+    fn.linkage = "internal"
+    data, desc_a, desc_b, row, col, acc = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+    def element(desc, mn, k, k_major):
+        address = _address(b, desc, mn, ir.Constant(I64, k), dtype.itemsize, k_major)
+        ptr = b.gep(data, [address], source_etype=ir.IntType(8))
+        return types.widen(b, types.load(b, ptr, dtype), dtype)
+    for k in range(WGMMA_K):
+        acc = b.fadd(acc, b.fmul(element(desc_a, row, k, not trans_a),
+                                 element(desc_b, col, k, not trans_b)))
+    b.ret(acc)
+    return fn
+
+
+def emit_wgmma_mma_async(em, op):
+    _require_whole_warpgroup(em)
+    b, units, attrs = em.b, em.mc.units, op.attrs
+    n = attrs["n"]
+    layout = wgmma_acc_layout(n, warp_axis="tid_in_wg")
+    places = [None] * (WGMMA_M * n)
+    for flat in range(WGMMA_M * n):   # per thread, per accumulator: its row * n + column
+        place = layout.apply(flat)
+        places[place["tid_in_wg"] * (n // 2) + place["m"]] = flat
+    table = _constant_table(em.mc, f"tj.wgmma.m64n{n}.places", places)
+    thread = b.and_(units.thread_index(b, "thread_id", em.frame.unit),
+                    ir.Constant(I32, LANES_PER_WARP * WARPS_PER_WARPGROUP - 1))
+    first = b.mul(thread, ir.Constant(I32, n // 2))
+    dot = _dot_function(em.mc, attrs["a_type"], attrs["trans_a"], attrs["trans_b"])
+    desc_a, desc_b, *acc = em.operands(op)
+    results = []
+    for i, value in enumerate(acc):
+        flat = b.zext(_table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
+        row, col = b.udiv(flat, ir.Constant(I64, n)), b.urem(flat, ir.Constant(I64, n))
+        start = value if attrs["scale_d"] else ir.Constant(F32, 0.0)
+        results.append(b.call(dot, [em.frame.data, desc_a, desc_b, row, col, start]))
+    return results
+
+
+def _hand_on(em, op):
+    return list(em.operands(op))
+
+
+HANDLERS = {"wgmma_desc": emit_wgmma_desc, "wgmma_mma_async": emit_wgmma_mma_async,
+            "wgmma_fence": _hand_on, "wgmma_commit_group": _hand_on, "wgmma_wait_group": _hand_on}

@@ -154,11 +154,12 @@ def test_wg_local_layout():
 # ---------------------------------------------------------------- shared-memory swizzles
 
 def ref_smem_offset(r, c, R, C, eb, sl, col_major=False):
-    """Element offset per the TMA/UMMA canonical layout: slabs of `swizzle` bytes along
-    the contiguous dim, each a full column of rows; then 16-byte chunk bits [4,4+sl) of the
-    byte address XOR-ed with bits [7,7+sl)."""
+    """Element offset per the TMA/UMMA canonical layout: slabs of `swizzle` bytes (16
+    without a swizzle: a column of core matrices) along the contiguous dim, each a full
+    column of rows; then 16-byte chunk bits [4,4+sl) of the byte address XOR-ed with bits
+    [7,7+sl)."""
     cont, other, x, y = (R, C, r, c) if col_major else (C, R, c, r)
-    width = (16 << sl) // eb if sl else cont
+    width = (16 << sl) // eb
     slab, xi = divmod(x, width)
     byte = (slab * other * width + y * width + xi) * eb
     if sl:
@@ -193,6 +194,8 @@ SMEM_CASES = [
     ((128, 16), "float16", SwizzleMode.B128, -2),       # MN-major: M contiguous
     ((96, 24), "float16", SwizzleMode.B64, -2),
     ((8, 24), "float16", SwizzleMode.NONE, -1),
+    ((64, 32), "bfloat16", SwizzleMode.NONE, -1),
+    ((32, 16), "float16", SwizzleMode.NONE, -2),
 ]
 
 
@@ -371,3 +374,16 @@ def test_constructed_layouts_print_and_parse():
     # every logical dim owns whole iters (what TMA / gemm dispatch groups by)
     hw.smem_layout((64, 128), "float16").tile_layout.group((64, 128))
     hw.wgmma_acc_layout(64).group((64, 64))
+
+
+def test_unswizzled_tiles_store_each_core_matrix_contiguously():
+    """wgmma's view without a swizzle: 8 rows x 16 bytes, one contiguous 128-byte block
+    (a plain row-major 64 x 32 f16 tile puts its rows 64 bytes apart)."""
+    shape = (64, 32)
+    lay = hw.smem_layout(shape, "float16", SwizzleMode.NONE)
+    for r0 in range(0, 64, 8):
+        for c0 in range(0, 32, 8):
+            block = sorted(lay.apply(r, c, shape=shape)["m"] for r in range(r0, r0 + 8)
+                           for c in range(c0, c0 + 8))
+            assert block == list(range(block[0], block[0] + 64)) and block[0] % 64 == 0
+            assert lay.apply(r0 + 1, c0, shape=shape)["m"] == block[0] + 8   # rows 16 B apart

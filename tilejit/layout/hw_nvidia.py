@@ -165,8 +165,12 @@ def smem_layout(shape, dtype, swizzle=SwizzleMode.B128, *, contiguous_dim: int =
     a 32/64/128-byte span"). fp16 128B gives ``ComposeLayout(3, 3, 3, ...)``.
     The buffer base must be aligned to the swizzle period (256/512/1024 bytes).
 
-    ``SwizzleMode.NONE`` gives the plain row-major TMA box (``swizzle_len = 0``); the
-    contiguous extent must then be a multiple of 16 bytes. Non-power-of-two numbers of
+    ``SwizzleMode.NONE`` (``swizzle_len = 0``) cuts the contiguous extent into slabs of
+    16 bytes the same way: wgmma and tcgen05 read an unswizzled operand as core matrices
+    of 8 rows x 16 bytes, each stored contiguously (PTX ISA "Shared Memory Matrix
+    Layout"), which a plain row-major tile with rows wider than 16 bytes is not; a slab
+    is a column of them (the next core matrix along the rows 128 bytes on, along the
+    contiguous dim one slab on). The contiguous extent must be a multiple of 16 bytes. Non-power-of-two numbers of
     atoms (e.g. 24 rows, or 3 slabs) are fine; shapes that are not whole atoms raise.
     """
     shape = tuple(shape)
@@ -193,7 +197,7 @@ def smem_layout(shape, dtype, swizzle=SwizzleMode.B128, *, contiguous_dim: int =
             raise LayoutError(
                 f"unswizzled shared-memory tile: the contiguous extent {cont} x {eb} B = "
                 f"{cont * eb} B is not a multiple of 16 bytes (TMA box requirement)")
-        slabs, width = 1, cont
+        slabs = cont // width   # slabs of one 16-byte chunk: the core matrices
     else:
         if cont % width or other % 8:
             raise LayoutError(

@@ -1,0 +1,100 @@
+"""wgmma on the CPU's per-thread units against torch: A (64 x K) and B (K x N) are placed in
+shared memory by ``layout.smem_layout`` -- every swizzle, K-major and MN-major -- the
+descriptors come from ``describe_operand`` reading the layout's addresses, and each k-step
+of 16 issues one m64nNk16 from descriptors that start at the step's first elements. The
+CPU decodes the descriptors as the hardware does, so a wrong field is a wrong answer."""
+import numpy as np
+import pytest
+import torch
+from support.wgmma_kernels import wgmma_kernel
+
+import tilejit.targets.cpu as cpu
+from tilejit.errors import CompilationError
+from tilejit.ir import parse_kernel, verify
+from tilejit.ir.addressing import Addressing, ArrayArith
+from tilejit.ir.ops_wgmma import MatrixDescriptor, describe_operand, wgmma_accumulators
+from tilejit.layout import SwizzleMode, smem_layout
+from tilejit.layout.hw_nvidia import wgmma_acc_layout
+
+MODES = {0: SwizzleMode.NONE, 32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: SwizzleMode.B128}
+B_START = 1 << 15   # B's buffer: 1024-byte aligned, past A's
+
+
+def placed(matrix: torch.Tensor, swizzle: int, mn_major: bool):
+    """(flat storage, element offset of each (mn, k)) of an (MN, K) operand laid out by
+    smem_layout: stored (MN, K) with K contiguous, or (K, MN) with MN contiguous."""
+    stored = matrix.T if mn_major else matrix
+    layout = smem_layout(tuple(stored.shape), "float16", MODES[swizzle])
+    addressing = Addressing.from_layout(layout, tuple(stored.shape))
+    grid = np.meshgrid(*(np.arange(s) for s in stored.shape), indexing="ij")
+    offsets = np.asarray(addressing.element_offset(ArrayArith, grid, tuple(stored.shape)))
+    flat = torch.zeros(addressing.span, dtype=matrix.dtype)
+    flat[torch.from_numpy(offsets.reshape(-1))] = stored.reshape(-1)
+    return flat, offsets.T if mn_major else offsets
+
+
+def run(n, k, a_swizzle, b_swizzle, b_mn_major, dtype=torch.float16, a_mn_major=False,
+        corrupt=None):
+    gen = torch.Generator().manual_seed(n + k + a_swizzle + b_swizzle)
+    a = torch.randn(64, k, generator=gen).to(dtype)
+    b = torch.randn(k, n, generator=gen).to(dtype)
+    (x, a_off), (y, b_off) = placed(a, a_swizzle, a_mn_major), placed(b.T, b_swizzle, b_mn_major)
+    fields, steps = [], []
+    for offsets, start in ((a_off, 0), (b_off, B_START)):
+        found = describe_operand((offsets[:, :16] * 2).tolist(), 2)
+        assert found is not None and found[1] != (offsets is a_off and a_mn_major
+                                                  or offsets is b_off and b_mn_major)
+        descriptor = found[0]
+        fields.append(MatrixDescriptor(start, descriptor.lbo, descriptor.sbo,
+                                       descriptor.swizzle))
+    steps = [(int(a_off[0, j]), int(b_off[0, j])) for j in range(0, k, 16)]
+    if corrupt:
+        fields[1] = MatrixDescriptor(**{**fields[1].__dict__, **corrupt})
+    text = wgmma_kernel(n, *fields, dtype="bf16" if dtype == torch.bfloat16 else "f16",
+                        a_elements=len(x), b_elements=len(y), steps=steps,
+                        trans_a=a_mn_major, trans_b=b_mn_major)
+    d = torch.zeros(128 * wgmma_accumulators(n))
+    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
+    module.launch((1,), [x, y, d])
+    # thread t's accumulator i holds D at the place wgmma_acc_layout gives it
+    layout, result = wgmma_acc_layout(n, warp_axis="tid_in_wg"), torch.zeros(64, n)
+    for flat in range(64 * n):
+        place = layout.apply(flat)
+        result.view(-1)[flat] = d[place["tid_in_wg"] * (n // 2) + place["m"]]
+    return result, a.double() @ b.double(), fields[1]
+
+
+@pytest.mark.parametrize("n, k, a_swizzle, b_swizzle, b_mn_major", [
+    (64, 64, 128, 128, False),
+    (64, 64, 128, 128, True),
+    (32, 32, 64, 64, False),
+    (64, 32, 64, 64, True),
+    (16, 16, 32, 32, False),
+    (32, 16, 32, 32, True),
+    (24, 32, 0, 0, False),
+    (16, 32, 0, 0, True),
+    (256, 16, 0, 32, False),
+])
+def test_wgmma_matches_torch(n, k, a_swizzle, b_swizzle, b_mn_major):
+    got, expected, _ = run(n, k, a_swizzle, b_swizzle, b_mn_major)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_and_a_read_mn_major():
+    got, expected, _ = run(64, 32, 128, 0, False, torch.bfloat16, a_mn_major=True)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("corrupt", [{"sbo": 512}, {"swizzle": 64}])
+def test_a_wrong_descriptor_is_a_wrong_answer(corrupt):
+    got, expected, _ = run(64, 64, 128, 128, False, corrupt=corrupt)
+    assert not torch.allclose(got.double(), expected, rtol=1e-3, atol=1e-3)
+
+
+def test_a_partial_warpgroup_is_refused():
+    text = wgmma_kernel(16, MatrixDescriptor(0, 128, 256, 0),
+                        MatrixDescriptor(B_START, 128, 256, 0))
+    text = text.replace('{distribution = "per_thread",', '{num_warps = 2, distribution = '
+                        '"per_thread",')
+    with pytest.raises(CompilationError, match="needs every thread of its warpgroup"):
+        cpu.compile(verify(parse_kernel(text)))

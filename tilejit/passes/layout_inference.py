@@ -39,9 +39,11 @@ from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
 from ..ir.rewrite import Rewriter, retyped_from_yield
 from ..ir.storage import on_threads
-from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
+from ..ir.ops_wgmma import WGMMA_M
+from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
 from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
+from ..layout.hw_nvidia import wgmma_acc_layout
 from ..layout.tile_layout import TileLayout
 from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
 from .dispatch.call import argument_flags
@@ -283,13 +285,23 @@ def _reduced(layout: TileLayout, shape, dims) -> TileLayout | None:
 
 def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str] | None:
     """The tensor-core accumulator layout, for an f32 fragment a gemm of f16/bf16 operands
-    accumulates into (the per-thread ``mma`` family needs it; dispatch has the last word)."""
+    accumulates into (the per-thread ``mma`` family needs it; a ``gemm_async`` dispatched to
+    ``wgmma`` of one warpgroup gets wgmma's; dispatch has the last word)."""
+    warps = team_warps(fragment.team, kernel.attrs["num_warps"])
+    wgmmas = [op for op in fragment.users if op.name == "tile.gemm_async"
+              and op.attrs.get("dispatch") == "wgmma" and op.operands[0] is fragment.value]
+    if wgmmas and fragment.alloc.attrs["dtype"] == f32 and len(fragment.shape) == 2 \
+            and warps == WARPS_PER_WARPGROUP \
+            and fragment.team in (TeamKind.WARPGROUP, TeamKind.CTA):
+        rows, cols = fragment.shape
+        if rows == WGMMA_M and cols % 8 == 0 and 0 < cols <= 256:   # m64nNk16's N
+            return wgmma_acc_layout(cols, warp_axis=TEAM_WARP_AXIS[fragment.team]), \
+                f"{_TENSOR_CORE_NOTE} of the wgmma at line {wgmmas[0].loc.line}"
     gemms = [op for op in fragment.users if op.name == "tile.gemm"
              and op.operands[0] is fragment.value
              and {_dtype(v) for v in op.operands[1:3]} <= _TENSOR_CORE_INPUTS]
     if not gemms or fragment.alloc.attrs["dtype"] != f32 or len(fragment.shape) != 2:
         return None
-    warps = team_warps(fragment.team, kernel.attrs["num_warps"])
     layout = mma_accumulator_layout(fragment.shape, warps, TEAM_WARP_AXIS[fragment.team])
     if layout is None:
         return None

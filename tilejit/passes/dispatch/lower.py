@@ -37,7 +37,7 @@ def lower_op(op: Operation, builder, context: DispatchContext,
         raise CompilationError(f"{op.name} has not been dispatched: run the dispatch pass "
                                "before lower-tiles", op.loc)
     call = PrimitiveCall.of(op, context, arg_flags)
-    rule = lookup(family, call.primitive, call.target)
+    rule = lookup(family, call.primitive, call.target, context.distribution)
     if rule is None:
         raise DispatchError(f"rule {family!r} is not registered for {call.primitive} on "
                             f"target {call.target!r}", op.loc)

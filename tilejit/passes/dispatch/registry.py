@@ -145,8 +145,12 @@ def rules_for(primitive: str, target: str) -> list[Rule]:
     return sorted(candidates, key=lambda r: (r.fallback, -r.priority))
 
 
-def lookup(family: str, primitive: str, target: str) -> Rule | None:
-    return next((r for r in rules_for(primitive, target) if r.family == family), None)
+def lookup(family: str, primitive: str, target: str,
+           distribution: str | None = None) -> Rule | None:
+    """The rule of ``family``; with ``distribution``, the one tried under it (a family may
+    have a per-thread rule and a target's own team-once stand-in)."""
+    return next((r for r in rules_for(primitive, target) if r.family == family
+                 and (distribution is None or distribution in r.distributions)), None)
 
 
 # --------------------------------------------------------------------------- targets

@@ -10,16 +10,19 @@ Importing this package registers them (the registry does so on first use):
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
 | gemm | ``mma`` (tensor cores, per thread) | no | ``gemm_mma`` |
+| gemm_async | ``wgmma`` (warpgroup tensor cores, per thread, ``dispatch="wgmma"``) | no | ``gemm_wgmma`` |
 | gemm | ``fma`` | yes | ``gemm_fma`` |
 | scan | ``serial`` | yes | ``scan`` |
 | permute, gather | ``scalar`` | yes | ``indexed`` |
 | scatter | ``serial`` | yes | ``indexed`` |
 | atomic | ``scalar`` | yes | ``atomic`` |
 
-copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
-protocol belongs to the target's families.
+copy_async has no generic rule (TIRx Table 2): its synchronization protocol belongs to the
+target's families; gemm_async's ``wgmma`` is generic per thread (the IR it makes runs on
+the CPU's SIMT units and prints for sm_90a), the targets add their own synchronous stand-ins.
 """
-from . import atomic, copy_vector, elementwise, gemm_fma, gemm_mma, indexed, reduce, reduce_shuffle, scan
+from . import (atomic, copy_vector, elementwise, gemm_fma, gemm_mma, gemm_wgmma, indexed, reduce,
+               reduce_shuffle, scan)
 
-__all__ = ["atomic", "copy_vector", "elementwise", "gemm_fma", "gemm_mma", "indexed", "reduce",
-           "reduce_shuffle", "scan"]
+__all__ = ["atomic", "copy_vector", "elementwise", "gemm_fma", "gemm_mma", "gemm_wgmma",
+           "indexed", "reduce", "reduce_shuffle", "scan"]

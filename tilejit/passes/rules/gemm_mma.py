@@ -50,7 +50,7 @@ from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..loopgen import Emitter, Index
 
-__all__ = ["MMA_GEMM"]
+__all__ = ["MMA_GEMM", "logical_index", "storage_offsets"]
 
 INST = "m16n8k16"
 SHAPE = MMA_SHAPES[INST]
@@ -165,9 +165,9 @@ def _matrix_load(fragment: TileLayout, shape, stored_transposed: bool) -> Matrix
     return None
 
 
-def _rows_in_place(operand: Operand) -> str | None:
-    """Why the 8-element rows of ``operand`` (along its last dim) are not each contiguous
-    and 16-byte aligned in shared memory (None: they are)."""
+def storage_offsets(operand: Operand) -> np.ndarray | str:
+    """The storage offset (elements from the root buffer's start) of each element of a 2-D
+    shared ``operand``, or why it is not known at compile time."""
     value = operand.value
     region = value.owner if operand.is_region else None
     buf = region.operands[0] if region is not None else value
@@ -181,11 +181,22 @@ def _rows_in_place(operand: Operand) -> str | None:
     if getattr(root.owner, "name", None) != "alloc" or root.owner.attrs.get("per_team"):
         return f"{operand.name} is not a shared buffer of the CTA's own"
     addressing = buffer_addressing(buf)
+    if addressing is None:
+        return f"{operand.name}'s storage is not known here"
     rows, cols = operand.shape
-    if addressing is None or cols % LDMATRIX_ROW:
-        return f"{operand.name}'s storage is not known here, or its rows are not 8-element runs"
     grid = np.meshgrid(np.arange(rows) + starts[0], np.arange(cols) + starts[1], indexing="ij")
-    offsets = np.asarray(addressing.element_offset(ArrayArith, grid, buf.type.shape))
+    return np.asarray(addressing.element_offset(ArrayArith, grid, buf.type.shape))
+
+
+def _rows_in_place(operand: Operand) -> str | None:
+    """Why the 8-element rows of ``operand`` (along its last dim) are not each contiguous
+    and 16-byte aligned in shared memory (None: they are)."""
+    offsets = storage_offsets(operand)
+    if isinstance(offsets, str):
+        return offsets
+    rows, cols = operand.shape
+    if cols % LDMATRIX_ROW:
+        return f"{operand.name}'s rows are not 8-element runs"
     runs = offsets.reshape(rows, cols // LDMATRIX_ROW, LDMATRIX_ROW)
     if not (runs - runs[..., :1] == np.arange(LDMATRIX_ROW)).all():
         return f"{operand.name}'s layout does not keep 8 consecutive elements of a row together"
@@ -214,7 +225,7 @@ def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
     m, n, _ = _mnk(call)
     grid = (m // SHAPE[0], n // SHAPE[1])
     atoms = mma_atom_layout((m, n), warps, axis, INST)
-    columns = {_logical_index(_Ints, atoms, grid, {"m": j})[1]
+    columns = {logical_index(_Ints, atoms, grid, {"m": j})[1]
                for j in range(grid[0] * grid[1] // warps)}
     pairs, taken = [], set()
     for column in sorted(columns):
@@ -282,7 +293,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                           "matrix_loads": loads, "note": note})
 
 
-def _logical_index(em: Emitter, layout: TileLayout, shape, location: dict) -> list[Index]:
+def logical_index(em: Emitter, layout: TileLayout, shape, location: dict) -> list[Index]:
     """The logical index of the element ``layout`` places at ``location`` (axis name ->
     coordinate, absent axes 0): each iter's digit read back from its axis's coordinate.
     Exact for layouts without replicas whose iters on one axis do not overlap, as the mma
@@ -303,10 +314,10 @@ def _logical_index(em: Emitter, layout: TileLayout, shape, location: dict) -> li
 def _fragment(em: Emitter, layout, shape, lane) -> list[tuple[Index, Index]]:
     """Per register of a fragment layout, the (row, col) its lane holds, inside the atom."""
     with em.hoisted():
-        lane_part = _logical_index(em, layout, shape, {"laneid": lane})
+        lane_part = logical_index(em, layout, shape, {"laneid": lane})
     registers = layout.size() // LANES_PER_WARP
     return [tuple(em.add(t, r) for t, r in
-                  zip(lane_part, _logical_index(em, layout, shape, {"m": i})))
+                  zip(lane_part, logical_index(em, layout, shape, {"m": i})))
             for i in range(registers)]
 
 
@@ -320,7 +331,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     lane = em.thread_coord("lane_id")
     with em.hoisted():
         warp = em.thread_coord(_WARP_COORD[call.team]) if call.team in _WARP_COORD else 0
-        warp_part = _logical_index(em, atoms, grid, {axis: warp})
+        warp_part = logical_index(em, atoms, grid, {axis: warp})
     a_places = _fragment(em, mma_m16n8k16_a_layout(a.dtype.name), (rows, depth), lane)
     b_places = _fragment(em, mma_m16n8k16_b_layout(b.dtype.name), (depth, cols), lane)
     c_places = _fragment(em, mma_m16n8k16_c_layout(), (rows, cols), lane)
@@ -334,7 +345,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     # fragments' rows of A and columns of B, per atom row and column.
     owned, a_rows, b_cols = [], {}, {}
     for j in range(grid[0] * grid[1] // warps):
-        key = tuple(_logical_index(em, atoms, grid, {"m": j}))
+        key = tuple(logical_index(em, atoms, grid, {"m": j}))
         origin = tuple(em.mul(em.add(w, r), size)
                        for w, r, size in zip(warp_part, key, (rows, cols)))
         owned.append((key, origin))

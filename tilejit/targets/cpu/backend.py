@@ -48,8 +48,11 @@ class CpuBackend(Backend):
                             registers_per_thread=registers,
                             shared_memory_per_cta=CTA_MEMORY_LIMIT, max_threads_per_cta=None,
                             element_loops=True,
-                            # SIMT mode runs mma.sync per warp (emit_mma.py), as a GPU does
-                            tensor_core_shapes={"mma": ((16, 8, 16),)})
+                            # SIMT mode runs mma.sync per warp (emit_mma.py) and wgmma per
+                            # warpgroup (emit_wgmma.py), as a GPU does
+                            tensor_core_shapes={"mma": ((16, 8, 16),),
+                                                "wgmma": tuple((64, n, 16)
+                                                               for n in range(8, 257, 8))})
 
     def import_rules(self) -> None:
         from .rules import async_copy  # noqa: F401  (copy_async / gemm_async families)

@@ -41,10 +41,12 @@ copy_async         ``cp.async``  legal where cp.async is: global -> shared, no d
                                  mode) the CUDA lowering itself (``passes/rules/
                                  copy_cp_async``: ``cp_async`` chunks), else the immediate copy
 gemm_async         ``immediate`` the default: whatever ``gemm`` accepts here
-gemm_async         ``wgmma``     the CPU gemm; legal where wgmma is: B in shared memory, A
-                                 in shared memory or a fragment, C a fragment, dtypes
-                                 f16/bf16 (C f32 or f16), f32 as tf32 (C f32), fp8 (C f32
-                                 or f16), int8/uint8 (C int32)
+gemm_async         ``wgmma``     in the CPU's own lowering the CPU gemm; legal where wgmma
+                                 is: B in shared memory, A in shared memory or a fragment, C
+                                 a fragment, dtypes f16/bf16 (C f32 or f16), f32 as tf32 (C
+                                 f32), fp8 (C f32 or f16), int8/uint8 (C int32). Per thread
+                                 (SIMT mode) the generic family (``passes/rules/gemm_wgmma``)
+                                 runs wgmma_mma_async from descriptors, as on Hopper
 gemm_async         ``tcgen05``   the CPU gemm; legal where tcgen05.mma is: C in tensor
                                  memory (``tj.alloc_tmem``), A in shared or tensor memory,
                                  B in shared memory -- the CPU target stores no tensor
@@ -65,7 +67,7 @@ are multiplied in full f32 here (tf32 on Hopper); fp8 and 16-bit floats are exac
 from __future__ import annotations
 
 from tilejit.passes.dispatch.call import PrimitiveCall
-from tilejit.passes.dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
+from tilejit.passes.dispatch.registry import PER_THREAD, TEAM_ONCE, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import copy_cp_async
 from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
@@ -115,14 +117,17 @@ COPY_ASYNC_RULES = (
 
 
 # ------------------------------------------------------------------------- gemm_async
-def _gemm_async_rule(family: str, reasons, priority: int, doc: str) -> Rule:
+def _gemm_async_rule(family: str, reasons, priority: int, doc: str,
+                     distributions=(TEAM_ONCE, PER_THREAD)) -> Rule:
     return register(Rule(family, "gemm_async", family_check(reasons, gemm_plan), lower_gemm,
-                         targets=CPU, priority=priority, doc=doc))
+                         targets=CPU, priority=priority, doc=doc, distributions=distributions))
 
 
 GEMM_ASYNC_RULES = (
     _gemm_async_rule("immediate", None, 10, "the CPU gemm, run synchronously"),
-    _gemm_async_rule("wgmma", wgmma_reasons, 0, "wgmma's contract; runs as the CPU gemm"),
+    # per thread, the generic wgmma family (passes/rules/gemm_wgmma.py) runs wgmma itself
+    _gemm_async_rule("wgmma", wgmma_reasons, 0, "wgmma's contract; runs as the CPU gemm",
+                     (TEAM_ONCE,)),
     _gemm_async_rule("tcgen05", tcgen05_reasons, 0,
                      "tcgen05.mma's contract; runs as the CPU gemm"),
 )

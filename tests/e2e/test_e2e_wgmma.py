@@ -1,0 +1,91 @@
+"""gemm_async family ``wgmma`` end to end: A (64 x K) and B staged in shared memory by
+``smem_layout`` -- every swizzle, B K-major ([N, K], transpose_b) and MN-major ([K, N]) --
+an f32 accumulator whose wgmma layout layout inference gives it, f16 and bf16, against
+torch. Per thread (the CPU's SIMT mode) the gemm runs as wgmma_mma_async from descriptors
+the rule derived from the layouts; in the CPU's own lowering (team_once) the family is the
+CPU gemm under wgmma's contract."""
+import pytest
+import torch
+
+import tilejit as tj
+from tilejit.ir.parser import parse_kernel
+from tilejit.layout import SwizzleMode, smem_layout
+from tilejit.layout.hw_nvidia import wgmma_acc_layout
+from tilejit.passes.pipeline import PIPELINE, run_pipeline
+
+MODES = {0: SwizzleMode.NONE, 32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: SwizzleMode.B128}
+
+
+@tj.kernel
+def wgmma_gemm(A, B, C, N: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
+               LB: tj.constexpr, TB: tj.constexpr, ACCUM: tj.constexpr = False):
+    """C (+)= A @ B for one 64 x N tile; B given as [N, K] when TB."""
+    a = tj.alloc_shared((64, K), A.dtype, layout=LA)
+    b = tj.alloc_shared((N, K) if TB else (K, N), B.dtype, layout=LB)
+    tj.copy(a, A[0:64, 0:K])
+    if TB:
+        tj.copy(b, B[0:N, 0:K])
+    else:
+        tj.copy(b, B[0:K, 0:N])
+    acc = tj.fragment((64, N), tj.float32)
+    if ACCUM:
+        tj.copy(acc, C[0:64, 0:N])
+    else:
+        tj.fill(acc, 0.0)
+    tj.sync()
+    tj.gemm_async(acc, a, b, transpose_b=TB, dispatch="wgmma")
+    tj.copy(C[0:64, 0:N], acc)
+
+
+def run(n, k, a_swizzle, b_swizzle, tb, dtype=torch.float16, accum=False):
+    gen = torch.Generator().manual_seed(n * k + a_swizzle)
+    a = torch.randn(64, k, generator=gen).to(dtype)
+    b = torch.randn(k, n, generator=gen).to(dtype)
+    c = torch.randn(64, n, generator=gen)
+    expected = (c.double() if accum else 0) + a.double() @ b.double()
+    layouts = dict(LA=smem_layout((64, k), "float16", MODES[a_swizzle]),
+                   LB=smem_layout((n, k) if tb else (k, n), "float16", MODES[b_swizzle]))
+    args = (a, b.T.contiguous() if tb else b, c)
+    options = dict(N=n, K=k, TB=tb, ACCUM=accum, **layouts)
+    wgmma_gemm[(1,)](*args, **options)
+    torch.testing.assert_close(c.double(), expected, rtol=1e-5, atol=1e-5)
+    (record,) = [r for r in wgmma_gemm.compile(*args, **options).dispatch_log
+                 if r.primitive == "gemm_async"]
+    return record
+
+
+@pytest.mark.parametrize("n, k, a_swizzle, b_swizzle, tb", [
+    (64, 64, 128, 128, True), (64, 64, 128, 128, False), (32, 32, 64, 64, True),
+    (64, 32, 64, 64, False), (16, 32, 32, 32, True), (32, 16, 32, 32, False),
+    (24, 32, 0, 0, True), (16, 32, 0, 0, False)])
+def test_wgmma_gemm_matches_torch(lowering, n, k, a_swizzle, b_swizzle, tb):
+    record = run(n, k, a_swizzle, b_swizzle, tb)
+    assert record.rule == "wgmma"
+    if lowering == "per_thread":
+        assert record.shape == (64, n, 16)
+        a_note, b_note = record.note.split("; ")
+        swizzle = f"{b_swizzle}B swizzle" if b_swizzle else "no swizzle"
+        assert a_note.startswith("A K-major, " + (f"{a_swizzle}B swizzle" if a_swizzle
+                                                   else "no swizzle"))
+        assert b_note.startswith(f"B {'K' if tb else 'MN'}-major, {swizzle}")
+
+
+def test_bf16_accumulating_into_c(lowering):
+    run(64, 32, 64, 128, False, torch.bfloat16, accum=True)
+
+
+def test_the_accumulator_gets_the_wgmma_layout():
+    """Layout inference gives a gemm_async's accumulator wgmma's layout when dispatch= asks
+    for the family (the CTA's 4 warps are its warpgroup: the warp axis is warpid)."""
+    layouts = dict(LA=smem_layout((64, 16), "float16", SwizzleMode.B32),
+                   LB=smem_layout((16, 16), "float16", SwizzleMode.B32))
+    compiled = wgmma_gemm.compile(torch.zeros(64, 16, dtype=torch.float16),
+                                  torch.zeros(16, 16, dtype=torch.float16), torch.zeros(64, 16),
+                                  N=16, K=16, TB=True, simt=True, **layouts)
+    passes = [name for name, _ in PIPELINE]
+    passes = passes[:passes.index("infer-fragment-layouts") + 1]
+    text = run_pipeline(parse_kernel(compiled.asm["ir"]), dump=(),
+                        passes=passes)[1]["infer-fragment-layouts"]
+    (acc,) = [line for line in text.splitlines() if line.strip().startswith("%acc = alloc")]
+    assert f'layout = "{wgmma_acc_layout(16, warp_axis="warpid")}"' in acc
+    assert 'layout_note = "inferred: the tensor-core accumulator of the wgmma at line' in acc

@@ -9,7 +9,7 @@ import torch
 
 import tilejit as tj
 from tilejit.ir.parser import parse_kernel
-from tilejit.layout import SwizzleMode, smem_layout
+from tilejit.layout import S, SwizzleMode, TileLayout, smem_layout
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
 from tilejit.passes.pipeline import PIPELINE, run_pipeline
 
@@ -37,13 +37,14 @@ def wgmma_gemm(A, B, C, N: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
     tj.copy(C[0:64, 0:N], acc)
 
 
-def run(n, k, a_swizzle, b_swizzle, tb, dtype=torch.float16, accum=False):
+def run(n, k, a_swizzle, b_swizzle, tb, dtype=torch.float16, accum=False, a_mn_major=False):
     gen = torch.Generator().manual_seed(n * k + a_swizzle)
     a = torch.randn(64, k, generator=gen).to(dtype)
     b = torch.randn(k, n, generator=gen).to(dtype)
     c = torch.randn(64, n, generator=gen)
     expected = (c.double() if accum else 0) + a.double() @ b.double()
-    layouts = dict(LA=smem_layout((64, k), "float16", MODES[a_swizzle]),
+    layouts = dict(LA=smem_layout((64, k), "float16", MODES[a_swizzle],
+                                  contiguous_dim=-2 if a_mn_major else -1),
                    LB=smem_layout((n, k) if tb else (k, n), "float16", MODES[b_swizzle]))
     args = (a, b.T.contiguous() if tb else b, c)
     options = dict(N=n, K=k, TB=tb, ACCUM=accum, **layouts)
@@ -74,6 +75,13 @@ def test_bf16_accumulating_into_c(lowering):
     run(64, 32, 64, 128, False, torch.bfloat16, accum=True)
 
 
+@pytest.mark.parametrize("a_swizzle", [128, 0])
+def test_a_stored_mn_major_is_read_transposed(lowering, a_swizzle):
+    record = run(32, 32, a_swizzle, 64, True, a_mn_major=True)
+    if lowering == "per_thread":
+        assert record.note.startswith("A MN-major")
+
+
 def test_the_accumulator_gets_the_wgmma_layout():
     """Layout inference gives a gemm_async's accumulator wgmma's layout when dispatch= asks
     for the family (the CTA's 4 warps are its warpgroup: the warp axis is warpid)."""
@@ -89,3 +97,32 @@ def test_the_accumulator_gets_the_wgmma_layout():
     (acc,) = [line for line in text.splitlines() if line.strip().startswith("%acc = alloc")]
     assert f'layout = "{wgmma_acc_layout(16, warp_axis="warpid")}"' in acc
     assert 'layout_note = "inferred: the tensor-core accumulator of the wgmma at line' in acc
+
+
+def _compile(n=64, k=64, la=SwizzleMode.B128, lb=SwizzleMode.B128, **options):
+    device = "cuda" if options.get("target") == "cuda" else "cpu"
+
+    def tensor(*shape, dtype=tj.float16):
+        return tj.TensorSpec(shape, dtype, device=device)
+    layouts = dict(LA=la if not isinstance(la, SwizzleMode) else
+                   smem_layout((64, k), "float16", la),
+                   LB=lb if not isinstance(lb, SwizzleMode) else
+                   smem_layout((n, k), "float16", lb))
+    return wgmma_gemm.compile(tensor(64, k), tensor(n, k), tensor(64, n, dtype=tj.float32),
+                              N=n, K=k, TB=True, **layouts, **options)
+
+
+@pytest.mark.parametrize("options, reason", [
+    (dict(la=None), r"A's layout is no wgmma core-matrix layout at k = 0"),
+    (dict(la=TileLayout(S[(64, 64):(72, 1)])),   # padded rows: no core matrices
+     r"A's layout is no wgmma core-matrix layout at k = 0"),
+    (dict(n=264, k=16, lb=None, la=SwizzleMode.B32),
+     r"M, N, K = 64, 264, 16: wgmma m64nNk16 takes M = 64, N a multiple of 8 up to 256"),
+    (dict(simt=False, target="cuda", arch="sm_80"), r"wgmma needs sm_90a; compiling for sm_80"),
+    (dict(num_warps=8), r"the team is a cta of 8 warp\(s\): wgmma needs one warpgroup"),
+])
+def test_the_family_explains_its_refusals(options, reason):
+    options.setdefault("simt", True)
+    with pytest.raises(tj.DispatchError, match=reason) as info:
+        _compile(**options)
+    assert info.value.line is not None

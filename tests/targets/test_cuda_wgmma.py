@@ -4,15 +4,19 @@ SASS -- where nvdisasm is found -- HGMMA) without spills; another arch is a loca
 The kernel is ``support.wgmma_kernels``'s textual per-thread IR."""
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from support.gpu import needs_nvrtc
 from support.wgmma_kernels import wgmma_kernel
 
+import tilejit as tj
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_wgmma import MatrixDescriptor
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
+from tilejit.layout import smem_layout
 from tilejit.targets.cuda.emit import print_cuda
 from tilejit.targets.cuda.nvrtc import compile_cuda
 
@@ -58,7 +62,8 @@ def test_the_descriptor_ors_the_fields_with_the_shared_address():
 
 
 def test_other_archs_are_a_located_error():
-    with pytest.raises(CompilationError, match="wgmma_fence \\(wgmma\\) needs sm_90a; compiling for sm_90") as info:
+    with pytest.raises(CompilationError,
+                       match=r"wgmma_fence \(wgmma\) needs sm_90a; compiling for sm_90") as info:
         print_cuda(kernel(), "sm_90")
     assert info.value.line == 6
 
@@ -88,3 +93,29 @@ def test_the_sass_holds_hgmma(tmp_path):
     sass = subprocess.run([shutil.which("nvdisasm"), str(path)], capture_output=True, text=True,
                           check=True).stdout
     assert "HGMMA.64x64x16.F32" in sass
+
+
+# ----------------------------------------------------------------------- from the DSL
+sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
+from test_e2e_wgmma import MODES, wgmma_gemm  # noqa: E402
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("swizzle, tb", [(128, True), (64, False), (0, True)])
+def test_the_dsl_gemm_compiles_to_one_wgmma_per_k_step(swizzle, tb):
+    """64 x 64 x 64 f16 through gemm_async(dispatch="wgmma") for sm_90a: four
+    wgmma.mma_async m64n64k16, one fence, commit and wait, no spills."""
+    a = tj.TensorSpec((64, 64), tj.float16, device="cuda")
+    c = tj.TensorSpec((64, 64), tj.float32, device="cuda")
+    compiled = wgmma_gemm.compile(a, a, c, N=64, K=64, TB=tb,
+                                  LA=smem_layout((64, 64), "float16", MODES[swizzle]),
+                                  LB=smem_layout((64, 64), "float16", MODES[swizzle]),
+                                  target="cuda", arch="sm_90a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    trans_b = 0 if tb else 1
+    mma = [line for line in ptx if line.startswith("wgmma.mma_async.sync.aligned.m64n64k16")]
+    assert len(mma) == 4 and all(line.endswith(f"p, 1, 1, 0, {trans_b};") for line in mma)
+    for text in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
+                 "wgmma.wait_group.sync.aligned 0;"):
+        assert ptx.count(text) == 1
+    assert compiled.metadata["spill_bytes"] == 0

@@ -25,7 +25,8 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, bf16, f16, f32, i64
 
-__all__ = ["IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor", "SWIZZLE_BYTES", "describe_operand", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M",
+__all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
+           "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M", "describe_operand",
            "wgmma_accumulators"]
 
 SYNC = OpGroup.SYNC

@@ -85,7 +85,7 @@ def select(call: PrimitiveCall) -> Selection:
     if call.dispatch is not None:
         forced = [r for r in rules if r.family == call.dispatch]
         if not forced:
-            known = ", ".join(r.family for r in rules) or "none"
+            known = ", ".join(dict.fromkeys(r.family for r in rules)) or "none"
             raise DispatchError(f"dispatch={call.dispatch!r}: no such family for "
                                 f"{call.primitive} on target {call.target!r} (registered: "
                                 f"{known})", call.loc)

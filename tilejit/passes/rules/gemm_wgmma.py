@@ -52,7 +52,8 @@ def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:
 
 def _shape_reasons(call: PrimitiveCall) -> list[str]:
     c, a, b = call["C"], call["A"], call["B"]
-    reasons = [r for r in wgmma_reasons(call) if "registers (a fragment)" not in r]
+    # the contract's A (shared memory or registers) narrowed to what this family reads
+    reasons = [r for r in wgmma_reasons(call) if not r.startswith("wgmma reads A")]
     if a.role is not MemScope.SHARED:
         reasons.append(f"A is {a.role}: this family reads A from shared memory")
     if a.dtype not in WGMMA_INPUT_TYPES or c.dtype != f32:
@@ -119,12 +120,14 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     c, n = call["C"], _mnk(call)[1]
     axis = TEAM_WARP_AXIS[call.team]
     expected = wgmma_acc_layout(n, warp_axis=axis)
-    if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
-            or not c.layout.equivalent(expected):
-        return Decline(f"C is laid out by {c.layout}; wgmma needs the accumulator layout "
-                       f"{expected} (layout.hw_nvidia.wgmma_acc_layout({n}))")
+    # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
+    # (layout inference then leaves C without the wgmma layout too)
     operands = {name: _descriptors(call, name) for name in "AB"}
     reasons = [why for why in operands.values() if isinstance(why, str)]
+    if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
+            or not c.layout.equivalent(expected):
+        reasons.append(f"C is laid out by {c.layout}; wgmma needs the accumulator layout "
+                       f"{expected} (layout.hw_nvidia.wgmma_acc_layout({n}))")
     if reasons:
         return Decline(*reasons)
     dist = choose(call, [c])

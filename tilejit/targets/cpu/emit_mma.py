@@ -31,7 +31,7 @@ from . import emit_memory, types
 from .emit_sync import warp_exchange
 from .types import F32, I32, I64, PTR
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "constant_table", "table_entry"]
 
 M, N, K = MMA_SHAPES["m16n8k16"]
 # The exchange area, in f32 elements: A (M x K, row-major), then B (K x N), then C (M x N).
@@ -40,7 +40,7 @@ AREA_ELEMENTS = C_AT + M * N
 OPERANDS_PER_LANE = sum(MMA_FRAGMENT_SIZES["m16n8k16"])
 
 
-def _constant_table(mc, name: str, entries) -> ir.GlobalVariable:
+def constant_table(mc, name: str, entries) -> ir.GlobalVariable:
     table = mc.module.globals.get(name)
     if table is None:
         entries = list(entries)
@@ -55,12 +55,12 @@ def _position_table(mc) -> ir.GlobalVariable:
     per_operand = [(lane_registers(mma_m16n8k16_a_layout(), (M, K)), A_AT),
                    (lane_registers(mma_m16n8k16_b_layout(), (K, N)), B_AT),
                    (lane_registers(mma_m16n8k16_c_layout(), (M, N)), C_AT)]
-    return _constant_table(mc, "tj.mma.m16n8k16.positions",
+    return constant_table(mc, "tj.mma.m16n8k16.positions",
                            (at + index for lane in range(LANES_PER_WARP)
                             for registers, at in per_operand for index in registers[lane]))
 
 
-def _table_entry(em, table, index):
+def table_entry(em, table, index):
     b = em.b
     return b.load(b.gep(types.opaque(table), [b.zext(index, I64)], source_etype=I32), typ=I32)
 
@@ -108,7 +108,7 @@ def emit_mma_sync(em, op):
     first = b.mul(lane, ir.Constant(I32, OPERANDS_PER_LANE))
 
     def position(j: int):
-        return _table_entry(em, table, b.add(first, ir.Constant(I32, j)))
+        return table_entry(em, table, b.add(first, ir.Constant(I32, j)))
 
     def deposit(area):
         for j, (value, value_type) in enumerate(zip(em.operands(op), op.operands)):
@@ -144,10 +144,10 @@ def emit_ldmatrix_at(em, op):
     area = warp_exchange(em, op, "ldmatrix", LANES_PER_WARP * LDMATRIX_ROW * dtype.itemsize,
                          deposit, "ldmatrix")
     registers = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
-    table = _constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}.places",
+    table = constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}.places",
                             (place for per_lane in registers for place in per_lane))
     first = b.mul(lane, ir.Constant(I32, 2 * num))
-    return [types.load(b, slot(area, _table_entry(em, table, b.add(first, ir.Constant(I32, i)))),
+    return [types.load(b, slot(area, table_entry(em, table, b.add(first, ir.Constant(I32, i)))),
                        dtype) for i in range(2 * num)]
 
 

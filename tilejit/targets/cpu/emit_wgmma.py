@@ -30,7 +30,7 @@ from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
 
 from . import types
-from .emit_mma import _constant_table, _table_entry
+from .emit_mma import constant_table, table_entry
 from .types import F32, I32, I64, PTR
 
 __all__ = ["HANDLERS"]
@@ -131,7 +131,7 @@ def emit_wgmma_mma_async(em, op):
     for flat in range(WGMMA_M * n):   # per thread, per accumulator: its row * n + column
         place = layout.apply(flat)
         places[place["tid_in_wg"] * (n // 2) + place["m"]] = flat
-    table = _constant_table(em.mc, f"tj.wgmma.m64n{n}.places", places)
+    table = constant_table(em.mc, f"tj.wgmma.m64n{n}.places", places)
     thread = b.and_(units.thread_index(b, "thread_id", em.frame.unit),
                     ir.Constant(I32, LANES_PER_WARP * WARPS_PER_WARPGROUP - 1))
     first = b.mul(thread, ir.Constant(I32, n // 2))
@@ -139,7 +139,7 @@ def emit_wgmma_mma_async(em, op):
     desc_a, desc_b, *acc = em.operands(op)
     results = []
     for i, value in enumerate(acc):
-        flat = b.zext(_table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
+        flat = b.zext(table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
         row, col = b.udiv(flat, ir.Constant(I64, n)), b.urem(flat, ir.Constant(I64, n))
         start = value if attrs["scale_d"] else ir.Constant(F32, 0.0)
         results.append(b.call(dot, [em.frame.data, desc_a, desc_b, row, col, start]))

@@ -18,36 +18,38 @@ MODES = {0: SwizzleMode.NONE, 32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: Swi
 
 @tj.kernel
 def wgmma_gemm(A, B, C, N: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
-               LB: tj.constexpr, TB: tj.constexpr, ACCUM: tj.constexpr = False):
-    """C (+)= A @ B for one 64 x N tile; B given as [N, K] when TB."""
-    a = tj.alloc_shared((64, K), A.dtype, layout=LA)
+               LB: tj.constexpr, TB: tj.constexpr, ACCUM: tj.constexpr = False,
+               M: tj.constexpr = 64):
+    """C (+)= A @ B for one M x N tile; B given as [N, K] when TB."""
+    a = tj.alloc_shared((M, K), A.dtype, layout=LA)
     b = tj.alloc_shared((N, K) if TB else (K, N), B.dtype, layout=LB)
-    tj.copy(a, A[0:64, 0:K])
+    tj.copy(a, A[0:M, 0:K])
     if TB:
         tj.copy(b, B[0:N, 0:K])
     else:
         tj.copy(b, B[0:K, 0:N])
-    acc = tj.fragment((64, N), tj.float32)
+    acc = tj.fragment((M, N), tj.float32)
     if ACCUM:
-        tj.copy(acc, C[0:64, 0:N])
+        tj.copy(acc, C[0:M, 0:N])
     else:
         tj.fill(acc, 0.0)
     tj.sync()
     tj.gemm_async(acc, a, b, transpose_b=TB, dispatch="wgmma")
-    tj.copy(C[0:64, 0:N], acc)
+    tj.copy(C[0:M, 0:N], acc)
 
 
-def run(n, k, a_swizzle, b_swizzle, tb, dtype=torch.float16, accum=False, a_mn_major=False):
+def run(n, k, a_swizzle, b_swizzle, tb, dtype=torch.float16, accum=False, a_mn_major=False,
+        m=64):
     gen = torch.Generator().manual_seed(n * k + a_swizzle)
-    a = torch.randn(64, k, generator=gen).to(dtype)
+    a = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(k, n, generator=gen).to(dtype)
-    c = torch.randn(64, n, generator=gen)
+    c = torch.randn(m, n, generator=gen)
     expected = (c.double() if accum else 0) + a.double() @ b.double()
-    layouts = dict(LA=smem_layout((64, k), "float16", MODES[a_swizzle],
+    layouts = dict(LA=smem_layout((m, k), "float16", MODES[a_swizzle],
                                   contiguous_dim=-2 if a_mn_major else -1),
                    LB=smem_layout((n, k) if tb else (k, n), "float16", MODES[b_swizzle]))
     args = (a, b.T.contiguous() if tb else b, c)
-    options = dict(N=n, K=k, TB=tb, ACCUM=accum, **layouts)
+    options = dict(N=n, K=k, TB=tb, ACCUM=accum, M=m, **layouts)
     wgmma_gemm[(1,)](*args, **options)
     torch.testing.assert_close(c.double(), expected, rtol=1e-5, atol=1e-5)
     (record,) = [r for r in wgmma_gemm.compile(*args, **options).dispatch_log
@@ -75,6 +77,14 @@ def test_bf16_accumulating_into_c(lowering):
     run(64, 32, 64, 128, False, torch.bfloat16, accum=True)
 
 
+@pytest.mark.parametrize("m, n, k, a_swizzle, b_swizzle, tb", [
+    (128, 64, 64, 128, 128, True), (192, 32, 32, 0, 64, False), (128, 128, 16, 32, 32, True)])
+def test_m_beyond_64_issues_one_wgmma_per_row_block(lowering, m, n, k, a_swizzle, b_swizzle,
+                                                    tb):
+    record = run(n, k, a_swizzle, b_swizzle, tb, m=m, accum=True)
+    assert record.rule == "wgmma"
+
+
 @pytest.mark.parametrize("a_swizzle", [128, 0])
 def test_a_stored_mn_major_is_read_transposed(lowering, a_swizzle):
     record = run(32, 32, a_swizzle, 64, True, a_mn_major=True)
@@ -99,25 +109,28 @@ def test_the_accumulator_gets_the_wgmma_layout():
     assert 'layout_note = "inferred: the tensor-core accumulator of the wgmma at line' in acc
 
 
-def _compile(n=64, k=64, la=SwizzleMode.B128, lb=SwizzleMode.B128, **options):
+def _compile(n=64, k=64, la=SwizzleMode.B128, lb=SwizzleMode.B128, m=64, **options):
     device = "cuda" if options.get("target") == "cuda" else "cpu"
 
     def tensor(*shape, dtype=tj.float16):
         return tj.TensorSpec(shape, dtype, device=device)
     layouts = dict(LA=la if not isinstance(la, SwizzleMode) else
-                   smem_layout((64, k), "float16", la),
+                   smem_layout((m, k), "float16", la),
                    LB=lb if not isinstance(lb, SwizzleMode) else
                    smem_layout((n, k), "float16", lb))
-    return wgmma_gemm.compile(tensor(64, k), tensor(n, k), tensor(64, n, dtype=tj.float32),
-                              N=n, K=k, TB=True, **layouts, **options)
+    return wgmma_gemm.compile(tensor(m, k), tensor(n, k), tensor(m, n, dtype=tj.float32),
+                              N=n, K=k, TB=True, M=m, **layouts, **options)
 
 
 @pytest.mark.parametrize("options, reason", [
-    (dict(la=None), r"A's layout is no wgmma core-matrix layout at k = 0"),
+    (dict(la=None), r"A's layout is no wgmma core-matrix layout at \(0, k = 0\)"),
     (dict(la=TileLayout(S[(64, 64):(72, 1)])),   # padded rows: no core matrices
-     r"A's layout is no wgmma core-matrix layout at k = 0"),
+     r"A's layout is no wgmma core-matrix layout at \(0, k = 0\)"),
     (dict(n=264, k=16, lb=None, la=SwizzleMode.B32),
-     r"M, N, K = 64, 264, 16: wgmma m64nNk16 takes M = 64, N a multiple of 8 up to 256"),
+     r"M, N, K = 64, 264, 16: wgmma m64nNk16 takes M a multiple of 64, N a multiple of 8 "
+     r"up to 256"),
+    (dict(m=192, n=256, k=16, la=SwizzleMode.B32, lb=SwizzleMode.B32),
+     r"C \[192, 256\] is 384 f32 accumulators per thread of the warpgroup, more than 128"),
     (dict(simt=False, target="cuda", arch="sm_80"), r"wgmma needs sm_90a; compiling for sm_80"),
     (dict(num_warps=8), r"the team is a cta of 8 warp\(s\): wgmma needs one warpgroup"),
 ])

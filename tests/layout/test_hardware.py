@@ -387,3 +387,22 @@ def test_unswizzled_tiles_store_each_core_matrix_contiguously():
                            for c in range(c0, c0 + 8))
             assert block == list(range(block[0], block[0] + 64)) and block[0] % 64 == 0
             assert lay.apply(r0 + 1, c0, shape=shape)["m"] == block[0] + 8   # rows 16 B apart
+
+
+@pytest.mark.parametrize("m, n", [(64, 8), (128, 64), (192, 24)])
+def test_wgmma_accumulator_layout_stacks_m64_blocks(m, n):
+    """Element by element against the PTX ISA's D fragment of m64nNk16 (d_i of warp w, lane
+    l: row 16w + l/4 + 8*((i >> 1) & 1), column 8*(i >> 2) + 2*(l % 4) + (i & 1)), row
+    block b of M / 64 in registers b * N / 2 + i."""
+    lay = hw.wgmma_accumulator_layout((m, n))
+    for block in range(m // 64):
+        for warp in range(4):
+            for lane in range(32):
+                for i in range(n // 2):
+                    row = 64 * block + 16 * warp + lane // 4 + 8 * ((i >> 1) & 1)
+                    col = 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)
+                    place = lay.apply(row * n + col)
+                    assert place == {"wid_in_wg": warp, "laneid": lane,
+                                     "m": block * n // 2 + i}, (row, col)
+    with pytest.raises(LayoutError, match="M = 96 is not a multiple of 64"):
+        hw.wgmma_accumulator_layout((96, 8))

@@ -101,20 +101,24 @@ from test_e2e_wgmma import MODES, wgmma_gemm  # noqa: E402
 
 
 @needs_nvrtc
-@pytest.mark.parametrize("swizzle, tb", [(128, True), (64, False), (0, True)])
-def test_the_dsl_gemm_compiles_to_one_wgmma_per_k_step(swizzle, tb):
-    """64 x 64 x 64 f16 through gemm_async(dispatch="wgmma") for sm_90a: four
-    wgmma.mma_async m64n64k16, one fence, commit and wait, no spills."""
-    a = tj.TensorSpec((64, 64), tj.float16, device="cuda")
-    c = tj.TensorSpec((64, 64), tj.float32, device="cuda")
-    compiled = wgmma_gemm.compile(a, a, c, N=64, K=64, TB=tb,
-                                  LA=smem_layout((64, 64), "float16", MODES[swizzle]),
+@pytest.mark.parametrize("m, swizzle, tb", [(64, 128, True), (64, 64, False), (64, 0, True),
+                                            (128, 128, True)])
+def test_the_dsl_gemm_compiles_to_one_wgmma_per_k_step(m, swizzle, tb):
+    """M x 64 x 64 f16 through gemm_async(dispatch="wgmma") for sm_90a: a
+    wgmma.mma_async m64n64k16 per k-step and 64 rows, one fence, commit and wait, no
+    spills."""
+    a = tj.TensorSpec((m, 64), tj.float16, device="cuda")
+    b = tj.TensorSpec((64, 64), tj.float16, device="cuda")
+    c = tj.TensorSpec((m, 64), tj.float32, device="cuda")
+    compiled = wgmma_gemm.compile(a, b, c, N=64, K=64, TB=tb, M=m,
+                                  LA=smem_layout((m, 64), "float16", MODES[swizzle]),
                                   LB=smem_layout((64, 64), "float16", MODES[swizzle]),
                                   target="cuda", arch="sm_90a")
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     trans_b = 0 if tb else 1
     mma = [line for line in ptx if line.startswith("wgmma.mma_async.sync.aligned.m64n64k16")]
-    assert len(mma) == 4 and all(line.endswith(f"p, 1, 1, 0, {trans_b};") for line in mma)
+    assert len(mma) == 4 * m // 64
+    assert all(line.endswith(f"p, 1, 1, 0, {trans_b};") for line in mma)
     for text in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;",
                  "wgmma.wait_group.sync.aligned 0;"):
         assert ptx.count(text) == 1

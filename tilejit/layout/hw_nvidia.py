@@ -25,7 +25,7 @@ __all__ = [
     "smem_atom_shape", "smem_layout", "tma_shared_layout",
     "mma_m16n8k16_a_layout", "mma_m16n8k16_b_layout", "mma_m16n8k16_c_layout",
     "ldmatrix_layout",
-    "wgmma_acc_layout", "wgmma_m64nNk16_d_layout",
+    "wgmma_acc_layout", "wgmma_accumulator_layout", "wgmma_m64nNk16_d_layout",
     "wg_local_layout", "wg_rf_layout",
     "TMEM_LANES", "TMEM_COLS", "tmem_layout", "tmem_datapath_layout",
     "tmem_scale_factor_layout",
@@ -324,6 +324,21 @@ def wgmma_acc_layout(n: int, dtype="float32", *, warp_axis: str = "wid_in_wg"):
         iters.append((n // 8, 4, "m"))
     iters += [(4, lane_s, lane), (2, 1, "m")]
     return _layout(iters)
+
+
+def wgmma_accumulator_layout(shape, *, warp_axis: str = "wid_in_wg"):
+    """The f32 accumulator of an (M, N) tile one warpgroup computes with m64nNk16 wgmma, M a
+    multiple of 64: M / 64 row blocks, each :func:`wgmma_acc_layout` ``(N)``, block ``b`` in
+    the registers from ``m = b * N / 2`` on (each thread's N / 2 values of a block follow
+    one another: one wgmma's accumulators)."""
+    m, n = shape
+    _check_int("M", m, 64)
+    if m % 64:
+        raise LayoutError(f"wgmma accumulator: M = {m} is not a multiple of 64 (m64nNk16)")
+    block = wgmma_acc_layout(n, warp_axis=warp_axis)
+    if m == 64:
+        return block
+    return TileLayout.from_iters((Iter(m // 64, n // 2, Axis("m")), *block.shard))
 
 
 def wgmma_m64nNk16_d_layout(n: int, dtype="float32", *, warp_axis: str = "wid_in_wg"):

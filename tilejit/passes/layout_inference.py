@@ -43,7 +43,7 @@ from ..ir.ops_wgmma import WGMMA_M
 from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
 from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
-from ..layout.hw_nvidia import wgmma_acc_layout
+from ..layout.hw_nvidia import wgmma_accumulator_layout
 from ..layout.tile_layout import TileLayout
 from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
 from .dispatch.call import argument_flags
@@ -294,9 +294,9 @@ def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str
             and warps == WARPS_PER_WARPGROUP \
             and fragment.team in (TeamKind.WARPGROUP, TeamKind.CTA):
         rows, cols = fragment.shape
-        if rows == WGMMA_M and cols % 8 == 0 and 0 < cols <= 256:   # m64nNk16's N
-            return wgmma_acc_layout(cols, warp_axis=TEAM_WARP_AXIS[fragment.team]), \
-                f"{_TENSOR_CORE_NOTE} of the wgmma at line {wgmmas[0].loc.line}"
+        if rows % WGMMA_M == 0 and cols % 8 == 0 and 0 < cols <= 256:   # m64nNk16's N
+            layout = wgmma_accumulator_layout((rows, cols), warp_axis=TEAM_WARP_AXIS[fragment.team])
+            return layout, f"{_TENSOR_CORE_NOTE} of the wgmma at line {wgmmas[0].loc.line}"
     gemms = [op for op in fragment.users if op.name == "tile.gemm"
              and op.operands[0] is fragment.value
              and {_dtype(v) for v in op.operands[1:3]} <= _TENSOR_CORE_INPUTS]

@@ -5,18 +5,21 @@ warpgroup and instruction), chosen with ``dispatch="wgmma"``.
 Legal (else a Decline naming each condition that fails) when the target lists the wgmma
 m64nNk16 shapes among its capabilities (and compiles for sm_90a where it names an arch);
 the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A and B are f16
-or bf16 tiles of one type in shared memory; C is an f32 fragment of 64 x N, N a multiple
-of 8 up to 256 (the largest legal N: the whole of C in one instruction), laid out by
-``layout/hw_nvidia.wgmma_acc_layout(N)``; K is a multiple of 16; and each k-step's 64 x 16
-block of A and 16 x N block of B sits in shared memory in a canonical wgmma layout: their
+or bf16 tiles of one type in shared memory; C is an f32 fragment of M x N, N a multiple
+of 8 up to 256 (the largest legal N: the whole width of C in one instruction), M a
+multiple of 64 (one instruction per 64 rows), at most 128 accumulators per thread, laid
+out by ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of 16; and
+each k-step's 64 x 16 blocks of A and 16 x N block of B sit in shared memory in a
+canonical wgmma layout: their
 storage offsets (static, from the operand's layout) are decoded into descriptor fields by
 ``ir.ops_wgmma.describe_operand`` -- swizzle 128/64/32 bytes or none, K-major or MN-major,
 LBO and SBO -- the same fields for every k-step, each step starting where its first
 element is.
 
-Lowering, the same code in every thread: it reads its N / 2 values of C (zero without
-``accum``), fences them, issues one ``wgmma_mma_async`` per k-step from two
-``wgmma_desc`` (the root buffer and the step's first element, a constant), commits, waits
+Lowering, the same code in every thread: it reads its M * N / 128 values of C (zero
+without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
+from two ``wgmma_desc`` (the root buffer and the block's first element, a constant) on
+that row block's accumulators, commits, waits
 for the group (pending 0) and stores D back into C: the primitive completes before the
 next statement (a legal schedule of the asynchronous op; overlapping it with later
 statements is left to a later pass).
@@ -29,7 +32,7 @@ from ...ir.ops_wgmma import WGMMA_INPUT_TYPES, WGMMA_K, WGMMA_M, describe_operan
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ...ir.types import MemScope, TeamKind, f32
 from ...layout import TileLayout
-from ...layout.hw_nvidia import wgmma_acc_layout
+from ...layout.hw_nvidia import wgmma_accumulator_layout
 from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
@@ -42,6 +45,7 @@ __all__ = ["WGMMA_GEMM"]
 
 ARCH = "sm_90a"
 MAX_N = 256
+MAX_ACCUMULATORS = 128   # f32 values per thread: one m64n256 (the registers a thread has)
 _WARP_COORD = {TeamKind.WARPGROUP: "warp_id_in_wg", TeamKind.CTA: "warp_id"}
 
 
@@ -60,10 +64,13 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
         reasons.append(f"A, B and C are {a.dtype}, {b.dtype} and {c.dtype}: this family "
                        "multiplies f16 or bf16 into f32")
     m, n, k = _mnk(call)
-    if m != WGMMA_M or n % 8 or n > MAX_N or k % WGMMA_K:
-        reasons.append(f"M, N, K = {m}, {n}, {k}: wgmma m64nNk16 takes M = 64, N a multiple "
-                       f"of 8 up to {MAX_N} and K a multiple of 16 (one warpgroup, one "
-                       "instruction per k-step)")
+    if m % WGMMA_M or n % 8 or n > MAX_N or k % WGMMA_K:
+        reasons.append(f"M, N, K = {m}, {n}, {k}: wgmma m64nNk16 takes M a multiple of 64, "
+                       f"N a multiple of 8 up to {MAX_N} and K a multiple of 16 (one "
+                       "instruction per 64 rows and k-step)")
+    elif m * n // 128 > MAX_ACCUMULATORS:
+        reasons.append(f"C [{m}, {n}] is {m * n // 128} f32 accumulators per thread of the "
+                       f"warpgroup, more than {MAX_ACCUMULATORS}")
     warps = len(call.scope.active.warp_ids)
     if call.team not in _WARP_COORD or team_warps(call.team, warps) != WARPS_PER_WARPGROUP:
         reasons.append(f"the team is a {call.team} of {team_warps(call.team, warps)} warp(s): "
@@ -85,24 +92,28 @@ def _addresses(call: PrimitiveCall, name: str):
 
 
 def _descriptors(call: PrimitiveCall, name: str):
-    """(descriptor fields, K-major, each k-step's first element) of an operand, or why the
-    layout is not one wgmma reads."""
+    """(descriptor fields, K-major, the first element of each block: per 64 rows of A (one
+    block of B), per k-step) of an operand, or why its layout is not one wgmma reads."""
     addresses = _addresses(call, name)
     if isinstance(addresses, str):
         return addresses
     itemsize, found = call[name].dtype.itemsize, []
-    for k0 in range(0, addresses.shape[1], WGMMA_K):
-        step = describe_operand(addresses[:, k0:k0 + WGMMA_K].tolist(), itemsize)
-        if step is None:
-            return (f"{name}'s layout is no wgmma core-matrix layout at k = {k0} (neither "
-                    "8-row x 16-byte core matrices stored contiguously nor a 32/64/128-byte "
-                    "swizzle atom, K-major or MN-major)")
-        found.append(step)
-    fields = {(d.lbo, d.sbo, d.swizzle, k_major) for d, k_major in found}
+    rows = WGMMA_M if name == "A" else addresses.shape[0]
+    for m0 in range(0, addresses.shape[0], rows):
+        found.append([])
+        for k0 in range(0, addresses.shape[1], WGMMA_K):
+            block = addresses[m0:m0 + rows, k0:k0 + WGMMA_K]
+            step = describe_operand(block.tolist(), itemsize)
+            if step is None:
+                return (f"{name}'s layout is no wgmma core-matrix layout at ({m0}, k = {k0}) "
+                        "(neither 8-row x 16-byte core matrices stored contiguously nor a "
+                        "32/64/128-byte swizzle atom, K-major or MN-major)")
+            found[-1].append(step)
+    fields = {(d.lbo, d.sbo, d.swizzle, k_major) for steps in found for d, k_major in steps}
     if len(fields) > 1:
-        return f"{name}'s k-steps need different descriptor fields: {sorted(fields)}"
+        return f"{name}'s blocks need different descriptor fields: {sorted(fields)}"
     (lbo, sbo, swizzle, k_major), = fields
-    starts = tuple(d.start // itemsize for d, _ in found)
+    starts = tuple(tuple(d.start // itemsize for d, _ in steps) for steps in found)
     return {"lbo": lbo, "sbo": sbo, "swizzle": swizzle}, k_major, starts
 
 
@@ -117,9 +128,9 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     reasons = _shape_reasons(call)
     if reasons:
         return Decline(*reasons)
-    c, n = call["C"], _mnk(call)[1]
+    c, (m, n, _) = call["C"], _mnk(call)
     axis = TEAM_WARP_AXIS[call.team]
-    expected = wgmma_acc_layout(n, warp_axis=axis)
+    expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
     # (layout inference then leaves C without the wgmma layout too)
     operands = {name: _descriptors(call, name) for name in "AB"}
@@ -127,7 +138,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
             or not c.layout.equivalent(expected):
         reasons.append(f"C is laid out by {c.layout}; wgmma needs the accumulator layout "
-                       f"{expected} (layout.hw_nvidia.wgmma_acc_layout({n}))")
+                       f"{expected} (layout.hw_nvidia.wgmma_accumulator_layout(({m}, {n})))")
     if reasons:
         return Decline(*reasons)
     dist = choose(call, [c])
@@ -148,26 +159,34 @@ def _root(operand: Operand):
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     c = call["C"]
-    _, n, _ = _mnk(call)
+    m, n, _ = _mnk(call)
     axis, operands = plan.details["warp_axis"], plan.details["operands"]
-    layout = wgmma_acc_layout(n, warp_axis=axis)
+    layout = wgmma_accumulator_layout((m, n), warp_axis=axis)
     with em.hoisted():
         thread = {"laneid": em.thread_coord("lane_id"),
                   axis: em.thread_coord(_WARP_COORD[call.team])}
-        thread_part = logical_index(em, layout, (WGMMA_M, n), thread)
+        thread_part = logical_index(em, layout, (m, n), thread)
     indices = [[em.add(t, r) for t, r in
-                zip(thread_part, logical_index(em, layout, (WGMMA_M, n), {"m": i}))]
-               for i in range(n // 2)]
+                zip(thread_part, logical_index(em, layout, (m, n), {"m": i}))]
+               for i in range(m * n // 128)]
     zero = em.const(0.0, f32)
     acc = [em.load(c, idx) if call.attrs["accum"] else zero for idx in indices]
     acc = list(em.b.create("wgmma_fence", acc).results)
-    (a_fields, a_k_major, a_starts), (b_fields, b_k_major, b_starts) = operands["A"], operands["B"]
+    (a_fields, a_k_major, a_starts), (b_fields, b_k_major, (b_starts,)) = \
+        operands["A"], operands["B"]
     attrs = {"n": n, "a_type": call["A"].dtype, "trans_a": not a_k_major,
              "trans_b": not b_k_major}
-    for a_start, b_start in zip(a_starts, b_starts):
-        descs = [em.b.create("wgmma_desc", (_root(call[name]), em.index(start)), fields).result
-                 for name, start, fields in (("A", a_start, a_fields), ("B", b_start, b_fields))]
-        acc = list(em.b.create("wgmma_mma_async", (*descs, *acc), attrs).results)
+
+    def desc(name: str, start: int, fields: dict):
+        return em.b.create("wgmma_desc", (_root(call[name]), em.index(start)), fields).result
+    per_block = n // 2   # a row block's accumulators follow one another (its registers)
+    for step, b_start in enumerate(b_starts):
+        b_desc = desc("B", b_start, b_fields)
+        for block, starts in enumerate(a_starts):
+            mine = slice(block * per_block, (block + 1) * per_block)
+            acc[mine] = em.b.create("wgmma_mma_async",
+                                    (desc("A", starts[step], a_fields), b_desc, *acc[mine]),
+                                    attrs).results
     acc = list(em.b.create("wgmma_commit_group", acc).results)
     acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
     for idx, value in zip(indices, acc):

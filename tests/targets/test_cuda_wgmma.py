@@ -2,6 +2,7 @@
 one of them; NVRTC compiles a warpgroup's m64nNk16 for sm_90a (PTX holds wgmma.mma_async,
 SASS -- where nvdisasm is found -- HGMMA) without spills; another arch is a located error.
 The kernel is ``support.wgmma_kernels``'s textual per-thread IR."""
+import re
 import shutil
 import subprocess
 import sys
@@ -123,3 +124,24 @@ def test_the_dsl_gemm_compiles_to_one_wgmma_per_k_step(m, swizzle, tb):
                  "wgmma.wait_group.sync.aligned 0;"):
         assert ptx.count(text) == 1
     assert compiled.metadata["spill_bytes"] == 0
+
+
+@needs_nvrtc
+def test_a_ring_stage_compiles_with_its_descriptor_start_at_run_time():
+    from test_e2e_wgmma import wgmma_ring
+    a = tj.TensorSpec((64, 192), tj.float16, device="cuda")
+    b = tj.TensorSpec((32, 192), tj.float16, device="cuda")
+    c = tj.TensorSpec((64, 32), tj.float32, device="cuda")
+    compiled = wgmma_ring.compile(a, b, c, N=32, KT=64, S=3,
+                                  LA=smem_layout((3, 64, 64), "float16", MODES[128]),
+                                  LB=smem_layout((3, 32, 64), "float16", MODES[128]),
+                                  target="cuda", arch="sm_90a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    # a k-step of 16 per wgmma, 4 per stage of 64 (ptxas may unroll the 3 stages)
+    assert len([line for line in ptx if line.startswith("wgmma.mma_async")]) in (4, 12)
+    assert compiled.metadata["spill_bytes"] == 0
+    descs = [line.strip() for line in compiled.asm["cuda"].splitlines()
+             if "tj_smem_addr(&a[" in line]
+    # each k-step's start: the stage's run-time offset plus a constant, never a literal
+    assert len(descs) == 4 and all(re.search(r"tj_smem_addr\(&a\[\w+\]\) & 0x3FFFFu", line)
+                                   and not re.search(r"&a\[\d+\]", line) for line in descs)

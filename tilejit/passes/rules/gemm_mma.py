@@ -50,7 +50,7 @@ from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..loopgen import Emitter, Index
 
-__all__ = ["MMA_GEMM", "logical_index", "storage_offsets"]
+__all__ = ["MMA_GEMM", "logical_index", "region_starts", "storage_offsets"]
 
 INST = "m16n8k16"
 SHAPE = MMA_SHAPES[INST]
@@ -165,27 +165,37 @@ def _matrix_load(fragment: TileLayout, shape, stored_transposed: bool) -> Matrix
     return None
 
 
-def storage_offsets(operand: Operand) -> np.ndarray | str:
+def region_starts(operand: Operand) -> list:
+    """The starts of a region operand's dims (None where known only at run time), else 0s."""
+    if not operand.is_region:
+        return [0] * len(operand.shape)
+    return [getattr(s.owner, "attrs", {}).get("value") for s in operand.value.owner.operands[1:]]
+
+
+def storage_offsets(operand: Operand, starts=None) -> np.ndarray | str:
     """The storage offset (elements from the root buffer's start) of each element of a 2-D
-    shared ``operand``, or why it is not known at compile time."""
+    shared ``operand``, or why it is not known at compile time. ``starts`` (one per dim of
+    the region's buffer) stands for the region's own, e.g. a run-time start taken as 0;
+    a dim the region drops stays at its start."""
     value = operand.value
     region = value.owner if operand.is_region else None
     buf = region.operands[0] if region is not None else value
-    starts = [0] * len(operand.shape)
-    if region is not None:
-        static = [getattr(s.owner, "attrs", {}).get("value") for s in region.operands[1:]]
-        if None in static or not all(region.attrs["keep"]):
-            return f"{operand.name} is a region with run-time starts or dropped dims"
-        starts = static
+    starts = region_starts(operand) if starts is None else starts
+    if None in starts:
+        return f"{operand.name} is a region with run-time starts"
     root = root_buffer(buf)
     if getattr(root.owner, "name", None) != "alloc" or root.owner.attrs.get("per_team"):
         return f"{operand.name} is not a shared buffer of the CTA's own"
     addressing = buffer_addressing(buf)
     if addressing is None:
         return f"{operand.name}'s storage is not known here"
-    rows, cols = operand.shape
-    grid = np.meshgrid(np.arange(rows) + starts[0], np.arange(cols) + starts[1], indexing="ij")
-    return np.asarray(addressing.element_offset(ArrayArith, grid, buf.type.shape))
+    keep = region.attrs["keep"] if region is not None else [True] * len(starts)
+    sizes = iter(operand.shape)
+    axes = [np.arange(next(sizes)) + start if kept else np.array([start])
+            for start, kept in zip(starts, keep)]
+    grid = np.meshgrid(*axes, indexing="ij")
+    offsets = addressing.element_offset(ArrayArith, grid, buf.type.shape)
+    return np.asarray(offsets).reshape(operand.shape)
 
 
 def _rows_in_place(operand: Operand) -> str | None:

@@ -26,7 +26,10 @@ statements is left to a later pass).
 """
 from __future__ import annotations
 
+import functools
 import re
+
+import numpy as np
 
 from ...ir.ops_wgmma import WGMMA_INPUT_TYPES, WGMMA_K, WGMMA_M, describe_operand
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
@@ -39,13 +42,14 @@ from ..distribution import choose
 from ..effects import root_buffer
 from ..loopgen import Emitter
 from .async_contracts import wgmma_reasons
-from .gemm_mma import logical_index, storage_offsets
+from .gemm_mma import logical_index, region_starts, storage_offsets
 
 __all__ = ["WGMMA_GEMM"]
 
 ARCH = "sm_90a"
 MAX_N = 256
 MAX_ACCUMULATORS = 128   # f32 values per thread: one m64n256 (the registers a thread has)
+SWIZZLE_PERIOD = 1024    # bytes: the 128-byte swizzle's pattern (8 rows of 128 bytes)
 _WARP_COORD = {TeamKind.WARPGROUP: "warp_id_in_wg", TeamKind.CTA: "warp_id"}
 
 
@@ -81,10 +85,43 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
+def _stage_terms(operand: Operand):
+    """The run-time part of a region's offset, ``[(start value, elements per step)]``: dims
+    the region drops at a run-time start (a stage of a ring), each moving the whole tile
+    by one stride that keeps the swizzle's pattern (so one descriptor's fields serve every
+    stage); or why the run-time starts are not that."""
+    starts = region_starts(operand)
+    base = storage_offsets(operand, [s or 0 for s in starts])
+    if isinstance(base, str) or None not in starts:
+        return base if isinstance(base, str) else []
+    region, terms = operand.value.owner, []
+    for dim, start in enumerate(starts):
+        if start is not None:
+            continue
+        if region.attrs["keep"][dim]:
+            return (f"{operand.name} starts at run time along dim {dim}, which it keeps: only "
+                    "a dropped (stage) index may be known at run time only")
+        stride = 0
+        for step in range(1, region.operands[0].type.shape[dim]):
+            moved = storage_offsets(operand, [step if d == dim else (s or 0)
+                                              for d, s in enumerate(starts)])
+            delta = np.unique(moved - base)
+            if len(delta) != 1 or (step > 1 and delta[0] != stride * step):
+                return (f"{operand.name}'s stages along dim {dim} are not copies of one "
+                        "layout one stride apart")
+            stride = stride or int(delta[0])
+        if stride * operand.dtype.itemsize % SWIZZLE_PERIOD:
+            return (f"{operand.name}'s stages are {stride * operand.dtype.itemsize} bytes apart, "
+                    f"not a multiple of {SWIZZLE_PERIOD} (the widest swizzle's pattern)")
+        terms.append((region.operands[1 + dim], stride))
+    return terms
+
+
 def _addresses(call: PrimitiveCall, name: str):
-    """The operand's byte offsets from its root buffer as an (MN, K) array, or why not."""
+    """The operand's byte offsets from its root buffer as an (MN, K) array (run-time starts
+    taken as 0), or why not."""
     operand, itemsize = call[name], call[name].dtype.itemsize
-    offsets = storage_offsets(operand)
+    offsets = storage_offsets(operand, [s or 0 for s in region_starts(operand)])
     if isinstance(offsets, str):
         return offsets
     stored_mn_first = call.attrs["transpose_b"] if name == "B" else not call.attrs["transpose_a"]
@@ -94,9 +131,10 @@ def _addresses(call: PrimitiveCall, name: str):
 def _descriptors(call: PrimitiveCall, name: str):
     """(descriptor fields, K-major, the first element of each block: per 64 rows of A (one
     block of B), per k-step) of an operand, or why its layout is not one wgmma reads."""
-    addresses = _addresses(call, name)
-    if isinstance(addresses, str):
-        return addresses
+    addresses, terms = _addresses(call, name), _stage_terms(call[name])
+    for why in (addresses, terms):
+        if isinstance(why, str):
+            return why
     itemsize, found = call[name].dtype.itemsize, []
     rows = WGMMA_M if name == "A" else addresses.shape[0]
     for m0 in range(0, addresses.shape[0], rows):
@@ -114,7 +152,7 @@ def _descriptors(call: PrimitiveCall, name: str):
         return f"{name}'s blocks need different descriptor fields: {sorted(fields)}"
     (lbo, sbo, swizzle, k_major), = fields
     starts = tuple(tuple(d.start // itemsize for d, _ in steps) for steps in found)
-    return {"lbo": lbo, "sbo": sbo, "swizzle": swizzle}, k_major, starts
+    return {"lbo": lbo, "sbo": sbo, "swizzle": swizzle}, k_major, starts, tuple(terms)
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
@@ -147,7 +185,8 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     note = "; ".join(f"{name} {'K' if k_major else 'MN'}-major, "
                      + (f"{fields['swizzle']}B swizzle" if fields["swizzle"] else "no swizzle")
                      + f", LBO {fields['lbo']}, SBO {fields['sbo']}"
-                     for name, (fields, k_major, _) in operands.items())
+                     + (", a run-time stage offset" if terms else "")
+                     for name, (fields, k_major, _, terms) in operands.items())
     return Plan([(WGMMA_M, n, WGMMA_K)], {"distribution": dist, "warp_axis": axis,
                                           "operands": operands, "note": note})
 
@@ -172,13 +211,17 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     zero = em.const(0.0, f32)
     acc = [em.load(c, idx) if call.attrs["accum"] else zero for idx in indices]
     acc = list(em.b.create("wgmma_fence", acc).results)
-    (a_fields, a_k_major, a_starts), (b_fields, b_k_major, (b_starts,)) = \
+    (a_fields, a_k_major, a_starts, _), (b_fields, b_k_major, (b_starts,), _) = \
         operands["A"], operands["B"]
     attrs = {"n": n, "a_type": call["A"].dtype, "trans_a": not a_k_major,
              "trans_b": not b_k_major}
+    with em.hoisted():   # the stage's offset (0 without run-time starts)
+        stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
+                                                 in operands[name][3]), 0) for name in "AB"}
 
     def desc(name: str, start: int, fields: dict):
-        return em.b.create("wgmma_desc", (_root(call[name]), em.index(start)), fields).result
+        offset = em.index(em.add(stage[name], start))
+        return em.b.create("wgmma_desc", (_root(call[name]), offset), fields).result
     per_block = n // 2   # a row block's accumulators follow one another (its registers)
     for step, b_start in enumerate(b_starts):
         b_desc = desc("B", b_start, b_fields)

@@ -109,14 +109,13 @@ class MatrixDescriptor:
             across = self.swizzle // itemsize
             offset = ((mn // across) * self.lbo + (mn % across) * itemsize
                       + (k // CORE_ROWS) * self.sbo + (k % CORE_ROWS) * self.swizzle)
-        address = self.start + offset
-        if self.swizzle:   # the pattern repeats every 8 rows: buffers are aligned to it
-            address ^= ((address >> 7) & (self.swizzle // CORE_BYTES - 1)) << 4
-        return address
+        # the pattern repeats every 8 rows of the swizzle: buffers are aligned to it
+        return _swizzled(self.start + offset, self.swizzle)
 
 
-def _unswizzle(address, swizzle: int):
-    """The address before the swizzle (the XOR is its own inverse: bits 7.. stay)."""
+def _swizzled(address, swizzle: int):
+    """``address`` with its 16-byte chunk XORed with its 128-byte row, as ``swizzle`` bytes
+    of chunks allow; its own inverse (bits 7 and up stay), so it also unswizzles."""
     if not swizzle:
         return address
     return address ^ ((address >> 7) & (swizzle // CORE_BYTES - 1)) << 4
@@ -132,21 +131,19 @@ def describe_operand(addresses, itemsize: int) -> tuple[MatrixDescriptor, bool] 
     rows, depth = len(addresses), len(addresses[0])
     per_chunk = CORE_BYTES // itemsize
 
-    def step(unswizzled, at, start) -> int:   # unused offsets read 16 (PTX: "assumed 1")
+    def step(swizzle, at, start) -> int:   # unused offsets read 16 (PTX: "assumed 1")
         inside = at[0] < rows and at[1] < depth
-        return unswizzled(addresses[at[0]][at[1]]) - start if inside else CORE_BYTES
+        return _swizzled(addresses[at[0]][at[1]], swizzle) - start if inside else CORE_BYTES
     for swizzle in (128, 64, 32, 0):
-        def unswizzled(address):
-            return _unswizzle(address, swizzle)
-        start = unswizzled(addresses[0][0])
+        start = _swizzled(addresses[0][0], swizzle)
         for k_major in (True, False):
             if k_major:
-                sbo = step(unswizzled, (CORE_ROWS, 0), start)
-                lbo = CORE_BYTES if swizzle else step(unswizzled, (0, per_chunk), start)
+                sbo = step(swizzle, (CORE_ROWS, 0), start)
+                lbo = CORE_BYTES if swizzle else step(swizzle, (0, per_chunk), start)
             else:
                 across = (swizzle or CORE_BYTES) // itemsize
-                lbo, sbo = (step(unswizzled, (across, 0), start),
-                            step(unswizzled, (0, CORE_ROWS), start))
+                lbo, sbo = (step(swizzle, (across, 0), start),
+                            step(swizzle, (0, CORE_ROWS), start))
                 if not swizzle:
                     lbo, sbo = sbo, lbo
             fields = MatrixDescriptor(start, lbo, sbo, swizzle)

@@ -10,19 +10,20 @@ of 8 up to 256 (the largest legal N: the whole width of C in one instruction), M
 multiple of 64 (one instruction per 64 rows), at most 128 accumulators per thread, laid
 out by ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of 16; and
 each k-step's 64 x 16 blocks of A and 16 x N block of B sit in shared memory in a
-canonical wgmma layout: their
-storage offsets (static, from the operand's layout) are decoded into descriptor fields by
-``ir.ops_wgmma.describe_operand`` -- swizzle 128/64/32 bytes or none, K-major or MN-major,
-LBO and SBO -- the same fields for every k-step, each step starting where its first
-element is.
+canonical wgmma layout. That is decided on their storage offsets (static, from the
+operand's layout): ``ir.ops_wgmma.describe_operand`` decodes them into descriptor fields
+-- swizzle 128/64/32 bytes or none, K-major or MN-major, LBO and SBO -- the same fields
+for every block, each block starting where its first element is. A region may drop a
+stage dim at a run-time start (a ring's stage): the stages must be copies of one layout
+a multiple of 1024 bytes apart, and the descriptors then start at index * stride plus
+the constant.
 
 Lowering, the same code in every thread: it reads its M * N / 128 values of C (zero
 without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
-from two ``wgmma_desc`` (the root buffer and the block's first element, a constant) on
-that row block's accumulators, commits, waits
-for the group (pending 0) and stores D back into C: the primitive completes before the
-next statement (a legal schedule of the asynchronous op; overlapping it with later
-statements is left to a later pass).
+from two ``wgmma_desc`` (the root buffer and the block's first element) on that row
+block's accumulators, commits, waits for the group (pending 0) and stores D back into C:
+the primitive completes before the next statement (a legal schedule of the asynchronous
+op; overlapping it with later statements is left to a later pass).
 """
 from __future__ import annotations
 

@@ -178,3 +178,29 @@ def test_a_ring_stage_chosen_at_run_time(lowering, swizzle, kt):
     assert record.rule == "wgmma"
     if lowering == "per_thread":
         assert record.note.count("a run-time stage offset") == 2
+
+
+@tj.kernel
+def wgmma_without_sync(A, B, C, LA: tj.constexpr, LB: tj.constexpr):
+    a = tj.alloc_shared((64, 64), A.dtype, layout=LA)
+    b = tj.alloc_shared((64, 64), B.dtype, layout=LB)
+    tj.copy(a, A[0:64, 0:64])
+    tj.copy(b, B[0:64, 0:64])
+    acc = tj.fragment((64, 64), tj.float32)
+    tj.fill(acc, 0.0)
+    tj.gemm_async(acc, a, b, transpose_b=True, dispatch="wgmma")
+    tj.copy(C[0:64, 0:64], acc)
+
+
+def test_the_copies_are_ordered_before_the_wgmma_without_a_written_sync(lowering):
+    """The descriptors name shared memory other threads wrote: sync-hazards sees the gemm
+    read a and b and puts the barrier in."""
+    gen = torch.Generator().manual_seed(9)
+    a, b = torch.randn(64, 64, generator=gen).half(), torch.randn(64, 64, generator=gen).half()
+    c = torch.zeros(64, 64)
+    layout = smem_layout((64, 64), "float16", SwizzleMode.B128)
+    wgmma_without_sync[(1,)](a, b, c, LA=layout, LB=layout)
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-5, atol=1e-5)
+    if lowering == "per_thread":
+        lowered = wgmma_without_sync.compile(a, b, c, LA=layout, LB=layout).asm["lowered"]
+        assert 'sync {reason = "auto_sync: shared buffer a written at line' in lowered

@@ -82,7 +82,7 @@ def test_hopper_copy_families_decline_on_cuda(family, reason):
 
 
 @pytest.mark.parametrize("family, reason", [
-    ("wgmma", r"(?s)wgmma has no f64 inputs.*wgmma m64nNk16 takes M = 64"),
+    ("wgmma", r"(?s)wgmma has no f64 inputs.*wgmma m64nNk16 takes M a multiple of 64"),
     ("tcgen05", r"(?s)tcgen05.mma accumulates C in tensor memory.*does not lower tcgen05.mma"),
 ])
 def test_hopper_gemm_families_decline_with_the_contract_first(family, reason):

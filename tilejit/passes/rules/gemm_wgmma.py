@@ -168,6 +168,8 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     if reasons:
         return Decline(*reasons)
     c, (m, n, _) = call["C"], _mnk(call)
+    if (WGMMA_M, n, WGMMA_K) not in shapes:
+        return Decline(f"target {call.target!r} lists no wgmma m64n{n}k16 among its shapes")
     axis = TEAM_WARP_AXIS[call.team]
     expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change

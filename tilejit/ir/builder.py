@@ -104,8 +104,8 @@ class Builder:
     def cmp(self, pred: str, lhs: Value, rhs: Value) -> Value:
         return self._value("cmp", (lhs, rhs), pred=pred)
 
-    def unary(self, op: str, x: Value) -> Value:
-        return self._value("unary", (x,), op=op)
+    def unary(self, op: str, x: Value, approx: bool = False) -> Value:
+        return self._value("unary", (x,), op=op, **({"approx": True} if approx else {}))
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
         return self._value("select", (cond, a, b))

@@ -23,6 +23,9 @@ CMP_PREDS = ("eq", "ne", "lt", "le", "gt", "ge")
 UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
              "sin", "cos", "tanh", "floor", "ceil", "sigmoid", "erf")
 FLOAT_UNARY_OPS = UNARY_OPS[3:]
+# Unary ops a target may compute with a fast approximate instruction when asked
+# (``config={"approx": True}``; accuracy in docs/language.md); single precision only.
+APPROX_UNARY_OPS = ("exp", "exp2", "log", "log2", "sin", "cos")
 THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg",
                       "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
 PER_DIM_INDEX_KINDS = ("cta_id", "num_ctas", "cta_id_in_cluster")
@@ -93,6 +96,11 @@ def _check_unary(op):
         return f"'{name}' needs a float operand, got {t}"
     if name == "not" and not t.is_int:
         return f"'not' needs an integer or bool operand, got {t}"
+    if op.attrs["approx"]:
+        if name not in APPROX_UNARY_OPS:
+            return f"'{name}' has no approximate form (those: {', '.join(APPROX_UNARY_OPS)})"
+        if not t.is_float or t.bits > 32:
+            return f"approximate '{name}' is single precision or narrower, got {t}"
     return None
 
 
@@ -358,7 +366,8 @@ register("binary", NATIVE, "lhs:scalar rhs:scalar", {"op": Attr(Choice(*BINARY_O
          same_as(0), check=_check_binary)
 register("cmp", NATIVE, "lhs:scalar rhs:scalar", {"pred": Attr(Choice(*CMP_PREDS))},
          fixed(i1), check=_same_operand_types)
-register("unary", NATIVE, "x:scalar", {"op": Attr(Choice(*UNARY_OPS))}, same_as(0),
+register("unary", NATIVE, "x:scalar", {"op": Attr(Choice(*UNARY_OPS)), "approx": Attr(BOOL, False)},
+         same_as(0),
          check=_check_unary)
 register("select", NATIVE, "cond:i1 a:scalar b:scalar", results=same_as(1),
          check=_same_operand_types)

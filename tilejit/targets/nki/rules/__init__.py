@@ -8,4 +8,5 @@
 | gemm | ``nc_matmul`` | ``gemm`` |
 | pointwise | ``engine`` (tensor_tensor, tensor_scalar, activation, memset) | ``pointwise`` |
 | reduce | ``tensor_reduce`` | ``reduce`` |
+| index tiles (``tj.arange``), select, copy of one | ``index_tile``, ``affine_select``, ``iota`` | ``affine`` |
 """

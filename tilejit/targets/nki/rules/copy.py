@@ -190,7 +190,7 @@ def tensor_copy_check(call: PrimitiveCall) -> Plan | Decline:
 
 
 def tensor_copy_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    def emit(dst, sources):
+    def emit(dst, sources, _picks):
         em.b.create("nki.tensor_copy", (dst, *sources))
     tiled(em, placed(call["dst"]), [placed(call["src"])], plan.details["tiling"], emit)
 

@@ -38,9 +38,9 @@ def qkv(seed, spread=1.0):
     return [rng.standard_normal((H, S, D), dtype=np.float32) * spread for _ in range(3)]
 
 
-def torch_attention(q, k, v):
+def torch_attention(q, k, v, causal=False):
     q, k, v = (torch.from_numpy(x) for x in (q, k, v))
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v).numpy()
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal).numpy()
 
 
 def test_attention_walks_the_key_blocks_in_order(attention):
@@ -72,12 +72,31 @@ def test_attention_runs_on_the_reference_as_torch_computes_it(attention, seed, s
     np.testing.assert_allclose(out, torch_attention(q, k, v), rtol=1e-4, atol=1e-4)
 
 
+def test_causal_attention_masks_each_block_at_its_offsets_on_the_reference():
+    qkv_spec = spec(H, S, D)
+    compiled = kernels.attention.compile(qkv_spec, qkv_spec, qkv_spec, qkv_spec, H=H, S=S,
+                                         D=D, scale=1 / math.sqrt(D), causal=True,
+                                         target="nki")
+    assert ("nisa.affine_select(dst=s, pattern=[[-1, 128]], channel_multiplier=1, "
+            "on_true_tile=s, on_false_value=-30000.0, cmp_op=nl.greater_equal, "
+            "offset=i * 128 - j * 128)") in [line.strip() for line in
+                                              compiled.asm["nki"].splitlines()]
+    q, k, v = qkv(3)
+    out = reference.run(compiled.asm["nki"], "attention", q, k, v, seed=3, strict_reads=True)
+    np.testing.assert_allclose(out, torch_attention(q, k, v, causal=True), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_attention_runs_on_the_cpu():
     q, k, v = qkv(2)
     out = torch.zeros(H, S, D)
     kernels.attention[(1,)](*(torch.from_numpy(x) for x in (q, k, v)), out, H=H, S=S, D=D,
                             scale=1 / math.sqrt(D), num_warps=1)
     np.testing.assert_allclose(out.numpy(), torch_attention(q, k, v), rtol=1e-4, atol=1e-5)
+    kernels.attention[(1,)](*(torch.from_numpy(x) for x in (q, k, v)), out, H=H, S=S, D=D,
+                            scale=1 / math.sqrt(D), causal=True, num_warps=1)
+    np.testing.assert_allclose(out.numpy(), torch_attention(q, k, v, causal=True), rtol=1e-4,
+                               atol=1e-5)
 
 
 def code_lines(name: str) -> int:
@@ -100,7 +119,7 @@ def code_lines(name: str) -> int:
 
 # (module, its code lines as docs/nki.md records them, the paper's hand-written NKI)
 @pytest.mark.parametrize("module, lines, hand_written", [("nki_gemm", 15, 120),
-                                                        ("attention", 44, 1188)])
+                                                        ("attention", 48, 1188)])
 def test_the_kernels_are_as_long_as_docs_nki_says(module, lines, hand_written):
     assert code_lines(module) == lines < hand_written
 

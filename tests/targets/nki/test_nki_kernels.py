@@ -3,6 +3,7 @@ key blocks (online softmax) run on the NKI reference against torch and on the CP
 lines that matter, and the source sizes docs/nki.md records beside the paper's."""
 import ast
 import importlib
+import importlib.util
 import inspect
 import io
 import math
@@ -127,3 +128,19 @@ def test_the_kernels_are_as_long_as_docs_nki_says(module, lines, hand_written):
 def test_code_lines_leaves_out_docstrings_and_comments():
     assert code_lines("softmax") == 15
     assert code_lines("rmsnorm") == 19
+
+
+def test_the_emitted_attention_on_the_nki_simulator(attention, tmp_path):
+    """On a Neuron machine: nki.simulate gives torch's answer for the emitted module too."""
+    # nki.language, not nki: under pytest a test directory named nki is importable as a
+    # namespace package called nki
+    pytest.importorskip("nki.language")
+    import nki
+    path = tmp_path / "attention_nki.py"            # nki.jit reads the kernel's source file
+    path.write_text(attention.asm["nki"])
+    spec_ = importlib.util.spec_from_file_location("attention_nki", path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    q, k, v = qkv(4)
+    out = nki.simulate(module.attention)(q, k, v)
+    np.testing.assert_allclose(np.asarray(out), torch_attention(q, k, v), rtol=1e-3, atol=1e-3)

@@ -144,3 +144,66 @@ def test_a_product_of_index_tiles_is_declined_at_its_line():
     with pytest.raises(DispatchError, match="not affine") as err:
         quadratic.compile(spec(128, 64, dtype=tj.int32), target="nki")
     assert "rows[:, None] * cols[None, :]" in str(err.value)
+
+
+@tj.kernel
+def padded_rows(x, out, N: tj.constexpr):
+    """Rows of N columns loaded into a 256-wide tile: past the tensor's end (column 200)
+    and where the mask drops them (from column N) the tile holds -inf."""
+    with tj.thread():
+        t = tj.alloc_shared((128, 256), tj.float32)
+        cols = tj.arange(0, 256)
+        tj.copy(t, x[0:128, 0:256], mask=cols[None, :] < N, other=float("-inf"))
+        tj.copy(out[0:128, 0:256], t)
+
+
+def test_a_masked_load_fills_then_copies_then_selects():
+    compiled = padded_rows.compile(spec(128, 200), spec(128, 256), N=192, target="nki")
+    assert calls(compiled.asm["nki"])[:3] == [
+        "nisa.memset(dst=t, value=float('-inf'))",
+        "nisa.dma_copy(dst=t[0:128, 0:200], src=x)",
+        "nisa.affine_select(dst=t, pattern=[[1, 256]], channel_multiplier=0, on_true_tile=t, "
+        "on_false_value=float('-inf'), cmp_op=nl.less, offset=-192)"]
+    assert nki_lint.lint(compiled.asm["nki"]) == []
+    x = np.random.default_rng(4).standard_normal((128, 200), dtype=np.float32)
+    want = np.full((128, 256), -np.inf, dtype=np.float32)
+    want[:, :192] = x[:, :192]
+    np.testing.assert_array_equal(
+        reference.run(compiled.asm["nki"], "padded_rows", x, strict_reads=True), want)
+    out = torch.empty(128, 256)
+    padded_rows[(1,)](torch.from_numpy(x), out, N=192, num_warps=1)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_a_load_past_the_tensors_end_fills_the_rest_with_other_as_on_the_cpu():
+    @tj.kernel
+    def past_end(x, out):
+        with tj.thread():
+            t = tj.alloc_shared((128, 64), tj.float32)
+            tj.copy(t, x[0:128, 0:64], other=1.5)
+            tj.copy(out[0:128, 0:64], t)
+
+    compiled = past_end.compile(spec(100, 64), spec(128, 64), target="nki")
+    assert calls(compiled.asm["nki"])[:2] == ["nisa.memset(dst=t, value=1.5)",
+                                              "nisa.dma_copy(dst=t[0:100, 0:64], src=x)"]
+    x = np.random.default_rng(5).standard_normal((100, 64), dtype=np.float32)
+    want = np.concatenate([x, np.full((28, 64), 1.5, dtype=np.float32)])
+    np.testing.assert_array_equal(
+        reference.run(compiled.asm["nki"], "past_end", x, strict_reads=True), want)
+    out = torch.empty(128, 64)
+    past_end[(1,)](torch.from_numpy(x), out, num_warps=1)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_a_masked_store_is_declined_saying_why():
+    @tj.kernel
+    def masked_store(x, out):
+        with tj.thread():
+            t = tj.alloc_shared((128, 64), tj.float32)
+            cols = tj.arange(0, 64)
+            tj.copy(t, x[0:128, 0:64])
+            tj.copy(out[0:128, 0:64], t, mask=cols[None, :] < 10)
+
+    with pytest.raises(DispatchError, match="a masked store: a DMA writes whole slices") as err:
+        masked_store.compile(spec(128, 64), spec(128, 64), target="nki")
+    assert "tj.copy(out[0:128, 0:64], t, mask=cols[None, :] < 10)" in str(err.value)

@@ -16,6 +16,7 @@ form: each is a CompilationError at the kernel line that made it.
 from __future__ import annotations
 
 import linecache
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ def _dtype(t: ScalarType) -> str:
 
 
 def _literal(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"   # inf and nan have no literal
     return repr(value)
 
 
@@ -352,7 +355,7 @@ HANDLERS = {
     "nki.affine_select": _call("affine_select", "dst", ("pattern", _pattern),
                                ("channel_multiplier",
                                 lambda op: str(op.attrs["channel_multiplier"])),
-                               "on_true_tile", ("on_false_value", lambda op: repr(op.attrs["on_false"])),
+                               "on_true_tile", ("on_false_value", lambda op: _literal(op.attrs["on_false"])),
                                ("cmp_op", _nl("cmp")), "offset"),
 }
 

@@ -23,9 +23,10 @@ from tilejit.ir.types import MemScope, ScalarType, f32, i32
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import IDX, Emitter
 
-from .common import Placed, placed, scope_reasons, tiled, tiling
+from .common import Placed, Tiling, placed, scope_reasons, tiled, tiling
 
-__all__ = ["AFFINE_SELECT", "INDEX_TILE", "IOTA", "IOTA_CHAIN"]
+__all__ = ["AFFINE_SELECT", "INDEX_TILE", "IOTA", "IOTA_CHAIN", "Predicate", "over",
+           "predicate_of", "select_tiles"]
 
 # tilejit's comparison -> NKI's cmp_op, and the comparison that holds when it does not
 CMP = {"ge": "greater_equal", "gt": "greater", "le": "less_equal", "lt": "less",
@@ -248,21 +249,32 @@ def affine_select_check(call: PrimitiveCall) -> Plan | Decline:
     return _tile_plan(tiles[0], tiles[1:])
 
 
+def select_tiles(em: Emitter, dst: Placed, on_true: Placed, pred: Predicate, on_false,
+                 t: Tiling) -> None:
+    """dst = on_true where ``pred`` holds (over dst's logical indices), else ``on_false``:
+    one ``affine_select`` per tile of ``t``."""
+    def emit(out, regions, picks):
+        multiplier, pattern, offset = _instruction(em, dst, pred.value, t.part, t.free, picks)
+        em.b.create("nki.affine_select", (out, regions[0], offset),
+                    {"pattern": pattern, "channel_multiplier": multiplier,
+                     "cmp": CMP[pred.cmp], "on_false": float(on_false)})
+
+    tiled(em, dst, [on_true], t, emit)
+
+
+def over(pred: Predicate, shape: tuple, to: tuple) -> Predicate:
+    """``pred`` of a condition of ``shape``, read over a tile of shape ``to``."""
+    return Predicate(_broadcast(pred.value, shape, to), pred.cmp)
+
+
 def affine_select_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     on_true, on_false, negated = _select_sides(call)
     pred = predicate_of(call, call["cond"].value)
     dst = placed(call["dst"])
-    value = _broadcast(pred.value, tuple(call["cond"].shape), tuple(dst.operand.shape))
-    cmp = NEGATED[pred.cmp] if negated else pred.cmp
-    t = plan.details["tiling"]
-
-    def emit(out, regions, picks):
-        multiplier, pattern, offset = _instruction(em, dst, value, t.part, t.free, picks)
-        em.b.create("nki.affine_select", (out, regions[0], offset),
-                    {"pattern": pattern, "channel_multiplier": multiplier, "cmp": CMP[cmp],
-                     "on_false": float(on_false)})
-
-    tiled(em, dst, [placed(on_true)], t, emit)
+    pred = over(pred, tuple(call["cond"].shape), tuple(dst.operand.shape))
+    if negated:
+        pred = Predicate(pred.value, NEGATED[pred.cmp])
+    select_tiles(em, dst, placed(on_true), pred, on_false, plan.details["tiling"])
 
 
 # ------------------------------------------------------------------------ iota

@@ -7,6 +7,7 @@ functions of a tile's indices, which NKI computes inside ``iota`` and ``affine_s
 | ``tj.arange``, ``+ - *`` by numbers, comparisons, on fragments | ``index_tile`` | nothing: folded into the instruction that reads it |
 | ``tj.where(dst, pred, tile, number)``, ``pred`` an affine comparison | ``affine_select`` | ``nisa.affine_select`` (``cmp_op(value, 0)``) |
 | ``tj.copy(sbuf_tile, index tile)`` | ``iota`` | ``nisa.iota`` |
+| ``tj.copy(sbuf_tile, tensor, mask=pred, other=x)`` | ``dma`` (``copy.py``) | ``memset``, ``dma_copy``, ``affine_select`` (:func:`select_tiles`) |
 
 An index tile is a fragment that one tile op writes (``PrimitiveCall.writers``); its value
 at logical index ``(i_0, i_1, ...)`` is ``offset + sum(coefs[d] * i_d)`` (:class:`Affine`).
@@ -214,12 +215,12 @@ def index_tile_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 # ------------------------------------------------------------------------ affine_select
 def _select_sides(call: PrimitiveCall):
-    """(the tile taken where the condition holds, the number elsewhere, the comparison
-    that picks the tile), or why the select is not one affine_select."""
+    """(the tile, the number, whether the tile is the false side: the comparison is
+    negated), or why the select is not one affine_select."""
     a, b = call["a"], call["b"]
     if a.is_scalar == b.is_scalar:
         return "affine_select takes a tile on one side and a number on the other"
-    number = b if a.is_scalar is False else a
+    number = a if a.is_scalar else b
     owner = number.value.owner
     if getattr(owner, "name", None) != "const":
         return "the other side is a run-time number: affine_select's on_false_value is " \

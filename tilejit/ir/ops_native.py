@@ -50,7 +50,8 @@ ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at", "ldmatrix",
                                        "ldmatrix_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at",
-                                      "cp_async", "cp_async_at"}   # writes operand 0
+                                      "cp_async", "cp_async_at", "tma_load", "tma_load_at",
+                                      "tma_store", "tma_store_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.

@@ -37,7 +37,8 @@ ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
 VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix")
-ASYNC_ACCESS_OPS = ("cp_async",)   # ops_async: a chunk copied into shared memory, later
+# ops_async / ops_tma: a chunk or box copied between shared and global memory, later
+ASYNC_ACCESS_OPS = ("cp_async", "tma_load", "tma_store")
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
 # ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
 # (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one

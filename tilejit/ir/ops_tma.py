@@ -58,9 +58,10 @@ def box_problem(dtype: ScalarType, box, swizzle: int) -> str | None:
     return None
 
 
-def swizzled_byte(offset: int, swizzle: int) -> int:
-    """The shared byte a TMA box's byte ``offset`` (from a swizzle-period-aligned start)
-    lands at: bits [4, 4 + log2(swizzle / 16)) XOR the bits 3 above them."""
+def swizzled_byte(offset, swizzle: int):
+    """The shared byte a TMA box's byte ``offset`` (from a swizzle-period-aligned start; an
+    int or a numpy array) lands at: bits [4, 4 + log2(swizzle / 16)) XOR the bits 3 above
+    them."""
     if not swizzle:
         return offset
     return offset ^ (((offset >> 7) & (swizzle // TMA_CHUNK - 1)) << 4)

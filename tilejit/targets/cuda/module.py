@@ -7,7 +7,8 @@ looks the kernel up; later launches reuse that function. A launch runs on the de
 tensors sit on (:func:`launch_device`), not on torch's current one, and queues on that
 device's stream. It flattens the launch records (``(address, *shape, *strides)`` per
 tensor, the value per scalar) into the kernel's parameters, which the printer declares in
-that order (emit.py).
+that order (emit.py), then appends the kernel's TMA tensor maps, each encoded from its
+tensor's record (``tensor_map.encode``, cached per record: a repeated launch looks it up).
 """
 from __future__ import annotations
 
@@ -60,6 +61,7 @@ class CudaKernelModule:
     arch: str
     params: tuple[str, ...]           # the runtime parameters' names, for errors
     location: object = None           # for errors of ``compiled[grid](...)``
+    tensor_maps: tuple = ()           # per TMA tensor map: {"param", "box", "swizzle", "dtype"}
     _functions: dict = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -95,9 +97,24 @@ class CudaKernelModule:
                 args.extend(record)      # a tensor: address, shape, strides
             else:
                 args.append(record)      # a scalar
+        args += self.encoded_maps(records)
         fn = self.function(_current_device() if device is None else device)
         fn(*args, grid=grid, block=(self.threads, 1, 1), shared_mem=self.shared_bytes,
            stream=stream)
+
+    def encoded_maps(self, records) -> list[bytes]:
+        """The kernel's tensor maps, from the launch records of their tensors."""
+        from tilejit.ir.types import SCALAR_TYPES
+
+        from .tensor_map import TensorMap, encode
+        maps = []
+        for spec in self.tensor_maps:
+            address, *sizes = records[self.params.index(spec["param"])]
+            rank = len(sizes) // 2
+            maps.append(encode(TensorMap(SCALAR_TYPES[spec["dtype"]], address,
+                                         tuple(sizes[:rank]), tuple(sizes[rank:]),
+                                         tuple(spec["box"]), spec["swizzle"])))
+        return maps
 
     def launch(self, grid, args) -> None:
         """Run on the arguments as given (``compiled[grid](*args)``): each tensor becomes its

@@ -1,9 +1,10 @@
 """TMA tensor maps: the record a ``cp.async.bulk.tensor`` reads its tensor through, built on
 the host at launch from a tensor argument and the box the dispatch rule chose
 (``passes/rules/copy_tma``), validated field by field against ``cuTensorMapEncodeTiled``'s
-documented requirements (CUDA driver API, "Tensor Map Object Management"), encoded by the
-driver (cuda-python's ``cuda.bindings.driver``) and cached per (address, dims, strides,
-box, swizzle, ...): a launch that hits the cache builds one frozen record and looks it up.
+documented requirements (CUDA driver API, "Tensor Map Object Management") and encoded by
+the driver (cuda-python's ``cuda.bindings.driver``); the kernel module caches the bytes
+per (map, address, shape, strides) (``module.CudaKernelModule.encoded_maps``), so a launch
+that hits the cache makes no record at all.
 
 Fields are in tilejit's order (row-major: the outermost dim first, element strides); the
 driver's is the reverse (``globalDim[0]`` innermost) with byte strides of all dims but the
@@ -13,7 +14,6 @@ as a ``const __grid_constant__`` parameter of the 128-byte, 64-byte-aligned ``CU
 """
 from __future__ import annotations
 
-import functools
 import struct
 from dataclasses import dataclass
 
@@ -117,10 +117,9 @@ class TensorMap:
                 L2_PROMOTIONS[self.l2_promotion], OOB_FILLS[self.oob_fill])
 
 
-@functools.lru_cache(maxsize=4096)
 def encode(tmap: TensorMap) -> bytes:
-    """The 128 bytes of ``tmap``'s CUtensorMap (cached per record); a LaunchError listing
-    what the fields break, or what the driver said."""
+    """The 128 bytes of ``tmap``'s CUtensorMap; a LaunchError listing what the fields
+    break, or what the driver said."""
     problems = tmap.problems()
     if problems:
         raise LaunchError("no tensor map describes this tensor: " + "; ".join(problems))

@@ -80,6 +80,24 @@ def test_unswizzled_f32_boxes_and_ptx_coordinates_innermost_first(fresh_cache):
 
 
 @needs_nvrtc
+def test_a_ring_slot_and_a_1d_tensor_compile_to_bulk_copies(fresh_cache):
+    from test_e2e_async import ring_copy
+    from test_e2e_tma import ring
+    x = _spec(70, 64, dtype=tj.float16)
+    layout = smem_layout((3, 8, 64), tj.float16, SwizzleMode.B128)
+    slots = ring.compile(x, x, STAGES=3, BM=8, BN=64, LAYOUT=layout, num_warps=2,
+                         target="cuda", arch="sm_90a")
+    assert len(_ptx_lines(slots, "cp.async.bulk.tensor.2d.shared::cluster")) == 1
+    assert slots.metadata["tensor_maps"] == [{"param": "x", "box": [8, 64], "swizzle": 128,
+                                              "dtype": "f16"}]
+    v = _spec(1000)
+    flat = ring_copy.compile(v, v, STAGES=3, CHUNK=96, FAMILY="tma", num_warps=2,
+                             target="cuda", arch="sm_90a")
+    assert len(_ptx_lines(flat, "cp.async.bulk.tensor.1d.shared::cluster")) == 1
+    assert flat.metadata["tensor_maps"][0]["box"] == [96]
+
+
+@needs_nvrtc
 def test_tma_needs_sm90_and_says_so_at_the_line(fresh_cache):
     from test_e2e_async import tma_store
     x = _spec(50, 24, dtype=tj.float64)

@@ -84,7 +84,7 @@ def _check_box(op, shared, tensor, box_rank: int) -> str | None:
 def _check_logical(shared_first: bool):
     def check(op):
         dst, src, *_ = op.operands
-        indices = op.operands[len(op.operands) - len(_indices(op)):]
+        indices = _indices(op)
         if len(indices) != dst.type.rank + src.type.rank:
             return (f"{op.name} takes dst's {dst.type.rank} then src's {src.type.rank} "
                     f"indices, got {len(indices)}")

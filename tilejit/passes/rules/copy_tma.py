@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from ...ir.addressing import ArrayArith
+from ...ir.core import Operation
 from ...ir.ops_tma import TMA_MAX_BOX, box_problem, swizzled_byte
 from ...ir.storage import SHARED_ALIGNMENT
 from ...ir.types import MemScope
@@ -65,7 +66,7 @@ def _issuer_reasons(call: PrimitiveCall) -> list[str]:
 def _global_reasons(call: PrimitiveCall, tensor: Operand) -> list[str]:
     region = tensor.value.owner if tensor.is_region else None
     root = region.operands[0] if region is not None else tensor.value
-    if getattr(root, "owner", None) is not None and hasattr(root.owner, "name"):
+    if isinstance(root.owner, Operation):
         return [f"{tensor.name} is not a region of a kernel argument (a view of one): a tensor "
                 "map describes an argument"]
     reasons = []

@@ -146,3 +146,47 @@ def test_tma_ring_between_warps():
     ring[(1,)](x, out, STAGES=3, BM=8, BN=64, LAYOUT=layout, num_warps=2)
     torch.testing.assert_close(out, (x.double() * 3 - 1).half())
     assert_guard_intact(whole, (70, 64), "float16")
+
+
+@tj.kernel
+def handoff(x, out, PARITY: tj.constexpr):
+    """Warp 0 fills the tile with a TMA load; warp 1 waits on the barrier's phase PARITY (0
+    waits for the load, 1 passes at once) and reads it."""
+    full = tj.alloc_barriers(1)
+    tile = tj.alloc_shared((32,), x.dtype)
+    if tj.thread_id() == 0:
+        tj.mbarrier_init(full[0], 1)
+    tj.sync()
+    if tj.warp_id() == 0:
+        if tj.elect_sync():
+            tj.mbarrier_arrive_expect_tx(full[0], 32 * x.dtype.itemsize)
+            tj.copy_async(tile, x[0:32], barrier=full[0], dispatch="tma")   # fill
+    else:
+        tj.mbarrier_wait(full[0], PARITY)
+        out[tj.lane_id()] = tile[tj.lane_id()]                               # read
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_reading_a_tma_tile_on_the_wrong_phase_is_a_race():
+    x, out = torch.arange(32.0), torch.zeros(32)
+    handoff[(1,)](x, out, PARITY=0, num_warps=2, simt=True)
+    assert torch.equal(out, x)
+    with pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'tile' element \d+ in "
+                       r"CTA 0: thread \d+ read it .* and thread 0 wrote it"):
+        handoff[(1,)](x, out, PARITY=1, num_warps=2, simt=True)
+
+
+def test_bulk_wait_needs_compile_time_arguments():
+    @tj.kernel
+    def bad_wait(x):
+        tj.bulk_wait(x.shape[0])
+
+    @tj.kernel
+    def bad_read(x):
+        tj.bulk_wait(0, read=x.shape[0] > 1)
+
+    for kernel, message in ((bad_wait, r"tj.bulk_wait\(pending\) needs a compile-time int"),
+                            (bad_read, r"tj.bulk_wait\(read=\) needs a compile-time bool")):
+        with pytest.raises(tj.CompilationError, match=message) as info:
+            kernel.compile(torch.zeros(8))
+        assert info.value.line is not None and "bulk_wait" in str(info.value)

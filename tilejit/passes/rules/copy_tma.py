@@ -107,6 +107,8 @@ def _tile_offsets(shared: Operand, itemsize: int, period: int):
     root = region.operands[0] if region is not None else shared.value
     if getattr(root.owner, "name", None) != "alloc":
         return None, f"{shared.name} is not a region of a shared allocation (a view of one)"
+    if root.owner.attrs.get("per_team") is not None:   # copies at unaligned offsets
+        return None, f"{shared.name}'s allocation has one copy per team, not one per CTA"
     addressing = buffer_addressing(root)
     if addressing is None:
         return None, f"{shared.name}'s allocation has no addressing every target shares"

@@ -9,6 +9,7 @@ import torch
 from e2e_helpers import assert_guard_intact, guarded, make
 
 import tilejit as tj
+from tilejit.ir import parse_kernel, verify
 from tilejit.layout import SwizzleMode, smem_layout
 
 
@@ -76,6 +77,7 @@ def test_tma_boxes_in_the_lowered_ir():
     assert "{box = [8, 64], swizzle = 128}" in lowered
     assert "bulk_commit" in lowered and "bulk_wait {pending = 0}" in lowered
     assert _copy_boxes(compiled) == [(8, 64), (8, 64)]
+    assert str(verify(parse_kernel(lowered))) == lowered      # the text round-trips
 
 
 @pytest.mark.team_once_only("launches per thread itself (simt=True)")

@@ -40,7 +40,8 @@ ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
 VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix")
-ASYNC_ACCESS_OPS = ("cp_async",)   # ops_async: a chunk copied into shared memory, later
+# ops_async / ops_tma: a chunk or box copied between shared and global memory, later
+ASYNC_ACCESS_OPS = ("cp_async", "tma_load", "tma_store")
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
 # ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
 # (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one
@@ -53,7 +54,8 @@ ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at", "ldmatrix",
                                        "ldmatrix_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at",
-                                      "cp_async", "cp_async_at"}   # writes operand 0
+                                      "cp_async", "cp_async_at", "tma_load", "tma_load_at",
+                                      "tma_store", "tma_store_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.

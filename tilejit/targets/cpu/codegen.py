@@ -15,7 +15,8 @@ from llvmlite import ir
 from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
-from . import (abi, emit_async, emit_control, emit_memory, emit_mma, emit_native, emit_sync, race,
+from . import (abi, emit_async, emit_control, emit_memory, emit_mma, emit_native, emit_sync,
+               emit_tma, race,
                types)
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
@@ -25,7 +26,8 @@ from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CTX_STOP,
 from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
-            **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS}
+            **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS,
+            **emit_tma.HANDLERS}
 ENTRY = "run_ctas"
 ARENA_ALIGN = 64
 

@@ -32,10 +32,12 @@ primitive          family        on the CPU
 =================  ============  ========================================================
 copy_async         ``immediate`` the default: any storage the element loops reach, dtype
                                  conversion allowed, barrier optional
-copy_async         ``tma``       same lowering; legal where TMA is: global -> shared with
-                                 a barrier (a load) or shared -> global without one (a
-                                 store), no dtype conversion, a static unit innermost
-                                 stride on the global side
+copy_async         ``tma``       legal where TMA is: global -> shared with a barrier (a
+                                 load) or shared -> global without one (a store), no dtype
+                                 conversion, a static unit innermost stride on the global
+                                 side; per thread (SIMT mode) the CUDA lowering itself
+                                 (``passes/rules/copy_tma``: boxes a store writes back at
+                                 ``tj.bulk_wait``), else the immediate copy
 copy_async         ``cp.async``  legal where cp.async is: global -> shared, no dtype
                                  conversion, elements of at most 16 bytes; per thread (SIMT
                                  mode) the CUDA lowering itself (``passes/rules/
@@ -67,7 +69,7 @@ from __future__ import annotations
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
-from tilejit.passes.rules import copy_cp_async
+from tilejit.passes.rules import copy_cp_async, copy_tma
 from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
                                                   gemm_plan, lower_gemm, lower_immediate,
                                                   one_thread_reasons, tcgen05_reasons,
@@ -85,6 +87,17 @@ def _tma_reasons(call: PrimitiveCall) -> list[str]:
 
 def _per_thread(call: PrimitiveCall) -> bool:
     return call.context.distribution == PER_THREAD
+
+
+def _check_tma(call: PrimitiveCall) -> Plan | Decline:
+    if _per_thread(call):
+        return copy_tma.check_tma(call)
+    return family_check(_tma_reasons, element_copy)(call)
+
+
+def _lower_tma(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    lower = copy_tma.lower_tma if _per_thread(call) else lower_immediate
+    lower(call, plan, em)
 
 
 def _check_cp_async(call: PrimitiveCall) -> Plan | Decline:
@@ -107,8 +120,8 @@ COPY_ASYNC_RULES = (
     _copy_async_rule("immediate", family_check(one_thread_reasons, element_copy),
                      lower_immediate, 10, "element loop, completes at once, reports the "
                      "tile's bytes on the barrier"),
-    _copy_async_rule("tma", family_check(_tma_reasons, element_copy), lower_immediate, 0,
-                     "TMA's contract; runs as the immediate copy"),
+    _copy_async_rule("tma", _check_tma, _lower_tma, 0,
+                     "TMA's contract; per thread tma boxes, else the immediate copy"),
     _copy_async_rule("cp.async", _check_cp_async, _lower_cp_async, 0,
                      "cp.async's contract; per thread cp_async chunks, else the immediate copy"),
 )

@@ -1,5 +1,5 @@
-"""The Hopper and Blackwell asynchronous families on cuda, not yet lowered (issue 14:
-TMA tensor maps, wgmma descriptors, tensor memory): ``dispatch="tma"``, ``"wgmma"`` or
+"""The Hopper and Blackwell asynchronous gemm families on cuda, not yet lowered (issue 14:
+wgmma descriptors, tensor memory; TMA is ``tma``'s): ``dispatch="wgmma"`` or
 ``"tcgen05"`` is a DispatchError that says so, after the contract's own reasons
 (``passes/rules/async_contracts``), so a kernel learns both what it must change to keep
 the contract and that the family is still missing. Without ``dispatch=`` these never
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, Decline, Rule, register
-from tilejit.passes.rules.async_contracts import tcgen05_reasons, tma_reasons, wgmma_reasons
+from tilejit.passes.rules.async_contracts import tcgen05_reasons, wgmma_reasons
 
 __all__ = ["HOPPER_RULES"]
 
-_MISSING = {"tma": "TMA copies (cp.async.bulk.tensor with a tensor map)",
-            "wgmma": "wgmma.mma_async", "tcgen05": "tcgen05.mma"}
+_MISSING = {"wgmma": "wgmma.mma_async", "tcgen05": "tcgen05.mma"}
 
 
 def _declined(family: str, reasons):
@@ -34,6 +33,5 @@ def _rule(family: str, primitive: str, reasons) -> Rule:
                          doc=f"declined: {_MISSING[family]} is issue 14's"))
 
 
-HOPPER_RULES = (_rule("tma", "copy_async", tma_reasons),
-                _rule("wgmma", "gemm_async", wgmma_reasons),
+HOPPER_RULES = (_rule("wgmma", "gemm_async", wgmma_reasons),
                 _rule("tcgen05", "gemm_async", tcgen05_reasons))

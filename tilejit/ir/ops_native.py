@@ -284,7 +284,8 @@ def _check_ldmatrix(op):
     if buf.type.dtype.itemsize != 2:
         return f"{family} moves 16-bit elements, not {buf.type.dtype}"
     stored, flat = stored_values(op), op.name.endswith("_at")
-    values = op.operands[2:] if flat else op.operands[1:1 + stored]
+    # stmatrix's values precede its indices, one per dim of the buffer
+    values = op.operands[2:] if flat else op.operands[1:max(1, len(op.operands) - buf.type.rank)]
     if len(values) != stored:
         return f"{family}.x{op.attrs['num']} stores {stored} values per lane, got {len(values)}"
     for value in values:

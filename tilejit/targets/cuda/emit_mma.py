@@ -83,7 +83,7 @@ def print_ldmatrix_at(p: CudaPrinter, op: Operation) -> None:
 def print_stmatrix_at(p: CudaPrinter, op: Operation) -> None:
     if p.sm < STMATRIX_MIN_SM:
         raise CompilationError(f"stmatrix needs sm_{STMATRIX_MIN_SM} or later; compiling for "
-                               f"{p.arch}", op.loc)
+                               f"{p.arch}")
     num, (buf, offset, *values) = op.attrs["num"], op.operands
     instruction = ("stmatrix.sync.aligned.m8n8.x" + str(num)
                    + (".trans" if op.attrs["trans"] else "") + ".shared.b16")

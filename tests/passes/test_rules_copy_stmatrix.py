@@ -14,7 +14,7 @@ from support.tile_kernels import global_matrix, lowered, make_kernel
 from tilejit.ir import FilterSpec
 from tilejit.ir.core import walk
 from tilejit.ir.types import MemScope, TeamKind, f16, f32, i32
-from tilejit.layout import S, SwizzleMode, TileLayout, smem_layout
+from tilejit.layout import S, SwizzleMode, TileLayout, mma_m16n8k16_b_layout, smem_layout
 from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
 from tilejit.passes import scope_analysis
 from tilejit.passes.dispatch import PER_THREAD, Decline, DispatchContext, register_target
@@ -93,6 +93,15 @@ def test_an_mma_fragment_is_stored_by_stmatrix(m, n, warps, num_warps, team, not
     assert len(stores) == int(note.split("(")[1][0])
     assert not any(op.name == "store" and op.operands[0].type.scope is SHARED
                    for op in walk(lk.body))
+
+
+def test_a_fragment_laid_out_by_columns_takes_stmatrix_trans():
+    """mma's B fragment on a [16, 8] tile: a lane holds two rows of one column, as
+    stmatrix.trans takes 8x8 matrices."""
+    lk, record = run(store_kernel(16, 8, 1, layout=mma_m16n8k16_b_layout()))
+    assert (record.rule, record.note) == ("stmatrix", "stmatrix.x2.trans (1 per thread)")
+    (store,) = [op for op in walk(lk.body) if op.name == "stmatrix"]
+    assert store.attrs["trans"]
 
 
 @pytest.mark.parametrize("shared_layout", [

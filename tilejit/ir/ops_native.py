@@ -477,8 +477,9 @@ STMATRIX_DOC = ("ldmatrix's store (PTX stmatrix, sm_90): a warp collective in wh
                 "in the matrices as layout/hw_nvidia.ldmatrix_layout(num, trans) says; "
                 "alignment and contiguity of the rows are the rule's that made it "
                 "(rules/copy_stmatrix.py)")
-register("stmatrix", MEMORY, "buf:memory *operands", {"num": Attr(INT), "trans": Attr(BOOL, False)},
-         fixed(), check=_check_ldmatrix, doc=f"2 * num values, then the row's indices; {STMATRIX_DOC}")
+register("stmatrix", MEMORY, "buf:memory *operands",
+         {"num": Attr(INT), "trans": Attr(BOOL, False)}, fixed(), check=_check_ldmatrix,
+         doc=f"2 * num values, then the row's indices; {STMATRIX_DOC}")
 register("stmatrix_at", MEMORY, "buf:buffer offset:int *values:scalar",
          {"num": Attr(INT), "trans": Attr(BOOL, False)}, fixed(), check=_check_ldmatrix,
          doc=f"the flat stmatrix: offset of the row, then the values; {STMATRIX_DOC}")

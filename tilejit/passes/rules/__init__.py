@@ -23,5 +23,5 @@ protocol belongs to the target's families.
 from . import (atomic, copy_stmatrix, copy_vector, elementwise, gemm_fma, gemm_mma, indexed, reduce,
                reduce_shuffle, scan)
 
-__all__ = ["atomic", "copy_stmatrix", "copy_vector", "elementwise", "gemm_fma", "gemm_mma", "indexed", "reduce",
-           "reduce_shuffle", "scan"]
+__all__ = ["atomic", "copy_stmatrix", "copy_vector", "elementwise", "gemm_fma", "gemm_mma",
+           "indexed", "reduce", "reduce_shuffle", "scan"]

@@ -157,5 +157,5 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 
 STMATRIX_COPY = register(Rule("stmatrix", "copy", check, lower, distributions=(PER_THREAD,),
-                              priority=10, doc="a 16-bit warp fragment into shared memory "
-                              "by stmatrix.m8n8 (sm_90)"))
+                              doc="a 16-bit warp fragment into shared memory by stmatrix.m8n8 "
+                                  "(sm_90)"))

@@ -13,7 +13,7 @@ from support.tile_kernels import global_matrix, lowered, make_kernel
 
 from tilejit.ir import FilterSpec
 from tilejit.ir.core import walk
-from tilejit.ir.types import MemScope, TeamKind, f16, f32, i32
+from tilejit.ir.types import MemScope, TeamKind, f16, f32, i1, i32
 from tilejit.layout import S, SwizzleMode, TileLayout, mma_m16n8k16_b_layout, smem_layout
 from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
 from tilejit.passes import scope_analysis
@@ -132,6 +132,27 @@ def test_what_it_cannot_take_is_declined_with_its_reasons():
     blocked = blocked_layout((32, 32), lanes=32, warps=4)
     assert f"no stmatrix stores src's fragment: its layout {blocked} does not give a lane " \
         "its values at stmatrix's places" in declined(store_kernel(32, 32, 4, layout=blocked))
+
+
+def test_a_load_from_a_tensor_and_a_masked_store_are_declined():
+    def body(b, x, y):
+        zero = b.const(0, i32)
+        frag = b.alloc(FRAGMENT, f16, (32, 32), mma_accumulator_layout((32, 32), 4))
+        b.tile("copy", frag, b.region(x, [zero, zero], (32, 32)))
+        keep = b.alloc(FRAGMENT, i1, (32, 32), mma_accumulator_layout((32, 32), 4))
+        b.tile("pointwise", keep, b.const(True, i1), op="fill")
+        tile = b.alloc(SHARED, f16, (32, 32))
+        b.tile("copy", tile, frag, keep)
+        b.sync()
+        b.tile("copy", b.region(y, [zero, zero], (32, 32)), tile)
+    kernel = make_kernel([("X", global_matrix(f16)), ("Y", global_matrix(f16))], body,
+                         num_warps=4)
+    load, store, _ = [r for r in lowered(kernel, TENSOR_CORES)[1] if r.primitive == "copy"]
+    assert dict(load.rejected)["stmatrix"] == (
+        "dst is fragment memory: stmatrix writes shared memory; src is not a fragment laid out "
+        "over threads: stmatrix stores the values each lane holds")
+    assert dict(store.rejected)["stmatrix"] == ("a masked copy (mask=/other=) moves element "
+                                                "by element")
 
 
 def test_a_target_without_mma_fragments_declines():

@@ -4,7 +4,7 @@ two or four 8x8 matrices -- the store direction of the mma gemm's ``ldmatrix``.
 
 The typical source is the mma accumulator (``layout.fragments.mma_accumulator_layout``)
 cast to f16 or bf16: per 16x8 atom its lanes hold two 8x8 matrices exactly as stmatrix
-takes them, so the atoms of two registers groups of a lane go out in one ``x4``.
+takes them, so two atoms of a warp go out in one ``x4``.
 
 Legal (else a Decline naming each condition that fails, and the ``scalar`` family copies
 element by element) when the target splits primitives per thread and, compiling for an
@@ -15,8 +15,9 @@ same 2-D shape; the fragment's layout puts the same elements on every warp up to
 registers, gives every lane its values at the places ``ldmatrix_layout(num, trans)`` gives
 them in 8x8 matrices of the tile (checked by enumerating both layouts: ``matrix_load``);
 and every 8-element row of the destination lies contiguous and 16-byte aligned in shared
-memory (checked on its storage offsets: ``rows_in_place``). The plan's note names the
-instruction, e.g. ``stmatrix.x4 (2 per thread)``.
+memory (checked on its storage offsets: ``rows_in_place``). The plan's shape is
+``(num, 8, 8)``; its note names the instruction and how many each thread issues, e.g.
+``stmatrix.x4 (2 per thread)``.
 
 Lowering, the same code in every thread: per run of registers, the thread reads its values
 of the fragment and issues one ``stmatrix`` at the row its lane names (``MatrixLoad``'s
@@ -129,7 +130,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     dist = choose(call, [src])
     if isinstance(dist, Decline):
         return dist
-    note = f"{stores[0].describe().replace('ldmatrix', 'stmatrix')} ({len(stores)} per thread)"
+    note = f"{stores[0].describe('stmatrix')} ({len(stores)} per thread)"
     warps = team_warps(call.team, len(call.scope.active.warp_ids))
     return Plan([(len(stores[0].origins), 8, 8)],
                 {"distribution": dist, "warps": warps, "warp_axis": axis, "stores": stores,

@@ -42,15 +42,16 @@ class IntArith:
 
 @dataclass(frozen=True)
 class MatrixLoad:
-    """A warp fragment as one ldmatrix (or stmatrix): ``num`` matrices, ``.trans`` or not, and each
-    matrix's first element in the fragment's stored coordinates (row, contiguous column)."""
+    """A warp fragment as one ldmatrix (or stmatrix): ``num`` matrices, ``.trans`` or not,
+    and each matrix's first element in the fragment's stored coordinates (row, contiguous
+    column)."""
 
     num: int
     trans: bool
     origins: tuple[tuple[int, int], ...]
 
-    def describe(self) -> str:
-        return f"ldmatrix.x{self.num}" + (".trans" if self.trans else "")
+    def describe(self, instruction: str = "ldmatrix") -> str:
+        return f"{instruction}.x{self.num}" + (".trans" if self.trans else "")
 
     def steps(self) -> list[tuple[int, int]]:
         """How the origin moves per bit of the matrix number: lanes compute their row's

@@ -129,6 +129,9 @@ def test_what_it_cannot_take_is_declined_with_its_reasons():
     padded = TileLayout(S[(32, 32):(36, 1)])
     assert "dst's rows do not start 16-byte aligned" in declined(
         store_kernel(32, 32, 4, shared_layout=padded))
+    half_warps = blocked_layout((32, 32), lanes=16, warps=8)
+    assert f"src's layout {half_warps} is not one of 32 lanes, registers and the team's " \
+        "warps (warpid) without replicas" in declined(store_kernel(32, 32, 8, layout=half_warps))
     blocked = blocked_layout((32, 32), lanes=32, warps=4)
     assert f"no stmatrix stores src's fragment: its layout {blocked} does not give a lane " \
         "its values at stmatrix's places" in declined(store_kernel(32, 32, 4, layout=blocked))

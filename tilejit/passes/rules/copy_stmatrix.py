@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, bf16, f16
 from ...layout import TileLayout
@@ -70,6 +72,14 @@ def _call_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
+def _places(layout: TileLayout, size: int) -> dict[str, np.ndarray]:
+    """Each axis's coordinate of every logical element (TileLayout.apply over an array)."""
+    places = {axis.name: 0 for axis in layout.axes}
+    for digit, it in zip(layout.digits(np.arange(size)), layout.shard):
+        places[it.axis.name] = places[it.axis.name] + digit * it.stride
+    return {name: coord + layout.offset.get(name, 0) for name, coord in places.items()}
+
+
 def _warp_registers(layout: TileLayout, shape, axis: str) -> list[list[int]] | str:
     """Per lane, per register, the row-major index in ``shape`` of the element warp 0
     holds there; or why the layout is no warp fragment that shifts from warp to warp."""
@@ -77,19 +87,19 @@ def _warp_registers(layout: TileLayout, shape, axis: str) -> list[list[int]] | s
     if extra or layout.replica or layout.size("laneid") != LANES_PER_WARP:
         return (f"src's layout {layout} is not one of {LANES_PER_WARP} lanes, registers "
                 f"and the team's warps ({axis}) without replicas")
-    registers = math.prod(shape) // (LANES_PER_WARP * layout.size(axis))
-    table = [[None] * registers for _ in range(LANES_PER_WARP)]
-    for flat in range(math.prod(shape)):
-        index = divmod(flat, shape[1])
-        place = layout.apply(*index, shape=shape)
-        if tuple(logical_index(IntArith, layout, shape, place)) != index \
-                or place["m"] >= registers:
-            return f"src's layout {layout} does not add up over lanes, warps and registers"
-        if place.get(axis, 0) == 0:
-            table[place["laneid"]][place["m"]] = flat
-    if any(None in lane for lane in table):
+    size = math.prod(shape)
+    registers = size // (LANES_PER_WARP * layout.size(axis))
+    places = _places(layout, size)
+    lane, register = places["laneid"], places.get("m", np.zeros(size, dtype=int))
+    warp = places.get(axis, np.zeros(size, dtype=int))
+    index = logical_index(IntArith, layout, shape, places)
+    if (index[0] * shape[1] + index[1] != np.arange(size)).any() or (register >= registers).any():
+        return f"src's layout {layout} does not add up over lanes, warps and registers"
+    table = np.full((LANES_PER_WARP, registers), -1)
+    table[lane[warp == 0], register[warp == 0]] = np.flatnonzero(warp == 0)
+    if (table < 0).any():
         return f"src's layout {layout} leaves registers of warp 0's lanes empty"
-    return table
+    return table.tolist()
 
 
 def _stores(table: list[list[int]], shape) -> tuple[MatrixLoad, ...] | None:

@@ -41,7 +41,8 @@ from ..errors import CompilationError
 from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
-from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length
+from ..ir.ops_native import (ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length,
+                             stored_values)
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
@@ -282,8 +283,7 @@ def _access_parts(op: Operation) -> tuple[tuple, list[Value], int]:
     """(the values an access stores or compares, its indices, how many consecutive
     elements of the last dim it touches)."""
     if op.name in VECTOR_ACCESS_OPS:
-        count = run_length(op)
-        stored = count if op.name == "store_vec" else 0
+        count, stored = run_length(op), stored_values(op)
         return op.operands[1:1 + stored], list(op.operands[1 + stored:]), count
     first_index = FIRST_INDEX[op.name]
     return op.operands[1:first_index], list(op.operands[first_index:]), 1

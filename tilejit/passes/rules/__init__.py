@@ -6,6 +6,7 @@ Importing this package registers them (the registry does so on first use):
 |---|---|---|---|
 | copy, pointwise | ``vector`` | no | ``elementwise`` |
 | copy, pointwise | ``vec`` (per thread: runs in one vector access) | no | ``copy_vector`` |
+| copy | ``stmatrix`` (per thread: warp fragment -> shared, sm_90) | no | ``copy_stmatrix`` |
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
@@ -19,7 +20,8 @@ Importing this package registers them (the registry does so on first use):
 copy_async and gemm_async have no generic rule (TIRx Table 2): their synchronization
 protocol belongs to the target's families.
 """
-from . import atomic, copy_vector, elementwise, gemm_fma, gemm_mma, indexed, reduce, reduce_shuffle, scan
+from . import (atomic, copy_stmatrix, copy_vector, elementwise, gemm_fma, gemm_mma, indexed, reduce,
+               reduce_shuffle, scan)
 
-__all__ = ["atomic", "copy_vector", "elementwise", "gemm_fma", "gemm_mma", "indexed", "reduce",
-           "reduce_shuffle", "scan"]
+__all__ = ["atomic", "copy_stmatrix", "copy_vector", "elementwise", "gemm_fma", "gemm_mma",
+           "indexed", "reduce", "reduce_shuffle", "scan"]

@@ -59,10 +59,11 @@ The CUDA families are checked against the *contract that makes them what they ar
 the CUDA target reads too), not against the hardware's encoding
 limits (TMA boxes of at most 256 per dim and 16-byte inner boxes, wgmma's M % 64,
 K-major operands for tf32/fp8) -- those are the CUDA rules' business: a kernel legal on
-Hopper is legal here. Other CUDA-only names (``ldmatrix``, ``stmatrix`` for ``copy``,
-``mma.sync`` ...) are not registered on the CPU: ``dispatch=`` with them is a
-DispatchError listing the CPU's families for that primitive. f32 operands of a ``wgmma``
-are multiplied in full f32 here (tf32 on Hopper); fp8 and 16-bit floats are exact in f32.
+Hopper is legal here. Other CUDA-only names are not registered on the CPU: ``dispatch=``
+with them is a DispatchError listing the CPU's families for that primitive (the generic
+per-thread families ``mma`` for gemm and ``stmatrix`` for copy are, and run in SIMT mode).
+f32 operands of a ``wgmma`` are multiplied in full f32 here (tf32 on Hopper); fp8 and
+16-bit floats are exact in f32.
 """
 from __future__ import annotations
 

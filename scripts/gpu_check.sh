@@ -109,7 +109,8 @@ esac
 # --- 2b. the e2e tests, every launch mirrored on the GPU ---------------------------------------
 E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/test_e2e_masks.py \
 tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
-tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py}"
+tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py \
+tests/e2e/test_e2e_tma.py}"
 echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
 # SIGINT when the time is up: pytest stops between tests and still writes its report.
 # shellcheck disable=SC2086

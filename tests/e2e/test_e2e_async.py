@@ -31,10 +31,10 @@ def staged_copy(x, out, EXTRA: tj.constexpr, FAMILY: tj.constexpr, BM: tj.conste
 @pytest.mark.parametrize("family", [None, "immediate", "tma", "cp.async"])
 @pytest.mark.parametrize("name", ["float32", "float16", "int8", "float64"])
 def test_copy_async_masked_tile_reports_whole_box(family, name):
-    shape = (45, 70)
+    shape = (45, 80)   # rows of a multiple of 16 bytes, as a TMA tensor map's must be
     x = make(shape, name, torch.Generator().manual_seed(1))
     out, whole = guarded(shape, name)
-    grid = (tj.cdiv(45, 16), tj.cdiv(70, 32))
+    grid = (tj.cdiv(45, 16), tj.cdiv(80, 32))
     staged_copy[grid](x, out, EXTRA=0, FAMILY=family, BM=16, BN=32)
     assert torch.equal(out, x)
     assert_guard_intact(whole, shape, name)
@@ -99,15 +99,17 @@ def tma_store(x, out, BM: tj.constexpr, BN: tj.constexpr, FAMILY: tj.constexpr):
     tile = tj.alloc_shared((BM, BN), x.dtype)
     r = tj.cta_id(0) * BM
     tj.copy(tile, x[r:r + BM, 0:BN])
+    tj.fence_proxy_async()   # the threads' writes, before the async proxy reads the tile
     tj.sync()
     if tj.thread_id() == 0:
         tj.copy_async(out[r:r + BM, 0:BN], tile, dispatch=FAMILY)
+        tj.bulk_wait(0)      # a tma store lands by then (the immediate copy already has)
 
 
 @pytest.mark.parametrize("family", ["tma", "immediate"])
 def test_copy_async_store_without_barrier(family):
     x = torch.randn(50, 24, dtype=torch.float64)
-    out, whole = guarded((50, 24), "float64")
+    out, whole = guarded((50, 24), "float64", pad=2)   # rows of 208 bytes: a multiple of 16
     tma_store[(tj.cdiv(50, 16),)](x, out, BM=16, BN=24, FAMILY=family)
     assert torch.equal(out, x)
     assert_guard_intact(whole, (50, 24), "float64")

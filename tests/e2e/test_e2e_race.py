@@ -205,7 +205,7 @@ def test_a_wait_on_the_wrong_phase_is_a_race_the_static_pass_cannot_see():
     (3, "tma", "wgmma", True),
 ])
 def test_warp_specialized_pipelines_raise_no_false_race(stages, copy, mma, async_mma):
-    M, N, K = 40, 36, 60
+    M, N, K = 40, 40, 64    # rows of a multiple of 16 bytes, as TMA's tensor maps need
     gen = torch.Generator().manual_seed(stages)
     A = torch.randn(M, K, generator=gen).half()
     B = torch.randn(K, N, generator=gen).half()
@@ -280,3 +280,32 @@ def test_ldmatrix_rows_are_read_by_the_lanes_that_name_them():
                        rf"{line_of(staged_mma, '# stage A')} and thread 16 read it at line "
                        rf"{line_of(staged_mma, '# mma')} "):
         module.launch((1,), [a, b, c])
+
+
+@tj.kernel(simt=True)
+def restaged(X, Y, L: tj.constexpr):
+    frag = tj.fragment((32, 16), X.dtype, layout=L)
+    tile = tj.alloc_shared((32, 16), X.dtype)
+    tj.copy(frag, X[0:32, 0:16])
+    tj.copy(tile, frag)                       # stmatrix
+    tj.copy(Y[0:32, 0:16], tile)              # read back
+
+
+def test_stmatrix_rows_are_written_by_the_lanes_that_name_them():
+    """The stmatrix family's rows are written by the lanes that supply their addresses;
+    without the barrier before the cyclic read-back, thread 31 (warp 0) reads tile[31, 8],
+    which lane 31 of warp 1 (thread 63: row 7 of its fourth matrix) writes."""
+    x, y = torch.randn(32, 16).half(), torch.zeros(32, 16).half()
+    layout = mma_accumulator_layout((32, 16), 2)
+    restaged[(1,)](x, y, L=layout, num_warps=2)
+    checked(restaged)
+    assert torch.equal(y, x)
+    (store,) = [r for r in restaged.compile(x, y, L=layout, num_warps=2).dispatch_log
+                if r.line == line_of(restaged, "# stmatrix")]
+    assert (store.rule, store.note) == ("stmatrix", "stmatrix.x4 (1 per thread)")
+    module = without_sync_hazards(restaged, x, y, L=layout, num_warps=2)
+    with pytest.raises(tj.LaunchError, match=rf"data race on shared buffer 'tile' element "
+                       rf"\[31, 8\] in CTA 0: thread 31 read it at line "
+                       rf"{line_of(restaged, '# read back')} and thread 63 wrote it at line "
+                       rf"{line_of(restaged, '# stmatrix')} "):
+        module.launch((1,), [x, y])

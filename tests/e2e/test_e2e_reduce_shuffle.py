@@ -26,10 +26,12 @@ def layouts(rows: int, cols: int, warps: int):
     return src, reduced_layout(src, (rows, cols), 1)
 
 
-def reduce_record(kernel, lowering: str):
-    """The reduce's dispatch record; per thread it names the shuffle family."""
-    (record,) = [r for r in kernel.compiled_kernels()[-1].dispatch_log
-                 if r.primitive == "reduce"]
+def reduce_record(compiled, lowering: str):
+    """The reduce's dispatch record in ``compiled`` (a CompiledKernel, or the kernel whose
+    newest launched binary to read); per thread it names the shuffle family."""
+    if isinstance(compiled, tj.Kernel):
+        compiled = compiled.compiled_kernels()[-1]
+    (record,) = [r for r in compiled.dispatch_log if r.primitive == "reduce"]
     if lowering == "per_thread":
         assert record.rule == "shuffle", str(record)
         assert record.distribution.startswith("owned"), str(record)
@@ -217,7 +219,7 @@ def test_shuffle_reductions_compile_for_cuda_without_a_gpu(rows, cols, warps):
     out = tj.TensorSpec((rows,), tj.float32, device="cuda")
     compiled = row_reduce.compile(spec, out, R=rows, N=cols, OP="max", SRC=src, DST=dst,
                                   num_warps=warps, target="cuda", arch="sm_90a")
-    reduce_record(row_reduce, "per_thread")
+    reduce_record(compiled, "per_thread")
     ptx = compiled.asm["ptx"]
     assert "shfl.sync.bfly" in ptx
     assert ("bar.sync" in ptx) == (warps > 1)   # only warps that split rows meet

@@ -2,6 +2,7 @@ import pytest
 
 from tilejit.errors import CompilationError, SourceLocation
 from tilejit.ir import Block, Builder, KernelIR, Operation, walk
+from tilejit.ir.verifier import verify
 from tilejit.ir.types import (
     BarrierType,
     BufferType,
@@ -9,6 +10,7 @@ from tilejit.ir.types import (
     RegionType,
     f16,
     f32,
+    f64,
     i1,
     i32,
     i64,
@@ -61,6 +63,22 @@ def test_attrs_are_normalized_and_defaults_filled():
                                "layout_note": None}
     assert buf.type == BufferType(f16, (16, 16), MemScope.SHARED)
     assert idx.owner.attrs["dim"] == 0 and one.owner.attrs["value"] == 1.0
+
+
+def test_approximate_math_is_a_checked_attribute_of_unary():
+    k, b = kernel_and_builder(vector_1d())
+    with b.insert_into(k.body):
+        x = b.const(1.5, f32)
+        assert b.unary("exp", x, approx=True).owner.attrs["approx"] is True
+        assert b.unary("exp", x).owner.attrs["approx"] is False
+    verify(k)
+    for op, x, message in (("sqrt", (1.5, f32), "'sqrt' has no approximate form"),
+                           ("log", (1.5, f64), "approximate 'log' is single precision")):
+        k, b = kernel_and_builder(vector_1d())
+        with b.insert_into(k.body):
+            b.unary(op, b.const(*x), approx=True)
+        with pytest.raises(CompilationError, match=message):
+            verify(k)
 
 
 def test_structured_helpers_create_typed_blocks():

@@ -211,7 +211,9 @@ class RandomIR:
                            self.value(visible, t), self.value(visible, t))]
 
     def unary(self, visible, depth):
-        return [self.b.unary(self.draw(st.sampled_from(["exp", "neg", "sqrt"])), self.value(visible, f32))]
+        op = self.draw(st.sampled_from(["exp", "neg", "sqrt", "log2"]))
+        approx = op in ("exp", "log2") and self.draw(st.booleans())
+        return [self.b.unary(op, self.value(visible, f32), approx=approx)]
 
     def cast(self, visible, depth):
         return [self.b.cast(self.value(visible, self.scalar_type()), self.scalar_type())]

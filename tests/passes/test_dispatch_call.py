@@ -88,3 +88,29 @@ def test_a_call_needs_its_execution_scope():
         b.tile("pointwise", b.alloc(MemScope.FRAGMENT, f32, (4,)), b.const(0.0, f32), op="fill")
     with pytest.raises(CompilationError, match="run scope-analysis before dispatch"):
         call_of(body, scoped=False)
+
+
+def test_fragment_writers_are_the_one_tile_op_writing_each_fragment():
+    from tilejit.ir.rewrite import Rewriter
+    from tilejit.passes.dispatch.call import RebuiltWriters, fragment_writers
+
+    def body(b):
+        once = b.alloc(MemScope.FRAGMENT, i32, (16,))
+        b.tile("pointwise", once, b.const(0, i32), op="iota")
+        twice = b.alloc(MemScope.FRAGMENT, i32, (16,))
+        b.tile("pointwise", twice, b.const(0, i32), op="iota")
+        b.tile("pointwise", twice, b.const(1, i32), op="fill")
+    k = scope_analysis.run(make_kernel([], body))
+    writers = fragment_writers(k)
+    ((buffer, op),) = writers.items()   # the fragment written twice is no index tile
+    assert op.attrs["op"] == "iota" and op.operands[0] is buffer
+    seen = []
+
+    def look(tile_op, ctx):   # a rule's view: rebuilt operands, writers with rebuilt operands
+        rebuilt = RebuiltWriters(writers, ctx.lookup)
+        if tile_op.operands[0] in rebuilt:
+            seen.append((rebuilt[tile_op.operands[0]].operands[0], tile_op.operands[0]))
+        return None
+    Rewriter([(lambda o: o.name == "tile.pointwise", look, "look")], "look").sweep(k)
+    (writer_dst, rule_dst), = seen[:1]
+    assert writer_dst is rule_dst and rule_dst is not buffer

@@ -99,8 +99,17 @@ def shifted_in_place(x, out, N: tj.constexpr):
     tj.copy(out[0:N + 1], t)
 
 
+@tj.kernel
+def approximate_consumer(x, out, N: tj.constexpr):
+    t = tj.fragment((N,), tj.float32)
+    tj.copy(t, x[0:N])
+    y = t * 2.0
+    tj.copy(out[0:N], tj.exp(y, config={"approx": True}))   # a chain's steps have no config
+
+
 @pytest.mark.parametrize("kernel, length, expected", [
     (read_by_element, 7, lambda x: np.concatenate([[x[1] * 2], x[:6] * 2 + 1])),
+    (approximate_consumer, 7, lambda x: np.exp(x[:7] * 2)),
     (source_overwritten, 7, lambda x: x[:7] * 2),
     (used_in_a_loop, 7, lambda x: np.concatenate([x[:7] * 2, x[:7] * 2])),
     (shifted_in_place, 7, lambda x: np.concatenate([x[:1], x[:7] * 2])),

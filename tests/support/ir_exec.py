@@ -4,8 +4,8 @@ CTAs run one after another; the threads of a CTA run in lockstep, SIMT style: ev
 SSA value is a numpy vector with one entry per thread and control flow runs under an
 active mask (a ``for`` whose bounds differ per thread iterates until every thread is done;
 an ``if`` runs both branches under complementary masks). That makes per-thread code,
-``warp_shuffle``, ``mma_sync``, ``ldmatrix`` and ``sync`` exact, and ``single {team}`` runs its region on
-the first active thread of each team instance.
+``warp_shuffle``, ``mma_sync``, ``ldmatrix``, ``stmatrix`` and ``sync`` exact, and
+``single {team}`` runs its region on the first active thread of each team instance.
 
 Storage: global buffers are the numpy arrays passed in (indexed logically; every access is
 bounds-checked, which is how tests catch missing masks); shared buffers are flat memory
@@ -328,6 +328,36 @@ class _CTA:
                     result[t] = matrices[j, 2 * q + half, g] if trans \
                         else matrices[j, g, 2 * q + half]
         return results
+
+    def op_stmatrix(self, op, mask):
+        """op_ldmatrix's store (PTX ISA "stmatrix", restated apart from the layout object):
+        lane ``4g + q`` passes elements ``2q`` and ``2q + 1`` of row ``g`` of each matrix
+        (of column ``g``, rows ``2q`` and ``2q + 1``, with ``.trans``); lane ``8j + r``
+        stores row ``r`` of matrix ``j``, eight elements along the last dim from its
+        indices."""
+        num, trans = op.attrs["num"], op.attrs["trans"]
+        ref, *rest = self.args(op)
+        values, indices = rest[:2 * num], rest[2 * num:]
+        lane = self.tid % LANES_PER_WARP
+        supplies = mask & (lane < 8 * num)
+        row = np.zeros((8, self.threads))
+        for first in range(0, self.threads, LANES_PER_WARP):
+            if not mask[first:first + LANES_PER_WARP].all():
+                raise ExecError(f"stmatrix at {op.loc} with inactive lanes in its warp")
+            matrices = np.zeros((num, 8, 8))   # [j, r, e]
+            for t in range(first, first + LANES_PER_WARP):
+                g, q = (t - first) // 4, (t - first) % 4
+                for i, value in enumerate(values):
+                    j, half = divmod(i, 2)
+                    if trans:
+                        matrices[j, 2 * q + half, g] = value[t]
+                    else:
+                        matrices[j, g, 2 * q + half] = value[t]
+            row[:, first:first + 8 * num] = matrices.reshape(8 * num, 8).T
+        for e in range(8):
+            buf, flat = self._locate(op, ref, [*indices[:-1], indices[-1] + e], supplies)
+            for pos in buf.positions(flat, all_copies=True):
+                buf.data[pos[supplies]] = row[e, supplies]
 
     def op_device_print(self, op, mask):
         return None

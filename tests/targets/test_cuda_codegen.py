@@ -306,6 +306,30 @@ def test_casts_and_narrow_floats_follow_the_cpu():
             "tj_f32(__float2bfloat16_rn(0.10000000149011612f)));") in lines
 
 
+def test_approximate_math_prints_the_fast_intrinsics():
+    ops = ("exp", "exp2", "log", "log2", "sin", "cos")   # each of the previous result
+    body = "%i = thread_index {kind = thread_id} : i32 loc(2:4)\n" \
+        + "%x = load_at(%a, %i) : f32 loc(3:4)\n" \
+        + "".join(f"%{op}_ = unary(%{prev}) {{op = {op}, approx = true}} : f32 loc(4:4)\n"
+                  for prev, op in zip(("x",) + tuple(f"{o}_" for o in ops), ops)) \
+        + "store_at(%a, %cos_, %i) loc(4:4)\n" \
+        + "%h = load_at(%b, %i) : f16 loc(5:4)\n" \
+        + "%hl = unary(%h) {op = log, approx = true} : f16 loc(5:4)\n" \
+        + "store_at(%b, %hl, %i) loc(5:4)\n"
+    fast = kernel("fast_math", "%a: " + F32_1D + ", %b: buffer<global, f16, [?], strides=[1]>",
+                  body)
+    lines = body_lines(print_cuda(fast, "sm_90a")[0])
+    for line in ("const float exp_ = __expf(x);", "const float exp2_ = tj_exp2_approx(exp_);",
+                 "const float log_ = __logf(exp2_);", "const float log2_ = __log2f(log_);",
+                 "const float sin_ = __sinf(log2_);", "const float cos_ = __cosf(sin_);"):
+        assert line in lines
+    assert "const __half hl = __float2half_rn(__logf(tj_f32(h)));" in lines
+    if nvrtc_unavailable_reason() is None:
+        ptx = compiled(print_cuda(fast, "sm_90a")[0], "sm_90a").ptx
+        for instruction in ("ex2.approx", "lg2.approx", "sin.approx", "cos.approx"):
+            assert instruction in ptx
+
+
 def test_literals():
     assert literal(-(1 << 31), i32) == "(-2147483647 - 1)"
     assert literal(-(1 << 63), i64) == "(-9223372036854775807LL - 1)"

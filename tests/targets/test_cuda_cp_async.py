@@ -1,6 +1,7 @@
 """copy_async on the cuda target (tilejit/targets/cuda/rules/): ``cp.async`` chunks, commit
 and wait groups in the PTX for sm_80 and sm_90a; ``immediate`` completing the barrier's
-bytes with ``mbarrier.complete_tx`` (sm_90); the Hopper families declined, saying why."""
+bytes with ``mbarrier.complete_tx`` (sm_90); the Hopper gemm families declined, saying why
+(TMA: test_cuda_tma.py)."""
 import sys
 from pathlib import Path
 
@@ -68,17 +69,6 @@ def test_transaction_bytes_are_an_error_at_the_line_on_sm80(fresh_cache):
     with pytest.raises(tj.CompilationError, match=r"need sm_90 or later; compiling for sm_80"):
         staged_copy.compile(x, x, EXTRA=0, FAMILY="cp.async", BM=16, BN=32, target="cuda",
                             arch="sm_80")
-
-
-@pytest.mark.parametrize("family, reason", [
-    ("tma", r"does not lower TMA copies .* yet \(issue 14\)"),
-])
-def test_hopper_copy_families_decline_on_cuda(family, reason):
-    x = _spec(45, 70)
-    with pytest.raises(tj.DispatchError, match=reason) as info:
-        staged_copy.compile(x, x, EXTRA=0, FAMILY=family, BM=16, BN=32, target="cuda",
-                            arch="sm_90a")
-    assert info.value.line is not None
 
 
 @pytest.mark.parametrize("family, reason", [

@@ -120,3 +120,53 @@ def test_ldmatrix_below_sm_75_is_a_located_error():
                                                "sm_70") as info:
         print_cuda(ldmatrix_kernel(4, False), "sm_70")
     assert info.value.line == 4
+
+
+def stmatrix_kernel(num: int, trans: bool):
+    """Each lane reads its 2 * num values from a tensor and names row lane % 8 of a shared
+    [32, 8] f16 tile in one stmatrix."""
+    count = 2 * num
+    flag = ", trans = true" if trans else ""
+    lines = ['kernel @rows(%x: buffer<global, f16, [?], strides=[1]>) '
+             '{num_warps = 1, distribution = "per_thread"} loc("/src/k.py":1:0) {',
+             "  %s = alloc {scope = shared, dtype = f16, shape = [32, 8], offset = 0} : "
+             "buffer<shared, f16, [32, 8]> loc(2:4)",
+             "  %lane = thread_index {kind = lane_id} : i32 loc(3:4)",
+             "  %eight = const {value = 8} : i32 loc(3:4)",
+             "  %row = binary(%lane, %eight) {op = mul} : i32 loc(3:4)",
+             f"  %n = const {{value = {count}}} : i32 loc(3:4)",
+             "  %first = binary(%lane, %n) {op = mul} : i32 loc(3:4)"]
+    for i in range(count):
+        lines += [f"  %i{i} = const {{value = {i}}} : i32 loc(3:4)",
+                  f"  %o{i} = binary(%first, %i{i}) {{op = add}} : i32 loc(3:4)",
+                  f"  %v{i} = load_at(%x, %o{i}) : f16 loc(3:4)"]
+    values = ", ".join(f"%v{i}" for i in range(count))
+    lines.append(f"  stmatrix_at(%s, %row, {values}) {{num = {num}{flag}}} loc(4:4)")
+    return verify(parse_kernel("\n".join(lines + ["}"])))
+
+
+@pytest.mark.parametrize("num, trans", [(4, False), (2, True), (1, False)])
+def test_stmatrix_prints_as_one_inline_ptx_instruction(num, trans):
+    source, _ = print_cuda(stmatrix_kernel(num, trans), "sm_90a")
+    (line,) = [line.strip() for line in source.splitlines() if "stmatrix" in line]
+    registers = ", ".join(f"%{i + 1}" for i in range(num))
+    form = f"x{num}" + (".trans" if trans else "")
+    assert line.startswith(f'asm volatile("stmatrix.sync.aligned.m8n8.{form}.shared.b16 '
+                           f'[%0], {{{registers}}};" :: "r"(tj_smem_addr(&s[row])), ')
+    assert line.endswith(' : "memory");') and line.count('"r"(') == num + 1
+    # register j packs value 2j in its low half and 2j + 1 in its high half
+    assert '"r"(((unsigned)tj_bits(v1) << 16 | tj_bits(v0)))' in line
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_stmatrix_for_sm_90a():
+    source, _ = print_cuda(stmatrix_kernel(4, True), "sm_90a")
+    ptx = [line.strip() for line in compile_cuda(source, "sm_90a").ptx.splitlines()]
+    assert any(line.startswith("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16") for line in ptx)
+
+
+def test_stmatrix_below_sm_90_is_a_located_error():
+    with pytest.raises(CompilationError, match="stmatrix needs sm_90 or later; compiling for "
+                                               "sm_80") as info:
+        print_cuda(stmatrix_kernel(4, False), "sm_80")
+    assert info.value.line == 4

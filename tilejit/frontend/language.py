@@ -30,7 +30,7 @@ __all__ = [
     "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_psum", "alloc_barriers",
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
-    "mbarrier_wait", "cp_async_commit", "cp_async_wait",
+    "mbarrier_wait", "cp_async_commit", "cp_async_wait", "bulk_wait", "fence_proxy_async",
     "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
     "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
     "zeros", "full", "trans", "permute", "broadcast_to", "expand_dims", "reshape", "gather",
@@ -295,6 +295,27 @@ def cp_async_wait(pending=0, *, _sem):
         raise CompilationError("tj.cp_async_wait(pending) needs a compile-time int >= 0 (the "
                                f"groups left in flight), got {pending!r}")
     return _sem.b.cp_async_wait(pending)
+
+
+@builtin("bulk_wait")
+def bulk_wait(pending=0, read=False, *, _sem):
+    """Wait until at most ``pending`` (a compile-time int) of this thread's bulk groups (each
+    ``copy_async`` store of family ``tma`` is one) are still in flight: the others have
+    written global memory, or with ``read=True`` read their shared tile (it may be reused)."""
+    if isinstance(pending, builtins.bool) or not isinstance(pending, builtins.int) or pending < 0:
+        raise CompilationError("tj.bulk_wait(pending) needs a compile-time int >= 0 (the "
+                               f"groups left in flight), got {pending!r}")
+    if not isinstance(read, builtins.bool):
+        raise CompilationError(f"tj.bulk_wait(read=) needs a compile-time bool, got {read!r}")
+    return _sem.b.create("bulk_wait", attrs={"pending": pending, "read": read})
+
+
+@builtin("fence_proxy_async")
+def fence_proxy_async(*, _sem):
+    """Order this thread's earlier shared-memory accesses before later asynchronous-proxy
+    ones: threads that wrote a tile call it before the barrier after which one thread
+    stores the tile with a tma ``copy_async``."""
+    return _sem.b.create("fence_proxy_async")
 
 
 # -------------------------------------------------------------------- execution scope

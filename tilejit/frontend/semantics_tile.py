@@ -20,6 +20,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
+from tilejit.ir.ops_native import APPROX_UNARY_OPS
 from tilejit.ir.ops_tile import (POINTWISE_ARITY, POINTWISE_COMPARISONS, POINTWISE_FLOAT_ONLY,
                                   POINTWISE_INT_ONLY, POINTWISE_RANDOM)
 from tilejit.ir.types import MemScope, ScalarType, f32, i1, i32, i64, promote
@@ -52,6 +53,22 @@ def _check_bool_op(op: str, dtype: ScalarType) -> None:
     if dtype.is_bool and op in NOT_ON_BOOL:
         raise CompilationError(f"tj.{op} is not defined on bool tiles (as in numpy and torch); "
                                f"use {NOT_ON_BOOL[op]}, or cast to an integer dtype first")
+
+
+def _check_approx(op: str, dtype: ScalarType, config: dict) -> None:
+    """``config={"approx": True}`` asks for a target's fast approximate math function: one
+    that has one, computed in single precision or narrower."""
+    if "approx" not in config:
+        return
+    if type(config["approx"]) is not bool:
+        raise CompilationError(f"tj.{op}: config['approx'] is True or False, got "
+                               f"{config['approx']!r}")
+    if config["approx"] and op not in APPROX_UNARY_OPS:
+        raise CompilationError(f"tj.{op} has no approximate form: config={{'approx': True}} "
+                               f"applies to {', '.join(f'tj.{o}' for o in APPROX_UNARY_OPS)}")
+    if config["approx"] and (not dtype.is_float or dtype.bits > 32):
+        raise CompilationError(f"tj.{op}: approximate math computes in float32 or narrower, "
+                               f"this computes in {dtype}")
 
 
 class TileSemantics(ReductionSemantics, BuildSemantics):
@@ -269,7 +286,9 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
                 operands.append(src)
             else:
                 operands.append(self._scalar_operand(op, index, src, dtype))
-        return self.b.tile("pointwise", dst, *operands, op=op, **self._attrs(dispatch, config))
+        attrs = self._attrs(dispatch, config)
+        _check_approx(op, dtype, attrs["config"])
+        return self.b.tile("pointwise", dst, *operands, op=op, **attrs)
 
     def _scalar_operand(self, op: str, index: int, x, dtype):
         if not (is_scalar(x) or is_number(x)):
@@ -354,5 +373,7 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
         dst = self.b.alloc(MemScope.FRAGMENT, dtype or operand_dtype, shape)
         srcs = [x if is_tile(x) else self._scalar_operand(op, i, x, operand_dtype)
                 for i, x in enumerate(operands)]
-        self.b.tile("pointwise", dst, *srcs, op=op, **self._attrs(dispatch, config))
+        attrs = self._attrs(dispatch, config)
+        _check_approx(op, dst.type.dtype, attrs["config"])
+        self.b.tile("pointwise", dst, *srcs, op=op, **attrs)
         return dst

@@ -17,6 +17,7 @@ API (every method validates against the op catalogue and raises a located
     b.warp_shuffle(mode, value, lane)   b.elect_sync()
     b.mma_sync(a, b, c, shape="m16n8k16") -> the lane's D values (a list)
     b.ldmatrix(buf, indices, num, trans=False) -> the lane's 2 * num values (a list)
+    b.stmatrix(buf, values, indices, trans=False)  (num = len(values) // 2)
     b.alloc_barrier(count)        b.intrinsic(target, name, args, result_type=None)
 
     # ops without results return the Operation
@@ -104,8 +105,8 @@ class Builder:
     def cmp(self, pred: str, lhs: Value, rhs: Value) -> Value:
         return self._value("cmp", (lhs, rhs), pred=pred)
 
-    def unary(self, op: str, x: Value) -> Value:
-        return self._value("unary", (x,), op=op)
+    def unary(self, op: str, x: Value, approx: bool = False) -> Value:
+        return self._value("unary", (x,), op=op, **({"approx": True} if approx else {}))
 
     def select(self, cond: Value, a: Value, b: Value) -> Value:
         return self._value("select", (cond, a, b))
@@ -166,6 +167,13 @@ class Builder:
                  trans: bool = False) -> list[Value]:
         """A warp's load of ``num`` 8x8 matrices; ``indices``: this lane's matrix row."""
         return list(self.create("ldmatrix", (buf, *indices), {"num": num, "trans": trans}).results)
+
+    def stmatrix(self, buf: Value, values: Sequence[Value], indices: Sequence[Value],
+                 trans: bool = False) -> Operation:
+        """A warp's store of ``len(values) // 2`` 8x8 matrices; ``indices``: this lane's
+        matrix row."""
+        return self.create("stmatrix", (buf, *values, *indices),
+                           {"num": len(values) // 2, "trans": trans})
 
     def elect_sync(self) -> Value:
         return self._value("elect_sync")

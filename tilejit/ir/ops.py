@@ -1,13 +1,14 @@
 """The op catalogue: one declarative ``OpDef`` per op, looked up by name.
 
 The entries live in ``ops_native.py`` (scalar, memory, sync), ``ops_async.py``
-(asynchronous copies and their completion), ``ops_wgmma.py`` (Hopper wgmma), ``ops_control.py``
+(asynchronous copies and their completion), ``ops_tma.py`` (TMA bulk copies, bulk
+groups), ``ops_wgmma.py`` (Hopper wgmma), ``ops_control.py``
 (for/if/while, terminators, team) and ``ops_tile.py`` (tile primitives); importing this
 module registers them all. ``OPS`` maps op name -> ``OpDef``.
 """
 from __future__ import annotations
 
-from . import ops_async, ops_control, ops_native, ops_tile, ops_wgmma  # noqa: F401  (registers)
+from . import ops_async, ops_control, ops_native, ops_tile, ops_tma, ops_wgmma  # noqa: F401
 from .opdef import EXPLICIT, OPS, OpDef, OpDefError, OpGroup, OperandSpec, RegionSpec, get_opdef
 
 __all__ = ["OPS", "OpDef", "OpGroup", "OperandSpec", "RegionSpec", "EXPLICIT", "OpDefError",

@@ -23,6 +23,9 @@ CMP_PREDS = ("eq", "ne", "lt", "le", "gt", "ge")
 UNARY_OPS = ("neg", "not", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
              "sin", "cos", "tanh", "floor", "ceil", "sigmoid", "erf")
 FLOAT_UNARY_OPS = UNARY_OPS[3:]
+# Unary ops a target may compute with a fast approximate instruction when asked
+# (``config={"approx": True}``; accuracy in docs/language.md); single precision only.
+APPROX_UNARY_OPS = ("exp", "exp2", "log", "log2", "sin", "cos")
 THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg",
                       "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
 PER_DIM_INDEX_KINDS = ("cta_id", "num_ctas", "cta_id_in_cluster")
@@ -36,13 +39,16 @@ SHUFFLE_MODES = ("xor", "down", "up", "idx")
 ACCESS_OPS = ("load", "store", "atomic", "atomic_cas")   # element accesses of a buffer
 # Accesses of a run of ``count`` consecutive elements along a buffer's last dim in one
 # instruction (a GPU's 128-bit ld/st.global.v4): indices name the run's first element.
-VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix")
-ASYNC_ACCESS_OPS = ("cp_async",)   # ops_async: a chunk copied into shared memory, later
+VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix", "stmatrix")
+# ops_async / ops_tma: a chunk or box copied between shared and global memory, later
+ASYNC_ACCESS_OPS = ("cp_async", "tma_load", "tma_store")
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
 # ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
 # (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one
-# matrix row, a run of LDMATRIX_ROW elements (16 bytes).
+# matrix row, a run of LDMATRIX_ROW elements (16 bytes). stmatrix (PTX stmatrix.m8n8,
+# sm_90) is its store: the values each lane passes are placed as ldmatrix's results.
 LDMATRIX_ROW = 8
+MATRIX_ACCESS_OPS = ("ldmatrix", "ldmatrix_at", "stmatrix", "stmatrix_at")
 # the flat forms of both (load_at, load_vec_at ...)
 FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS + VECTOR_ACCESS_OPS}
 FIRST_INDEX = {"load": 1, "store": 2, "atomic": 2, "atomic_cas": 3}  # access -> operand
@@ -50,7 +56,9 @@ ATOMIC_ACCESSES = frozenset({"atomic", "atomic_cas", "atomic_at", "atomic_cas_at
 READING_ACCESSES = ATOMIC_ACCESSES | {"load", "load_at", "load_vec", "load_vec_at", "ldmatrix",
                                        "ldmatrix_at"}
 WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_vec_at",
-                                      "cp_async", "cp_async_at"}   # writes operand 0
+                                      "cp_async", "cp_async_at", "tma_load", "tma_load_at",
+                                      "tma_store", "tma_store_at", "stmatrix",
+                                      "stmatrix_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
 # ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
 # and accumulates in.
@@ -93,6 +101,11 @@ def _check_unary(op):
         return f"'{name}' needs a float operand, got {t}"
     if name == "not" and not t.is_int:
         return f"'not' needs an integer or bool operand, got {t}"
+    if op.attrs["approx"]:
+        if name not in APPROX_UNARY_OPS:
+            return f"'{name}' has no approximate form (those: {', '.join(APPROX_UNARY_OPS)})"
+        if not t.is_float or t.bits > 32:
+            return f"approximate '{name}' is single precision or narrower, got {t}"
     return None
 
 
@@ -249,24 +262,43 @@ def _check_vector(op):
 
 def run_length(op) -> int:
     """How many consecutive elements of the last dim a vector access's indices start."""
-    return LDMATRIX_ROW if op.name.startswith("ldmatrix") else op.attrs["count"]
+    return LDMATRIX_ROW if op.name in MATRIX_ACCESS_OPS else op.attrs["count"]
+
+
+def stored_values(op) -> int:
+    """How many values a vector access stores (they follow its buffer): none for a load."""
+    if op.name.startswith("stmatrix"):
+        return 2 * op.attrs["num"]
+    return op.attrs["count"] if op.name.startswith("store_vec") else 0
 
 
 def _check_ldmatrix(op):
-    """A 16-bit shared buffer; the row's indices (one per dim), or a root buffer and one
-    offset (ldmatrix_at)."""
-    buf = op.operands[0]
+    """ldmatrix and stmatrix: a 16-bit shared buffer; the row's indices (one per dim), or
+    a root buffer and one offset (the _at forms); stmatrix's 2 * num values of the
+    buffer's element type."""
+    buf, family = op.operands[0], op.name.removesuffix("_at")
+    loads = family == "ldmatrix"
     if op.attrs["num"] not in LDMATRIX_NUMS:
-        return f"ldmatrix loads 1, 2 or 4 matrices, not {op.attrs['num']}"
+        return (f"{family} {'loads' if loads else 'stores'} 1, 2 or 4 matrices, "
+                f"not {op.attrs['num']}")
     if buf.type.scope is not MemScope.SHARED:
-        return f"ldmatrix reads shared memory, not {buf.type.scope}"
+        return f"{family} {'reads' if loads else 'writes'} shared memory, not {buf.type.scope}"
     if buf.type.dtype.itemsize != 2:
-        return f"ldmatrix moves 16-bit elements, not {buf.type.dtype}"
-    if op.name == "ldmatrix_at":
-        return None if is_root_buffer(buf) else "ldmatrix_at needs a root buffer, not a view"
-    if len(op.operands) - 1 != buf.type.rank:
-        return (f"ldmatrix of a rank-{buf.type.rank} buffer needs {buf.type.rank} indices, "
-                f"got {len(op.operands) - 1}")
+        return f"{family} moves 16-bit elements, not {buf.type.dtype}"
+    stored, flat = stored_values(op), op.name.endswith("_at")
+    # stmatrix's values precede its indices, one per dim of the buffer
+    values = op.operands[2:] if flat else op.operands[1:max(1, len(op.operands) - buf.type.rank)]
+    if len(values) != stored:
+        return f"{family}.x{op.attrs['num']} stores {stored} values per lane, got {len(values)}"
+    for value in values:
+        if value.type != buf.type.dtype:
+            return f"stored value is {value.type}, buffer holds {buf.type.dtype}"
+    if flat:
+        return None if is_root_buffer(buf) else f"{op.name} needs a root buffer, not a view"
+    indices = op.operands[1 + stored:]
+    if len(indices) != buf.type.rank:
+        return (f"{family} of a rank-{buf.type.rank} buffer needs {buf.type.rank} indices, "
+                f"got {len(indices)}")
     return None
 
 
@@ -358,7 +390,8 @@ register("binary", NATIVE, "lhs:scalar rhs:scalar", {"op": Attr(Choice(*BINARY_O
          same_as(0), check=_check_binary)
 register("cmp", NATIVE, "lhs:scalar rhs:scalar", {"pred": Attr(Choice(*CMP_PREDS))},
          fixed(i1), check=_same_operand_types)
-register("unary", NATIVE, "x:scalar", {"op": Attr(Choice(*UNARY_OPS))}, same_as(0),
+register("unary", NATIVE, "x:scalar", {"op": Attr(Choice(*UNARY_OPS)), "approx": Attr(BOOL, False)},
+         same_as(0),
          check=_check_unary)
 register("select", NATIVE, "cond:i1 a:scalar b:scalar", results=same_as(1),
          check=_same_operand_types)
@@ -441,6 +474,17 @@ register("ldmatrix", MEMORY, "buf:memory *indices:int",
 register("ldmatrix_at", MEMORY, "buf:buffer offset:int",
          {"num": Attr(INT), "trans": Attr(BOOL, False)}, _ldmatrix_results,
          check=_check_ldmatrix, doc=f"the flat ldmatrix: offset of the row; {LDMATRIX_DOC}")
+STMATRIX_DOC = ("ldmatrix's store (PTX stmatrix, sm_90): a warp collective in which each lane "
+                "names the first element of one matrix row and passes 2 * num values, placed "
+                "in the matrices as layout/hw_nvidia.ldmatrix_layout(num, trans) says; "
+                "alignment and contiguity of the rows are the rule's that made it "
+                "(rules/copy_stmatrix.py)")
+register("stmatrix", MEMORY, "buf:memory *operands",
+         {"num": Attr(INT), "trans": Attr(BOOL, False)}, fixed(), check=_check_ldmatrix,
+         doc=f"2 * num values, then the row's indices; {STMATRIX_DOC}")
+register("stmatrix_at", MEMORY, "buf:buffer offset:int *values:scalar",
+         {"num": Attr(INT), "trans": Attr(BOOL, False)}, fixed(), check=_check_ldmatrix,
+         doc=f"the flat stmatrix: offset of the row, then the values; {STMATRIX_DOC}")
 
 register("bounds_check", MEMORY, "*values:int",
          {"access": Attr(Choice(*ACCESS_OPS, *VECTOR_ACCESS_OPS, *ASYNC_ACCESS_OPS)),

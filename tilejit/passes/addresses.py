@@ -41,7 +41,8 @@ from ..errors import CompilationError
 from ..ir.addressing import Addressing, row_major_flat, row_major_indices
 from ..ir.builder import Builder
 from ..ir.core import KernelIR, Operation, Value
-from ..ir.ops_native import ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length
+from ..ir.ops_native import (ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length,
+                             stored_values)
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
@@ -282,8 +283,7 @@ def _access_parts(op: Operation) -> tuple[tuple, list[Value], int]:
     """(the values an access stores or compares, its indices, how many consecutive
     elements of the last dim it touches)."""
     if op.name in VECTOR_ACCESS_OPS:
-        count = run_length(op)
-        stored = count if op.name == "store_vec" else 0
+        count, stored = run_length(op), stored_values(op)
         return op.operands[1:1 + stored], list(op.operands[1 + stored:]), count
     first_index = FIRST_INDEX[op.name]
     return op.operands[1:first_index], list(op.operands[first_index:]), 1
@@ -352,6 +352,37 @@ def _lower_cp_async(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
                     dict(op.attrs))
 
 
+def _lower_tma(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+    """``tma_load`` / ``tma_store`` -> ``tma_load_at`` / ``tma_store_at``: the shared box's
+    root and element offset (its first element checked), the tensor's root and the box's
+    coordinates in it (a dim a region drops is a box dim of 1)."""
+    load = op.name == "tma_load"
+    dst, src = op.operands[:2]
+    first = 4 if load else 2
+    indices = op.operands[first:]
+    shared, tensor = (dst, src) if load else (src, dst)
+    dst_indices, src_indices = indices[:dst.type.rank], indices[dst.type.rank:]
+    shared_indices, tensor_indices = (dst_indices, src_indices) if load else \
+        (src_indices, dst_indices)
+    b = ctx.builder
+    memo = memos.setdefault(id(b.block), {})
+    place = _flat_place(IrArith(b, _index_type(shared), memo), op, shared, shared_indices, 1)
+    arith = IrArith(b, _index_type(tensor), memo)
+    root, coords = _under_regions(arith, tensor, tensor_indices)
+    if place is None or _owner_name(root) is not None:
+        raise CompilationError(f"{op.name} reached lower-addresses on a buffer it cannot address "
+                               "flat (the rule that made it checks its operands)", op.loc)
+    box = iter(op.attrs["box"])
+    keep = tensor.owner.attrs["keep"] if _owner_name(tensor) == "region" else \
+        (True,) * tensor.type.rank
+    attrs = {**op.attrs, "box": tuple(next(box) if kept else 1 for kept in keep)}
+    coords = [arith.value(c) for c in coords]
+    if load:
+        return b.create("tma_load_at", (place[0], place[1], root, *op.operands[2:4], *coords),
+                        attrs)
+    return b.create("tma_store_at", (root, place[0], place[1], *coords), attrs)
+
+
 def lower_addresses(kernel: KernelIR) -> KernelIR:
     if not _per_thread(kernel):
         return kernel
@@ -361,6 +392,9 @@ def lower_addresses(kernel: KernelIR) -> KernelIR:
         return _lower_access(op, ctx, memos)
     def lower_cp_async(op, ctx):
         return _lower_cp_async(op, ctx, memos)
+    def lower_tma(op, ctx):
+        return _lower_tma(op, ctx, memos)
     # One sweep: the flat accesses it makes are no candidates.
     return Rewriter([(name, lower) for name in ACCESS_OPS + VECTOR_ACCESS_OPS]
-                    + [("cp_async", lower_cp_async)], "lower-addresses").sweep(kernel)
+                    + [("cp_async", lower_cp_async), ("tma_load", lower_tma),
+                       ("tma_store", lower_tma)], "lower-addresses").sweep(kernel)

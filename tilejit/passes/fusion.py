@@ -57,6 +57,8 @@ RECOMPUTE_STEPS = 2    # longest chain recomputed by each of several consumers
 ARITHMETIC = ("add", "sub", "mul", "div", "fma", "neg", "select")
 MAX_STEPS = 24         # longest chain built (bounds compile time and register pressure)
 _ON_CHIP = (MemScope.FRAGMENT, MemScope.LOCAL, MemScope.SHARED)
+# Config keys of a consumer that a fused chain cannot honour.
+_UNCARRIED_CONFIG = frozenset({"fill", "approx"})
 _TEMPORARY = (MemScope.FRAGMENT, MemScope.LOCAL)
 # Ops that may run between a producer and its consumer: they write no memory.
 _PURE = frozenset({"alloc", "const", "binary", "unary", "cmp", "select", "cast", "region",
@@ -252,8 +254,10 @@ class _Plan:
                 reducible: bool) -> bool:
         """Whether ``consumer`` can compute ``temp``'s elements from ``chain``
         (``reducible``: a reduce may take it: on-chip sources, ``ARITHMETIC`` only)."""
-        if consumer.attrs.get("dispatch") is not None or "fill" in consumer.attrs["config"]:
-            return False   # a forced family; a fill the chain's sources would read
+        if consumer.attrs.get("dispatch") is not None \
+                or _UNCARRIED_CONFIG & consumer.attrs["config"].keys():
+            return False   # a forced family; a fill the chain's sources would read, or
+            #                approximate math, which the chain's steps do not carry
         if consumer.attrs.get("scope") != producer.attrs["scope"] \
                 or consumer.attrs.get("team") != producer.attrs["team"]:
             return False

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import tilejit as tj
+from tilejit.kernels import rmsnorm, softmax
 
 reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
@@ -15,43 +16,6 @@ def lint_clean(source: str) -> bool:
     """The module keeps to the NKI compiler's Python subset (the lint beside the tests)."""
     nki_lint = pytest.importorskip("nki_lint", reason="the NKI subset lint is absent")
     return nki_lint.lint(source) == []
-
-
-@tj.kernel
-def softmax(x, out, R: tj.constexpr, N: tj.constexpr):
-    with tj.thread():
-        t = tj.alloc_shared((128, N), tj.float32)
-        row_max = tj.alloc_shared((128, 1), tj.float32)
-        row_sum = tj.alloc_shared((128, 1), tj.float32)
-        for r in range(R // 128):
-            tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
-            tj.reduce(row_max, t, "max", axis=1)
-            tj.sub(t, t, row_max)
-            tj.exp(t, t)
-            tj.reduce(row_sum, t, "sum", axis=1)
-            tj.div(t, t, row_sum)
-            tj.copy(out[r * 128:r * 128 + 128, 0:N], t)
-
-
-@tj.kernel
-def rmsnorm(x, w, out, R: tj.constexpr, N: tj.constexpr, eps: tj.constexpr = 1e-6):
-    """``w`` holds the weight row on each of the 128 partitions ([128, N])."""
-    with tj.thread():
-        t = tj.alloc_shared((128, N), tj.float32)
-        sq = tj.alloc_shared((128, N), tj.float32)
-        weight = tj.alloc_shared((128, N), tj.float32)
-        ms = tj.alloc_shared((128, 1), tj.float32)
-        tj.copy(weight, w[0:128, 0:N])
-        for r in range(R // 128):
-            tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
-            tj.mul(sq, t, t)
-            tj.reduce(ms, sq, "sum", axis=1)
-            tj.mul(ms, ms, 1.0 / N)
-            tj.add(ms, ms, eps)
-            tj.rsqrt(ms, ms)
-            tj.mul(t, t, ms)
-            tj.mul(t, t, weight)
-            tj.copy(out[r * 128:r * 128 + 128, 0:N], t)
 
 
 def spec(*shape):

@@ -9,29 +9,10 @@ import torch
 
 import tilejit as tj
 from tilejit.errors import CompilationError, DispatchError
-from tilejit.layout import TileLayout
+from tilejit.kernels import nki_gemm
 
 reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
-
-# TIRx §5.3: A [M, K] = [512, 1024] with K on the partitions, B [K, N] = [1024, 256], C
-# [M, N] with N on the partitions: the dispatcher must swap the operand roles.
-L_A = TileLayout.parse("(4,128,8,128):(1024@F,1@F,128@F,1@P)")
-L_B = TileLayout.parse("(8,128,2,128):(256@F,1@P,128@F,1@F)")
-L_C = TileLayout.parse("(4,128,2,128):(256@F,1@F,128@F,1@P)")
-
-
-@tj.kernel
-def paper_gemm(a, b, c, DT: tj.constexpr = tj.float32):
-    with tj.thread():
-        A = tj.alloc_shared((512, 1024), DT, layout=L_A)
-        B = tj.alloc_shared((1024, 256), DT, layout=L_B)
-        C = tj.alloc_shared((512, 256), tj.float32, layout=L_C)
-        tj.copy(A, a[0:512, 0:1024])
-        tj.copy(B, b[0:1024, 0:256])
-        tj.gemm(C, A, B, accum=False)
-        tj.copy(c[0:512, 0:256], C)
-
 
 @tj.kernel
 def psum_gemm(at, b, c, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr):
@@ -83,8 +64,7 @@ def spec(*shape, dtype=tj.float32):
 
 @pytest.fixture(scope="module")
 def paper():
-    return paper_gemm.compile(spec(512, 1024), spec(1024, 256), spec(512, 256),
-                                       target="nki")
+    return nki_gemm.compile(spec(512, 1024), spec(1024, 256), spec(512, 256), target="nki")
 
 
 def lines(source: str) -> list[str]:
@@ -121,7 +101,7 @@ def test_the_papers_gemm_prints_its_loops_matmul_and_psum_drain(paper):
     assert "A = nl.ndarray((128, 4, 8, 128), dtype=nl.float32, buffer=nl.sbuf)" in source
     assert "C = nl.ndarray((128, 4, 2, 128), dtype=nl.float32, buffer=nl.sbuf)" in source
     # the kernel takes its inputs and returns its output, allocated in shared HBM
-    assert "def paper_gemm(a, b):" in source and source[-1] == "return c"
+    assert "def nki_gemm(a, b):" in source and source[-1] == "return c"
     assert "c = nl.ndarray((512, 256), dtype=nl.float32, buffer=nl.shared_hbm)" in source
 
 
@@ -146,17 +126,17 @@ def test_the_papers_gemm_runs_on_the_reference_as_numpy_computes_it(paper, seed)
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((512, 1024), dtype=np.float32)
     b = rng.standard_normal((1024, 256), dtype=np.float32)
-    c = reference.run(paper.asm["nki"], "paper_gemm", a, b, seed=seed, strict_reads=True)
+    c = reference.run(paper.asm["nki"], "nki_gemm", a, b, seed=seed, strict_reads=True)
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3)
 
 
 def test_bf16_operands_accumulate_in_f32():
-    compiled = paper_gemm.compile(spec(512, 1024, dtype=tj.bfloat16),
-                                           spec(1024, 256, dtype=tj.bfloat16),
-                                           spec(512, 256), DT=tj.bfloat16, target="nki")
+    compiled = nki_gemm.compile(spec(512, 1024, dtype=tj.bfloat16),
+                                spec(1024, 256, dtype=tj.bfloat16),
+                                spec(512, 256), DT=tj.bfloat16, target="nki")
     a = torch.randn(512, 1024).bfloat16()
     b = torch.randn(1024, 256).bfloat16()
-    c = reference.run(compiled.asm["nki"], "paper_gemm", a.float().numpy(), b.float().numpy())
+    c = reference.run(compiled.asm["nki"], "nki_gemm", a.float().numpy(), b.float().numpy())
     expected = (a.float() @ b.float()).numpy()
     np.testing.assert_allclose(c, expected, rtol=2e-2, atol=2e-1)
 
@@ -164,7 +144,7 @@ def test_bf16_operands_accumulate_in_f32():
 def test_the_same_kernel_runs_on_the_cpu():
     a, b = torch.randn(512, 1024), torch.randn(1024, 256)
     c = torch.zeros(512, 256)
-    paper_gemm[(1,)](a, b, c, num_warps=1)
+    nki_gemm[(1,)](a, b, c, num_warps=1)
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-3)
 
 

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 
 from ...errors import CompilationError, LayoutError, SourceLocation
 from ...ir.core import Operation, Value
+from ...ir.opdef import OpGroup
 from ...ir.ops_tile import FUSED, POINTWISE_ARITY
 from ...ir.scope import ExecScope
 from ...ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
 from ...layout import AxisKind, ComposeLayout, TileLayout
 from .registry import DispatchContext
 
-__all__ = ["Operand", "PrimitiveCall", "operand_names"]
+__all__ = ["Operand", "PrimitiveCall", "RebuiltWriters", "fragment_writers",
+           "operand_names"]
 
 _COMMON = ("team", "dispatch", "config", "scope", "rule", "inst_shape")
 _POINTWISE_NAMES = {"select": ("cond", "a", "b"), "fill": ("value",), "iota": ("start",),
@@ -166,6 +168,44 @@ def argument_flags(kernel, lookup=None) -> dict[Value, tuple[str, ...]]:
             for name, flags in kernel.attrs["specialization"].items()}
 
 
+def fragment_writers(kernel) -> dict[Value, Operation]:
+    """Each fragment buffer of ``kernel`` that exactly one tile op writes -> that op.
+
+    A target without per-element code folds such an index tile (``tj.arange`` and
+    arithmetic on it) into the instruction that reads it (the nki target's
+    ``affine_select`` / ``iota``), so its rule reads the writer instead of the data."""
+    writers: dict[Value, Operation | None] = {}
+    for op in kernel.walk():
+        if op.opdef.group is OpGroup.TILE and op.operands \
+                and isinstance(op.operands[0].type, BufferType) \
+                and op.operands[0].type.scope is MemScope.FRAGMENT:
+            dst = op.operands[0]
+            writers[dst] = op if dst not in writers else None   # written twice: no index tile
+    return {v: op for v, op in writers.items() if op is not None}
+
+
+class RebuiltWriters(Mapping):
+    """:func:`fragment_writers` of a kernel a rewriter is rebuilding, seen from the rebuilt
+    IR (a rule's operands): keyed by the rebuilt buffer, each writer with its operands
+    rebuilt (so a rule may use its run-time scalars). Looked up on demand: only the rules
+    that fold index tiles read it."""
+
+    def __init__(self, writers: Mapping[Value, Operation], lookup):
+        self._writers, self._lookup = writers, lookup
+
+    def __getitem__(self, value: Value) -> Operation:
+        for buffer, op in self._writers.items():
+            if self._lookup(buffer) is value:
+                return op.replace(operands=[self._lookup(v) for v in op.operands])
+        raise KeyError(value)
+
+    def __iter__(self):
+        return (self._lookup(buffer) for buffer in self._writers)
+
+    def __len__(self) -> int:
+        return len(self._writers)
+
+
 @dataclass(frozen=True, eq=False)
 class PrimitiveCall:
     """One tile-primitive call as the rules see it."""
@@ -181,12 +221,16 @@ class PrimitiveCall:
     extras: tuple[Value, ...] = ()  # non-tile operands (copy_async's barrier)
     # kernel argument -> what the runtime proved of it ("aligned16", "div16" ...)
     arg_flags: Mapping[Value, tuple[str, ...]] = field(default_factory=dict)
+    # fragment buffer -> the one tile op that writes it (:func:`fragment_writers`)
+    writers: Mapping[Value, Operation] = field(default_factory=dict)
 
     @classmethod
     def of(cls, op: Operation, context: DispatchContext,
-           arg_flags: Mapping[Value, tuple[str, ...]] | None = None) -> PrimitiveCall:
+           arg_flags: Mapping[Value, tuple[str, ...]] | None = None,
+           writers: Mapping[Value, Operation] | None = None) -> PrimitiveCall:
         """The call of tile op ``op``; ``arg_flags`` (:func:`argument_flags`) what the
-        runtime proved of the kernel's arguments, which no call knows without it."""
+        runtime proved of the kernel's arguments, ``writers`` (:func:`fragment_writers`)
+        what writes its index tiles: no call knows either without them."""
         primitive = op.name.removeprefix("tile.")
         scope = op.attrs.get("scope")
         if scope is None:
@@ -197,7 +241,7 @@ class PrimitiveCall:
         operands = tuple(Operand.of(n, v) for n, v in zip(names, op.operands))
         return cls(primitive, context, scope, operands, own, op.attrs["dispatch"],
                    dict(op.attrs["config"]), op.loc, tuple(op.operands[len(names):]),
-                   dict(arg_flags or {}))
+                   dict(arg_flags or {}), writers or {})
 
     @property
     def target(self) -> str:

@@ -18,7 +18,7 @@ from ...ir.core import KernelIR, Operation, Value
 from ...ir.opdef import OpGroup
 from ...ir.rewrite import Rewriter
 from ..loopgen import Emitter
-from .call import PrimitiveCall, argument_flags
+from .call import PrimitiveCall, RebuiltWriters, argument_flags, fragment_writers
 from .registry import TEAM_ONCE, Decline, DispatchContext, context_for, lookup
 
 __all__ = ["run"]
@@ -29,14 +29,15 @@ def _is_tile(op: Operation) -> bool:
 
 
 def lower_op(op: Operation, builder, context: DispatchContext,
-             arg_flags: Mapping[Value, tuple[str, ...]]) -> None:
+             arg_flags: Mapping[Value, tuple[str, ...]],
+             writers: Mapping[Value, Operation] | None = None) -> None:
     """Emit the native code of the dispatched tile op ``op`` at ``builder``; ``arg_flags``
-    as for ``PrimitiveCall.of``."""
+    and ``writers`` as for ``PrimitiveCall.of``."""
     family, shape = op.attrs["rule"], op.attrs["inst_shape"]
     if family is None or shape is None:
         raise CompilationError(f"{op.name} has not been dispatched: run the dispatch pass "
                                "before lower-tiles", op.loc)
-    call = PrimitiveCall.of(op, context, arg_flags)
+    call = PrimitiveCall.of(op, context, arg_flags, writers)
     rule = lookup(family, call.primitive, call.target, context.distribution)
     if rule is None:
         raise DispatchError(f"rule {family!r} is not registered for {call.primitive} on "
@@ -64,9 +65,11 @@ def lower_op(op: Operation, builder, context: DispatchContext,
 def run(kernel: KernelIR, context: DispatchContext | None = None) -> KernelIR:
     """The kernel with every tile op replaced by native IR."""
     context = context or context_for(kernel)
+    writers = fragment_writers(kernel)
 
     def lower(op: Operation, ctx):
-        lower_op(op, ctx.builder, context, argument_flags(kernel, ctx.lookup))
+        lower_op(op, ctx.builder, context, argument_flags(kernel, ctx.lookup),
+                 RebuiltWriters(writers, ctx.lookup))
         return ()
 
     return Rewriter([(_is_tile, lower, "lower-tiles")], "lower-tiles").run(kernel)

@@ -20,7 +20,7 @@ from ...errors import DispatchError
 from ...ir.core import KernelIR, Operation
 from ...ir.opdef import OpGroup
 from ...ir.rewrite import Rewriter
-from .call import PrimitiveCall, argument_flags
+from .call import PrimitiveCall, RebuiltWriters, argument_flags, fragment_writers
 from .registry import DispatchContext, Plan, Rule, context_for, rules_for
 
 __all__ = ["DispatchRecord", "Selection", "dispatch_log", "format_log", "run", "select"]
@@ -150,8 +150,9 @@ def _tile_ops(kernel: KernelIR):
 def dispatch_log(kernel: KernelIR, context: DispatchContext | None = None) -> list[DispatchRecord]:
     """The records the dispatch pass makes for ``kernel``'s tile ops, in program order."""
     context = context or context_for(kernel)
-    flags = argument_flags(kernel)
-    return [select(PrimitiveCall.of(op, context, flags)).record for op in _tile_ops(kernel)]
+    flags, writers = argument_flags(kernel), fragment_writers(kernel)
+    return [select(PrimitiveCall.of(op, context, flags, writers)).record
+            for op in _tile_ops(kernel)]
 
 
 def run(kernel: KernelIR, context: DispatchContext | None = None,
@@ -161,9 +162,11 @@ def run(kernel: KernelIR, context: DispatchContext | None = None,
     them on a cache hit (``CompiledKernel.dump``)."""
     context = context or context_for(kernel)
     records: list[DispatchRecord] = []
+    writers = fragment_writers(kernel)
 
     def annotate(op: Operation, ctx):
-        chosen = select(PrimitiveCall.of(op, context, argument_flags(kernel, ctx.lookup)))
+        chosen = select(PrimitiveCall.of(op, context, argument_flags(kernel, ctx.lookup),
+                                         RebuiltWriters(writers, ctx.lookup)))
         records.append(chosen.record)
         return op.replace(attrs={"rule": chosen.rule.family, "inst_shape": chosen.plan.shape})
 

@@ -6,6 +6,7 @@ Importing this package registers them (the registry does so on first use):
 |---|---|---|---|
 | copy, pointwise | ``vector`` | no | ``elementwise`` |
 | copy, pointwise | ``vec`` (per thread: runs in one vector access) | no | ``copy_vector`` |
+| copy | ``stmatrix`` (per thread: warp fragment -> shared, sm_90) | no | ``copy_stmatrix`` |
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
@@ -21,8 +22,8 @@ copy_async has no generic rule (TIRx Table 2): its synchronization protocol belo
 target's families; gemm_async's ``wgmma`` is generic per thread (the IR it makes runs on
 the CPU's SIMT units and prints for sm_90a), the targets add their own synchronous stand-ins.
 """
-from . import (atomic, copy_vector, elementwise, gemm_fma, gemm_mma, gemm_wgmma, indexed, reduce,
-               reduce_shuffle, scan)
+from . import (atomic, copy_stmatrix, copy_vector, elementwise, gemm_fma, gemm_mma, gemm_wgmma,
+               indexed, reduce, reduce_shuffle, scan)
 
-__all__ = ["atomic", "copy_vector", "elementwise", "gemm_fma", "gemm_mma", "gemm_wgmma",
-           "indexed", "reduce", "reduce_shuffle", "scan"]
+__all__ = ["atomic", "copy_stmatrix", "copy_vector", "elementwise", "gemm_fma", "gemm_mma",
+           "gemm_wgmma", "indexed", "reduce", "reduce_shuffle", "scan"]

@@ -186,12 +186,13 @@ def compute(em: Emitter, call: PrimitiveCall, values: list, idx: list, step=None
     op = call.attrs.get("op", "copy")
     if op == FUSED:
         return compute_steps(em, call.attrs["steps"], values, idx, step)
-    step = step or functools.partial(compute_op, em)
+    step = step or functools.partial(compute_op, em, approx=call.config.get("approx", False))
     return step(op, call.operands[0].dtype, values, idx)
 
 
-def compute_op(em: Emitter, op: str, dtype, values: list, idx: list):
-    """One element of pointwise ``op`` computed in ``dtype`` from ``values``."""
+def compute_op(em: Emitter, op: str, dtype, values: list, idx: list, approx: bool = False):
+    """One element of pointwise ``op`` computed in ``dtype`` from ``values``; ``approx``:
+    a math function may take the target's fast approximate form (``config["approx"]``)."""
     if op in ("copy", "cast", "fill"):
         return _convert(em, values[0], dtype)
     if op == "iota":  # a 1-D tile: its domain index is the element's position
@@ -213,7 +214,8 @@ def compute_op(em: Emitter, op: str, dtype, values: list, idx: list):
         a, b, c = values
         return em.b.binary("add", em.b.binary("mul", a, b), c)
     kind, name = _NATIVE[op]
-    return em.b.unary(name, *values) if kind == "unary" else em.b.binary(name, *values)
+    return em.b.unary(name, *values, approx=approx) if kind == "unary" \
+        else em.b.binary(name, *values)
 
 
 def write(em: Emitter, call: PrimitiveCall, value, values: list, idx: list,

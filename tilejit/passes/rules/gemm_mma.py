@@ -27,36 +27,28 @@ indices. The plan's details say which, and why not.
 """
 from __future__ import annotations
 
-import operator
 import re
-from dataclasses import dataclass
 
-import numpy as np
-
-from ...ir.addressing import ArrayArith
-from ...ir.ops_native import LDMATRIX_ROW, MMA_INPUT_TYPES
+from ...ir.ops_native import MMA_INPUT_TYPES
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
-from ...ir.types import MemScope, TeamKind, f32
-from ...layout import Axis, Iter, TileLayout, ldmatrix_layout, mma_m16n8k16_a_layout
+from ...ir.types import MemScope, f32
+from ...layout import Axis, Iter, TileLayout, mma_m16n8k16_a_layout
 from ...layout import mma_m16n8k16_b_layout
 from ...layout import mma_m16n8k16_c_layout
 from ...layout.fragments import MMA_SHAPES, lane_registers, mma_accumulator_layout, mma_atom_layout
-from ...layout.hw_nvidia import LDMATRIX_NUMS
 from ...layout.transform import group_iters
-from ..addresses import buffer_addressing
-from ..dispatch.call import Operand, PrimitiveCall
-from ..effects import root_buffer
+from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..loopgen import Emitter, Index
+from .matrix_access import (WARP_COORD, WARP_TEAMS, IntArith, MatrixLoad, logical_index,
+                            matrix_load, rows_in_place)
 
-__all__ = ["MMA_GEMM", "logical_index", "region_starts", "storage_offsets"]
+__all__ = ["MMA_GEMM"]
 
 INST = "m16n8k16"
 SHAPE = MMA_SHAPES[INST]
 MIN_SM = 80   # mma.sync.aligned.m16n8k16 exists from sm_80 on (PTX ISA)
-_WARP_TEAMS = (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA)   # teams of whole warps
-_WARP_COORD = {TeamKind.WARPGROUP: "warp_id_in_wg", TeamKind.CTA: "warp_id"}
 
 
 def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:
@@ -84,135 +76,13 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
     if m % SHAPE[0] or n % SHAPE[1] or k % SHAPE[2]:
         reasons.append(f"M, N, K = {m}, {n}, {k}: mma.sync {INST} needs multiples of "
                        f"{SHAPE[0]}, {SHAPE[1]} and {SHAPE[2]}")
-    if call.team not in _WARP_TEAMS:
+    if call.team not in WARP_TEAMS:
         reasons.append(f"the team is a {call.team}: mma.sync needs whole warps (a warp, "
                        "warpgroup or CTA team)")
     elif not call.scope.full_team or call.scope.active.elected:
         reasons.append(f"only {call.scope.active.describe()} are active: every lane of the "
                        f"{call.team}'s warps takes part in mma.sync")
     return reasons
-
-
-@dataclass(frozen=True)
-class MatrixLoad:
-    """One operand's fragment as one ldmatrix: ``num`` matrices, ``.trans`` or not, and each
-    matrix's first element in the fragment's stored coordinates (row, contiguous column)."""
-
-    num: int
-    trans: bool
-    origins: tuple[tuple[int, int], ...]
-
-    def describe(self) -> str:
-        return f"ldmatrix.x{self.num}" + (".trans" if self.trans else "")
-
-    def steps(self) -> list[tuple[int, int]]:
-        """How the origin moves per bit of the matrix number: lanes compute their row's
-        origin from these (origins that are not affine in the bits are not taken)."""
-        first = self.origins[0]
-        return [(self.origins[bit][0] - first[0], self.origins[bit][1] - first[1])
-                for bit in (1, 2) if bit < self.num]
-
-    def origin(self, j: int) -> tuple[int, int]:
-        row, col = self.origins[0]
-        for bit, (dr, dc) in enumerate(self.steps()):
-            if j >> bit & 1:
-                row, col = row + dr, col + dc
-        return row, col
-
-    def lane_row(self, em: Emitter, lane) -> tuple[Index, Index]:
-        """The stored (row, column) this lane's address names, relative to the fragment:
-        lane ``8 * j + r`` names row ``r`` of matrix ``j`` (lanes past ``8 * num`` repeat the
-        pattern, so every address is valid)."""
-        matrix = em.mod(em.floordiv(lane, LDMATRIX_ROW), self.num)
-        row, col = em.add(em.mod(lane, LDMATRIX_ROW), self.origins[0][0]), self.origins[0][1]
-        for bit, (dr, dc) in enumerate(self.steps()):
-            digit = em.mod(em.floordiv(matrix, 1 << bit), 2)
-            row, col = em.add(row, em.mul(digit, dr)), em.add(col, em.mul(digit, dc))
-        return row, col
-
-
-def _matrix_load(fragment: TileLayout, shape, stored_transposed: bool) -> MatrixLoad | None:
-    """The ldmatrix that delivers ``fragment`` (a warp fragment of ``shape``) to every lane,
-    when there is one: its layout and the fragment's must place every element alike, up to
-    where each 8x8 matrix starts."""
-    wanted = lane_registers(fragment, shape)
-    num = len(wanted[0]) // 2
-    if num not in LDMATRIX_NUMS:
-        return None
-
-    def stored(flat):
-        row, col = divmod(flat, shape[1])
-        return (col, row) if stored_transposed else (row, col)
-
-    def in_matrix(place):   # ldmatrix's (matrix, row, column) of a flat (num, 8, 8) index
-        matrix, rest = divmod(place, LDMATRIX_ROW * LDMATRIX_ROW)
-        return (matrix, *divmod(rest, LDMATRIX_ROW))
-    for trans in (False, True):
-        delivered = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
-        origins = []
-        for j in range(num):   # where lane 0's first value of matrix j puts the matrix
-            _, row, col = in_matrix(delivered[0][2 * j])
-            first = stored(wanted[0][2 * j])
-            origins.append((first[0] - row, first[1] - col))
-
-        def agrees(place, flat):
-            j, row, col = in_matrix(place)
-            return stored(flat) == (origins[j][0] + row, origins[j][1] + col)
-        if all(agrees(place, flat) for got, want in zip(delivered, wanted)
-               for place, flat in zip(got, want)):
-            load = MatrixLoad(num, trans, tuple(origins))
-            return load if all(load.origin(j) == origins[j] for j in range(num)) else None
-    return None
-
-
-def region_starts(operand: Operand) -> list:
-    """The starts of a region operand's dims (None where known only at run time), else 0s."""
-    if not operand.is_region:
-        return [0] * len(operand.shape)
-    return [getattr(s.owner, "attrs", {}).get("value") for s in operand.value.owner.operands[1:]]
-
-
-def storage_offsets(operand: Operand, starts=None) -> np.ndarray | str:
-    """The storage offset (elements from the root buffer's start) of each element of a 2-D
-    shared ``operand``, or why it is not known at compile time. ``starts`` (one per dim of
-    the region's buffer) stands for the region's own, e.g. a run-time start taken as 0;
-    a dim the region drops stays at its start."""
-    value = operand.value
-    region = value.owner if operand.is_region else None
-    buf = region.operands[0] if region is not None else value
-    starts = region_starts(operand) if starts is None else starts
-    if None in starts:
-        return f"{operand.name} is a region with run-time starts"
-    root = root_buffer(buf)
-    if getattr(root.owner, "name", None) != "alloc" or root.owner.attrs.get("per_team"):
-        return f"{operand.name} is not a shared buffer of the CTA's own"
-    addressing = buffer_addressing(buf)
-    if addressing is None:
-        return f"{operand.name}'s storage is not known here"
-    keep = region.attrs["keep"] if region is not None else [True] * len(starts)
-    sizes = iter(operand.shape)
-    axes = [np.arange(next(sizes)) + start if kept else np.array([start])
-            for start, kept in zip(starts, keep)]
-    grid = np.meshgrid(*axes, indexing="ij")
-    offsets = addressing.element_offset(ArrayArith, grid, buf.type.shape)
-    return np.asarray(offsets).reshape(operand.shape)
-
-
-def _rows_in_place(operand: Operand) -> str | None:
-    """Why the 8-element rows of ``operand`` (along its last dim) are not each contiguous
-    and 16-byte aligned in shared memory (None: they are)."""
-    offsets = storage_offsets(operand)
-    if isinstance(offsets, str):
-        return offsets
-    rows, cols = operand.shape
-    if cols % LDMATRIX_ROW:
-        return f"{operand.name}'s rows are not 8-element runs"
-    runs = offsets.reshape(rows, cols // LDMATRIX_ROW, LDMATRIX_ROW)
-    if not (runs - runs[..., :1] == np.arange(LDMATRIX_ROW)).all():
-        return f"{operand.name}'s layout does not keep 8 consecutive elements of a row together"
-    if (runs[..., 0] % LDMATRIX_ROW).any():
-        return f"{operand.name}'s rows do not start 16-byte aligned"
-    return None
 
 
 def _column_pair_layout(b_fragment: TileLayout) -> TileLayout:
@@ -222,12 +92,6 @@ def _column_pair_layout(b_fragment: TileLayout) -> TileLayout:
     return TileLayout.from_iters((*rows, Iter(2, b_fragment.size("m"), Axis("m")), *cols))
 
 
-class _Ints:
-    """The Emitter's index arithmetic on Python ints (the atoms' register parts, in check)."""
-    add, mul = staticmethod(operator.add), staticmethod(operator.mul)
-    mod, floordiv = staticmethod(operator.mod), staticmethod(operator.floordiv)
-
-
 def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
     """The warp's adjacent atom columns (register parts c and c + 1: the same for every
     warp), paired from the left -- one ldmatrix.x4 loads both columns' B fragments -- and
@@ -235,7 +99,7 @@ def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
     m, n, _ = _mnk(call)
     grid = (m // SHAPE[0], n // SHAPE[1])
     atoms = mma_atom_layout((m, n), warps, axis, INST)
-    columns = {logical_index(_Ints, atoms, grid, {"m": j})[1]
+    columns = {logical_index(IntArith, atoms, grid, {"m": j})[1]
                for j in range(grid[0] * grid[1] // warps)}
     pairs, taken = [], set()
     for column in sorted(columns):
@@ -262,8 +126,8 @@ def _operand_loads(call: PrimitiveCall, warps: int, axis: str) -> dict[str, Matr
         if operand.role is not MemScope.SHARED:
             loads[name] = f"{name[0]} is not in shared memory"
             continue
-        load = _matrix_load(fragment, shape, transposed)
-        why = _rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
+        load = matrix_load(lane_registers(fragment, shape), shape, transposed)
+        why = rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
         loads[name] = load if why is None else why
     return loads
 
@@ -303,24 +167,6 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                           "matrix_loads": loads, "note": note})
 
 
-def logical_index(em: Emitter, layout: TileLayout, shape, location: dict) -> list[Index]:
-    """The logical index of the element ``layout`` places at ``location`` (axis name ->
-    coordinate, absent axes 0): each iter's digit read back from its axis's coordinate.
-    Exact for layouts without replicas whose iters on one axis do not overlap, as the mma
-    fragments; it adds up over the axes, so a lane's part and a register's part are
-    computed apart (the register's folds to constants)."""
-    _, groups = group_iters(layout, shape)
-    index = []
-    for group in groups:
-        value, weight = 0, 1
-        for it in reversed(group):
-            digit = em.mod(em.floordiv(location.get(it.axis.name, 0), it.stride), it.extent)
-            value = em.add(value, em.mul(digit, weight))
-            weight *= it.extent
-        index.append(value)
-    return index
-
-
 def _fragment(em: Emitter, layout, shape, lane) -> list[tuple[Index, Index]]:
     """Per register of a fragment layout, the (row, col) its lane holds, inside the atom."""
     with em.hoisted():
@@ -340,7 +186,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     atoms, grid = mma_atom_layout((m, n), warps, axis, INST), (m // rows, n // cols)
     lane = em.thread_coord("lane_id")
     with em.hoisted():
-        warp = em.thread_coord(_WARP_COORD[call.team]) if call.team in _WARP_COORD else 0
+        warp = em.thread_coord(WARP_COORD[call.team]) if call.team in WARP_COORD else 0
         warp_part = logical_index(em, atoms, grid, {axis: warp})
     a_places = _fragment(em, mma_m16n8k16_a_layout(a.dtype.name), (rows, depth), lane)
     b_places = _fragment(em, mma_m16n8k16_b_layout(b.dtype.name), (depth, cols), lane)

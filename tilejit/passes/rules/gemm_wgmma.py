@@ -43,7 +43,7 @@ from ..distribution import choose
 from ..effects import root_buffer
 from ..loopgen import Emitter
 from .async_contracts import wgmma_reasons
-from .gemm_mma import logical_index, region_starts, storage_offsets
+from .matrix_access import WARP_COORD, logical_index, region_starts, storage_offsets
 
 __all__ = ["WGMMA_GEMM"]
 
@@ -51,7 +51,7 @@ ARCH = "sm_90a"
 MAX_N = 256
 MAX_ACCUMULATORS = 128   # f32 values per thread: one m64n256 (the registers a thread has)
 SWIZZLE_PERIOD = 1024    # bytes: the 128-byte swizzle's pattern (8 rows of 128 bytes)
-_WARP_COORD = {TeamKind.WARPGROUP: "warp_id_in_wg", TeamKind.CTA: "warp_id"}
+_WARP_COORD = {team: WARP_COORD[team] for team in (TeamKind.WARPGROUP, TeamKind.CTA)}
 
 
 def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:

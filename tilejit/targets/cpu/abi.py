@@ -40,6 +40,8 @@ RACE = 5   # SIMT mode's race detector (``race``): values are the other unit, it
            # it did (``race.PRIOR_*``) and the element's storage offset
 MISALIGNED = 6   # a vector access off its size's alignment (a GPU faults): values are the
                  # address and the size in bytes
+TENSOR_MAP = 7   # a TMA copy's tensor no tensor map can describe: values are the dim whose
+                 # stride breaks the rule and that stride in bytes
 
 # struct format of one scalar slot, by IR type name (8 bytes each, little-endian).
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",

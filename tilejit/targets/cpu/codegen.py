@@ -16,7 +16,7 @@ from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
 from . import (abi, emit_async, emit_control, emit_memory, emit_mma, emit_native, emit_sync,
-               emit_wgmma, race, types)
+               emit_tma, emit_wgmma, race, types)
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
@@ -26,7 +26,7 @@ from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
             **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS,
-            **emit_wgmma.HANDLERS}
+            **emit_tma.HANDLERS, **emit_wgmma.HANDLERS}
 ENTRY = "run_ctas"
 ARENA_ALIGN = 64
 

@@ -13,7 +13,10 @@ from a GPU's.
 reads its eight elements itself -- bounds, 16-byte alignment and the race detector see the
 read as that lane's -- and writes them into the warp's area (matrix, row, column
 row-major); once the warp has met, each lane takes its ``2 * num`` values at the places
-``layout/hw_nvidia.ldmatrix_layout`` gives it.
+``layout/hw_nvidia.ldmatrix_layout`` gives it. ``stmatrix_at`` is its reverse: each lane
+writes its ``2 * num`` values into the area at those places, and once the warp has met,
+each lane that supplies a row stores the row's eight elements itself (the race detector
+sees the writes as that lane's).
 """
 from __future__ import annotations
 
@@ -122,33 +125,66 @@ def emit_mma_sync(em, op):
             for i in range(len(op.results))]
 
 
-def emit_ldmatrix_at(em, op):
-    _require_whole_warp(em, "ldmatrix")
-    b, num, trans = em.b, op.attrs["num"], op.attrs["trans"]
-    dtype = op.operands[0].type.dtype
-    element = types.storage_type(dtype)
-    lane = em.mc.units.thread_index(b, "lane_id", em.frame.unit)
+class _MatrixArea:
+    """An ldmatrix's or stmatrix's warp area (the ``num`` 8x8 matrices, row-major) as this
+    lane sees it: its row, and the places of its ``2 * num`` values."""
 
-    def slot(area, index):
-        return b.gep(area, [b.zext(index, I64)], source_etype=element)
+    def __init__(self, em, op):
+        _require_whole_warp(em, op.name.removesuffix("_at"))
+        self.em, self.b, num, trans = em, em.b, op.attrs["num"], op.attrs["trans"]
+        self.dtype = op.operands[0].type.dtype
+        self.lane = em.mc.units.thread_index(self.b, "lane_id", em.frame.unit)
+        self.supplies = self.b.icmp_unsigned("<", self.lane, ir.Constant(I32, LDMATRIX_ROW * num))
+        self.row = self.b.mul(self.lane, ir.Constant(I32, LDMATRIX_ROW))
+        registers = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
+        self.table = constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}"
+                                     ".places", (place for lane in registers for place in lane))
+        self.first = self.b.mul(self.lane, ir.Constant(I32, 2 * num))
+        self.nbytes = LANES_PER_WARP * LDMATRIX_ROW * self.dtype.itemsize
+
+    def slot(self, area, index):
+        return self.b.gep(area, [self.b.zext(index, I64)],
+                          source_etype=types.storage_type(self.dtype))
+
+    def row_slot(self, area, k: int):
+        return self.slot(area, self.b.add(self.row, ir.Constant(I32, k)))
+
+    def value_slot(self, area, i: int):
+        b = self.b
+        return self.slot(area, table_entry(self.em, self.table,
+                                            b.add(self.first, ir.Constant(I32, i))))
+
+
+def emit_ldmatrix_at(em, op):
+    area_of = _MatrixArea(em, op)
+    b, dtype = em.b, area_of.dtype
 
     def deposit(area):
-        supplies = b.icmp_unsigned("<", lane, ir.Constant(I32, LDMATRIX_ROW * num))
-        with b.if_then(supplies):
-            row = b.mul(lane, ir.Constant(I32, LDMATRIX_ROW))
+        with b.if_then(area_of.supplies):
             _, ptrs = emit_memory.run(em, op)
             for k, ptr in enumerate(ptrs):
-                types.store(b, types.load(b, ptr, dtype),
-                            slot(area, b.add(row, ir.Constant(I32, k))), dtype)
+                types.store(b, types.load(b, ptr, dtype), area_of.row_slot(area, k), dtype)
 
-    area = warp_exchange(em, op, "ldmatrix", LANES_PER_WARP * LDMATRIX_ROW * dtype.itemsize,
-                         deposit, "ldmatrix")
-    registers = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
-    table = constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}.places",
-                            (place for per_lane in registers for place in per_lane))
-    first = b.mul(lane, ir.Constant(I32, 2 * num))
-    return [types.load(b, slot(area, table_entry(em, table, b.add(first, ir.Constant(I32, i)))),
-                       dtype) for i in range(2 * num)]
+    area = warp_exchange(em, op, "ldmatrix", area_of.nbytes, deposit, "ldmatrix")
+    return [types.load(b, area_of.value_slot(area, i), dtype)
+            for i in range(len(op.results))]
 
 
-HANDLERS = {"mma_sync": emit_mma_sync, "ldmatrix_at": emit_ldmatrix_at}
+def emit_stmatrix_at(em, op):
+    area_of = _MatrixArea(em, op)
+    b, dtype = em.b, area_of.dtype
+
+    def deposit(area):
+        for i, value in enumerate(em.operands(op)[2:]):
+            types.store(b, value, area_of.value_slot(area, i), dtype)
+
+    area = warp_exchange(em, op, "stmatrix", area_of.nbytes, deposit, "stmatrix")
+    with b.if_then(area_of.supplies):
+        _, ptrs = emit_memory.run(em, op)
+        for k, ptr in enumerate(ptrs):
+            types.store(b, types.load(b, area_of.row_slot(area, k), dtype), ptr, dtype)
+    return []
+
+
+HANDLERS = {"mma_sync": emit_mma_sync, "ldmatrix_at": emit_ldmatrix_at,
+            "stmatrix_at": emit_stmatrix_at}

@@ -13,7 +13,8 @@ completes when no arrivals are pending and the tx count is zero; then the phase 
 the pending count is reset. ``mbarrier_wait(bar, i, P)`` passes when the phase with
 parity P has completed (current parity != P). Arrivals and expected bytes are scaled by
 the threads the unit stands for. On the CPU an async copy completes at once and reports
-its bytes with ``mbarrier_complete_tx(bar, i, bytes)`` (handled in ``emit_async``).
+its bytes with ``mbarrier_complete_tx(bar, i, bytes)`` (handled in ``emit_async``; a ``tma_load_at``
+completes its box's bytes itself: ``emit_tma``).
 The vector intrinsics of the CPU instruction families live in ``emit_vector``.
 
 In SIMT mode the race detector (``race``) has arrivals release the unit's vector clock
@@ -171,10 +172,11 @@ def emit_alloc_barrier(em, op):
                        race.reserve_clocks(em.mc, count))]
 
 
-def _barrier(em, op):
-    """Pointer to the state of ``bar[index]`` (operands 0 and 1), bounds-checked in debug."""
-    bar: BarrierRef = em[op.operands[0]]
-    index = types.to_i64(em.b, em[op.operands[1]], op.operands[1].type)
+def _barrier(em, op, first: int = 0):
+    """Pointer to the state of ``bar[index]`` (operands ``first`` and ``first + 1``),
+    bounds-checked in debug."""
+    bar: BarrierRef = em[op.operands[first]]
+    index = types.to_i64(em.b, em[op.operands[first + 1]], op.operands[first + 1].type)
     if em.options.debug:
         site = em.mc.add_site("bounds", op, buffer=bar.name, scope="barrier", rank=1)
         em.fail_unless(em.b.icmp_unsigned("<", index, ir.Constant(I64, bar.count)),
@@ -268,11 +270,15 @@ def emit_mbarrier_wait(em, op):
 
 def mbarrier_complete_tx(em, op):
     """``mbarrier_complete_tx``: an asynchronous copy's bytes landed (``emit_async``)."""
-    state, bar, index = _barrier(em, op)
-    _release(em, bar, index)   # on behalf of the thread that issued the async copy
-    nbytes = _i32(em, em[op.operands[2]], op.operands[2].type)
-    _update(em, state, 0, em.b.neg(nbytes))
+    complete_tx(em, op, 0, _i32(em, em[op.operands[2]], op.operands[2].type))
     return []
+
+
+def complete_tx(em, op, first: int, nbytes) -> None:
+    """``nbytes`` (i32) of the barrier at operands ``first``, ``first + 1`` landed."""
+    state, bar, index = _barrier(em, op, first)
+    _release(em, bar, index)   # on behalf of the thread that issued the async copy
+    _update(em, state, 0, em.b.neg(nbytes))
 
 
 CPU_INTRINSICS = emit_vector.INTRINSICS

@@ -284,6 +284,10 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
     elif status == abi.MISALIGNED:
         message = (f"kernel {meta['name']!r}: misaligned {site['op']} of {values[1]} bytes at "
                    f"address {values[0]:#x} {where}: a GPU faults on it")
+    elif status == abi.TENSOR_MAP:
+        message = (f"kernel {meta['name']!r}: no tensor map describes {site['buffer']!r} for "
+                   f"{site['op']} {where}: its stride in dim {values[0]} is {values[1]} bytes, "
+                   "not a multiple of 16 (cuTensorMapEncodeTiled refuses it)")
     elif status == abi.OUT_OF_MEMORY:
         message = (f"kernel {meta['name']!r}: cannot allocate {values[0]} bytes of memory "
                    f"(shared, or a unit's private arrays) {where}; use smaller tiles")

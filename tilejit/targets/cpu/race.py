@@ -215,13 +215,14 @@ class Rendezvous:
 
 
 # ----------------------------------------------------------------------------- accesses
-def check_access(em, op, ref, ptr) -> None:
-    """Check (and record) ``op``'s access of the element at ``ptr`` of ``ref``."""
+def check_access(em, op, ref, ptr, reads: bool = False) -> None:
+    """Check (and record) ``op``'s access of the element at ``ptr`` of ``ref`` (``reads``:
+    a read, whatever the op writes elsewhere -- a TMA store reads its shared box)."""
     race = em.mc.race
     if race is None or ref.scope is not MemScope.SHARED:
         return
-    kind = ATOMIC if op.name in ATOMIC_ACCESSES else WRITE if op.name in WRITING_ACCESSES \
-        else READ
+    kind = READ if reads else ATOMIC if op.name in ATOMIC_ACCESSES \
+        else WRITE if op.name in WRITING_ACCESSES else READ
     b = em.b
     root = root_buffer(op.operands[0])
     if root in race.flags:

@@ -7,8 +7,8 @@ or ``thread_id`` -> thread, ``warp_id``/``warp_id_in_wg``/``elect_sync`` -> warp
 team; side effects that count threads are scaled by that number
 (:func:`threads_per_unit`).
 
-``mma_sync`` and ``ldmatrix_at`` make G = thread: each lane holds its own part of the
-matrices.
+``mma_sync``, ``ldmatrix_at`` and ``stmatrix_at`` make G = thread: each lane holds its own
+part of the matrices.
 
 An atomic whose old value is used makes G = thread: the threads a coarser unit stood for
 would each have seen another old value. An unused one is exact at any G (adds are scaled;
@@ -56,7 +56,7 @@ def natural_granularity(kernel: KernelIR) -> TeamKind:
         elif op.name == "elect_sync":
             branch_only = all(_is_elect_branch(user, op.result) for user in users[op.result])
             granularity = min(granularity, WARP if branch_only else THREAD)
-        elif op.name in ("mma_sync", "ldmatrix_at"):
+        elif op.name in ("mma_sync", "ldmatrix_at", "stmatrix_at"):
             granularity = THREAD  # each lane holds its own fragment values
         elif op.name in ATOMIC_ACCESSES and users[op.result]:
             granularity = THREAD  # each thread sees another old value

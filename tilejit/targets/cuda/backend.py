@@ -61,16 +61,17 @@ class CudaBackend(Backend):
         return arch or default_arch()
 
     def import_rules(self) -> None:
-        from .rules import cp_async, hopper, immediate  # noqa: F401  (copy_async, gemm_async)
+        from .rules import cp_async, hopper, immediate, tma  # noqa: F401  (copy_async, gemm_async)
 
     def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
-        from .emit import print_cuda
+        from .emit import CudaPrinter
         from .nvrtc import compile_cuda, parse_arch
         arch = self.arch_id(lowered.attrs.get("arch"))
         if parse_arch(arch)[0] != "sm":
             raise CompilationError(f"the cuda target compiles to a CUBIN: pass an sm_XX arch, "
                                    f"not {arch!r}")
-        source, entry = print_cuda(lowered, arch, debug)
+        printer = CudaPrinter(lowered, arch, debug)
+        source, entry = printer.print(), printer.entry
         options = ("-lineinfo",) if debug else ()
         program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options)
         usage = program.resources().get(entry)
@@ -82,6 +83,10 @@ class CudaBackend(Backend):
             if usage else None,
             "static_shared_bytes": usage.shared_bytes if usage else None,
             "stack_frame_bytes": usage.stack_frame_bytes if usage else None,
+            # the TMA tensor maps the launcher encodes after the kernel's own arguments
+            "tensor_maps": [{"param": param, "box": list(box), "swizzle": swizzle,
+                             "dtype": dtype} for (param, box, swizzle, dtype), _ in
+                            printer.tensor_maps],
         }
         return files, meta
 
@@ -89,7 +94,8 @@ class CudaBackend(Backend):
         from .module import CudaKernelModule
         return CudaKernelModule(files["cubin"], meta["entry"], meta["threads"],
                                 meta.get("shared_bytes") or 0, meta["cuda_arch"],
-                                tuple(meta["runtime_params"]))
+                                tuple(meta["runtime_params"]),
+                                tensor_maps=tuple(meta.get("tensor_maps", ())))
 
     def launchers(self, module, arguments=None):
         # The launch signature fixes the tensors' device (torch's get_device() is in it):

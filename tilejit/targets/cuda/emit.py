@@ -27,6 +27,7 @@ from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m
 from . import emit_scalar
 from .emit_prelude import FP8_PRELUDE, PRELUDE
 from .emit_scalar import C_TYPES, literal, storage_type, value_type
+from .tensor_map import STRUCT as TENSOR_MAP_STRUCT
 
 __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
 
@@ -86,6 +87,8 @@ class CudaPrinter:
     uses_fp8: bool = False
     frames: list[Frame] = field(default_factory=list)
     entry: str = ""
+    # ((tensor parameter, box, swizzle, dtype name), C name) per TMA tensor map (emit_tma)
+    tensor_maps: list = field(default_factory=list)
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
@@ -211,9 +214,11 @@ class CudaPrinter:
         body = self.lines
         if self.uses_shared:
             body = ["  extern __shared__ __align__(1024) unsigned char tj_smem[];", *body]
+        params += [f"const __grid_constant__ tj_tensor_map {name}" for _, name in self.tensor_maps]
         head = (f'extern "C" __global__ void __launch_bounds__({threads}) {name}(\n    '
                 + ",\n    ".join(params) + ") {")
-        prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "")
+        prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "") \
+            + (TENSOR_MAP_STRUCT + "\n" if self.tensor_maps else "")
         source = f"// {k.name}: printed by tilejit for {self.arch} from {k.loc}"
         return "\n".join([source, prelude, head, *body, "}", ""])
 
@@ -454,6 +459,10 @@ HANDLERS.update(emit_mma.HANDLERS)
 from . import emit_async  # noqa: E402  (cp.async, mbarrier transaction bytes)
 
 HANDLERS.update(emit_async.HANDLERS)
+
+from . import emit_tma  # noqa: E402  (cp.async.bulk.tensor, bulk groups, proxy fence)
+
+HANDLERS.update(emit_tma.HANDLERS)
 
 from . import emit_wgmma  # noqa: E402  (Hopper wgmma)
 

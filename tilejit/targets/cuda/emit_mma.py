@@ -1,10 +1,12 @@
 """The cuda printer's tensor-core ops: ``mma_sync`` as one inline-PTX ``mma.sync.aligned``,
-``ldmatrix_at`` as one ``ldmatrix.sync.aligned.m8n8``.
+``ldmatrix_at`` as one ``ldmatrix.sync.aligned.m8n8``, ``stmatrix_at`` as one
+``stmatrix.sync.aligned.m8n8``.
 
 PTX takes 16-bit A and B fragments packed in pairs into 32-bit registers, the element of
 lower index in the lower half (PTX ISA "Matrix Fragments for mma.m16n8k16"); the f32 C
 and D values are one register each. ldmatrix delivers its 16-bit values packed the same
-way. mma.sync m16n8k16 exists from sm_80 on, ldmatrix from sm_75.
+way, and stmatrix takes them so. mma.sync m16n8k16 exists from sm_80 on, ldmatrix from
+sm_75, stmatrix from sm_90 (PTX ISA 7.8).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from .emit_scalar import storage_type
 __all__ = ["HANDLERS"]
 
 LDMATRIX_MIN_SM = 75
+STMATRIX_MIN_SM = 90
 
 
 def _packed(p: CudaPrinter, values) -> list[str]:
@@ -77,4 +80,20 @@ def print_ldmatrix_at(p: CudaPrinter, op: Operation) -> None:
         p.define(result, f"tj_from_bits<{element}>((unsigned short)({half} & 0xFFFFu))")
 
 
-HANDLERS = {"mma_sync": print_mma_sync, "ldmatrix_at": print_ldmatrix_at}
+def print_stmatrix_at(p: CudaPrinter, op: Operation) -> None:
+    if p.sm < STMATRIX_MIN_SM:
+        raise CompilationError(f"stmatrix needs sm_{STMATRIX_MIN_SM} or later; compiling for "
+                               f"{p.arch}")
+    num, (buf, offset, *values) = op.attrs["num"], op.operands
+    instruction = ("stmatrix.sync.aligned.m8n8.x" + str(num)
+                   + (".trans" if op.attrs["trans"] else "") + ".shared.b16")
+    operands = f"[%0], {{{', '.join(f'%{i + 1}' for i in range(num))}}}"
+    inputs = ", ".join([f'"r"(tj_smem_addr(&{p[buf]}[{p[offset]}]))',
+                        *(f'"r"({x})' for x in _packed(p, values))])
+    # volatile and "memory": a warp collective writing shared memory that other threads
+    # read after a barrier; it must stay where the IR puts it.
+    p.emit(f'asm volatile("{instruction} {operands};" :: {inputs} : "memory");')
+
+
+HANDLERS = {"mma_sync": print_mma_sync, "ldmatrix_at": print_ldmatrix_at,
+            "stmatrix_at": print_stmatrix_at}

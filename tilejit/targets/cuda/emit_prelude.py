@@ -120,6 +120,9 @@ template <typename T> TJ_DEVICE T tj_ffloordiv(T a, T b) { T m; return tj_fdivmo
 template <typename T> TJ_DEVICE T tj_fmod(T a, T b) { T m; tj_fdivmod(a, b, &m); return m; }
 TJ_DEVICE float tj_sigmoid(double x) { return (float)(1.0 / (1.0 + exp(-x))); }
 TJ_DEVICE double tj_sigmoid64(double x) { return 1.0 / (1.0 + exp(-x)); }
+TJ_DEVICE float tj_exp2_approx(float x) {
+  float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y;
+}
 
 // Float -> int casts saturate and take NaN to 0 (cvt.rzi does both); narrow results clamp.
 TJ_DEVICE int tj_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }

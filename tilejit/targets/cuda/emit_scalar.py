@@ -169,9 +169,17 @@ FLOAT_UNARY = {
 }
 
 
+# ``approx`` unary ops (single precision): the CUDA fast intrinsics, and ex2.approx for
+# exp2 (docs/language.md gives their documented accuracy).
+APPROX_UNARY = {"exp": "__expf({x})", "exp2": "tj_exp2_approx({x})", "log": "__logf({x})",
+                "log2": "__log2f({x})", "sin": "__sinf({x})", "cos": "__cosf({x})"}
+
+
 def print_unary(p: CudaPrinter, op: Operation) -> None:
     t, name, (x,) = op.result.type, op.attrs["op"], op.operands
-    if t.is_float:
+    if op.attrs["approx"]:
+        p.define(op.result, narrow(APPROX_UNARY[name].format(x=wide(p, x)), t))
+    elif t.is_float:
         f32_form, f64_form = FLOAT_UNARY[name]
         p.define(op.result, narrow((f64_form if t == f64 else f32_form).format(x=wide(p, x)), t))
     elif name == "not":

@@ -7,10 +7,13 @@ looks the kernel up; later launches reuse that function. A launch runs on the de
 tensors sit on (:func:`launch_device`), not on torch's current one, and queues on that
 device's stream. It flattens the launch records (``(address, *shape, *strides)`` per
 tensor, the value per scalar) into the kernel's parameters, which the printer declares in
-that order (emit.py).
+that order (emit.py), then appends the kernel's TMA tensor maps, each encoded from its
+tensor's record (``tensor_map.encode``) once per (map, address, shape, strides): a
+repeated launch looks it up.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections.abc import Mapping
@@ -18,10 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import LaunchError
+from ...ir.types import SCALAR_TYPES
+from . import tensor_map
 
 __all__ = ["CudaKernelModule", "MAX_GRID", "launch_device"]
 
 MAX_GRID = (2 ** 31 - 1, 65535, 65535)   # CUDA's limits on a grid's x, y and z extents
+MAX_ENCODED_MAPS = 4096   # tensor maps a kernel keeps encoded (then it starts over)
 
 
 def _current_device() -> int:
@@ -60,7 +66,9 @@ class CudaKernelModule:
     arch: str
     params: tuple[str, ...]           # the runtime parameters' names, for errors
     location: object = None           # for errors of ``compiled[grid](...)``
+    tensor_maps: tuple = ()           # per TMA tensor map: {"param", "box", "swizzle", "dtype"}
     _functions: dict = field(default_factory=dict, repr=False)
+    _encoded: dict = field(default_factory=dict, repr=False)   # (map, record) -> 128 bytes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def function(self, device: int):
@@ -95,9 +103,38 @@ class CudaKernelModule:
                 args.extend(record)      # a tensor: address, shape, strides
             else:
                 args.append(record)      # a scalar
+        args += self.encoded_maps(records)
         fn = self.function(_current_device() if device is None else device)
         fn(*args, grid=grid, block=(self.threads, 1, 1), shared_mem=self.shared_bytes,
            stream=stream)
+
+    def encoded_maps(self, records) -> list[bytes]:
+        """The kernel's tensor maps, from the launch records of their tensors: encoded once
+        per (map, address, shape, strides) -- the map fixes box, swizzle and dtype -- so a
+        launch that hits the cache costs a dictionary lookup per map."""
+        maps = []
+        for k, position in enumerate(self._map_params):
+            record = records[position]
+            found = self._encoded.get((k, record))
+            if found is None:
+                if len(self._encoded) >= MAX_ENCODED_MAPS:
+                    self._encoded.clear()
+                found = self._encoded[k, record] = self._encode(k, record)
+            maps.append(found)
+        return maps
+
+    def _encode(self, k: int, record: tuple) -> bytes:
+        spec = self.tensor_maps[k]
+        address, *sizes = record
+        rank = len(sizes) // 2
+        return tensor_map.encode(tensor_map.TensorMap(
+            SCALAR_TYPES[spec["dtype"]], address, tuple(sizes[:rank]), tuple(sizes[rank:]),
+            tuple(spec["box"]), spec["swizzle"]))
+
+    @functools.cached_property
+    def _map_params(self) -> tuple[int, ...]:
+        """The launch record index of each tensor map's tensor."""
+        return tuple(self.params.index(spec["param"]) for spec in self.tensor_maps)
 
     def launch(self, grid, args) -> None:
         """Run on the arguments as given (``compiled[grid](*args)``): each tensor becomes its

@@ -44,7 +44,7 @@ class NkiBackend(Backend):
 
     def import_rules(self) -> None:
         from . import ops  # noqa: F401  (the nki.* instructions in the op catalogue)
-        from .rules import copy, gemm, pointwise, reduce  # noqa: F401  (they register)
+        from .rules import affine, copy, gemm, pointwise, reduce  # noqa: F401  (they register)
 
     def arch_id(self, arch: str | None) -> str:
         return arch or "trn1"

@@ -16,6 +16,7 @@ form: each is a CompilationError at the kernel line that made it.
 from __future__ import annotations
 
 import linecache
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -62,6 +63,8 @@ def _dtype(t: ScalarType) -> str:
 
 
 def _literal(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"   # inf and nan have no literal
     return repr(value)
 
 
@@ -134,7 +137,8 @@ class NkiPrinter:
         handler = HANDLERS.get(op.name)
         if handler is None:
             raise CompilationError(f"the nki target cannot print '{op.name}' ops", op.loc)
-        if op.name.startswith("nki.") or op.name in ("for", "alloc"):
+        if op.name.startswith("nki.") or op.name == "for" or (
+                op.name == "alloc" and op.result.type.scope is not MemScope.FRAGMENT):
             self.comment(op)
         try:
             handler(self, op)
@@ -231,6 +235,11 @@ def _buffer_dim(p: NkiPrinter, op: Operation) -> None:
 
 def _alloc(p: NkiPrinter, op: Operation) -> None:
     t = op.result.type
+    if t.scope is MemScope.FRAGMENT:
+        # an index tile (tj.arange ...): dispatch refuses any other fragment here, and the
+        # rules fold this one into the iota / affine_select that reads it
+        p.names[op.result] = f"<index tile {op.result.name_hint}>"
+        return
     buffer = BUFFERS.get(t.scope)
     tile = tile_of(t) if buffer else None
     if buffer is None or isinstance(tile, str):
@@ -241,6 +250,9 @@ def _alloc(p: NkiPrinter, op: Operation) -> None:
 
 def _view(p: NkiPrinter, op: Operation) -> None:
     root = root_buffer(op.result)
+    if root.type.scope is MemScope.FRAGMENT:
+        p.names[op.result] = p[root]   # of an index tile: folded, never printed
+        return
     tile = tile_of(root.type)
     if isinstance(tile, str) or tuple(op.result.type.shape) != tile.shape:
         raise CompilationError(f"a view {list(op.result.type.shape)} of an NKI tensor "
@@ -312,6 +324,10 @@ def _nl(attr: str):
     return lambda op: f"nl.{op.attrs[attr]}"
 
 
+def _pattern(op: Operation) -> str:
+    return repr([list(pair) for pair in op.attrs["pattern"]])
+
+
 def _matmul(p: NkiPrinter, op: Operation) -> None:
     dst, stationary, moving, *accumulate = (p[v] for v in op.operands)
     extra = "".join(f", accumulate={flag}" for flag in accumulate)
@@ -334,6 +350,13 @@ HANDLERS = {
     "nki.activation": _call("activation", "dst", ("op", _nl("op")), "data"),
     "nki.tensor_reduce": _call("tensor_reduce", "dst", ("op", _nl("op")), "data",
                                ("axis", lambda op: "1"), ("keepdims", lambda op: "True")),
+    "nki.iota": _call("iota", "dst", ("pattern", _pattern), "offset",
+                      ("channel_multiplier", lambda op: str(op.attrs["channel_multiplier"]))),
+    "nki.affine_select": _call("affine_select", "dst", ("pattern", _pattern),
+                               ("channel_multiplier",
+                                lambda op: str(op.attrs["channel_multiplier"])),
+                               "on_true_tile", ("on_false_value", lambda op: _literal(op.attrs["on_false"])),
+                               ("cmp_op", _nl("cmp")), "offset"),
 }
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 
-from tilejit.ir.attrs import BOOL, Attr, Choice
+from tilejit.ir.attrs import BOOL, FLOAT, INT, Attr, Choice, Tuple
 from tilejit.ir.opdef import OpGroup, register
 from tilejit.ir.ops_native import fixed
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f32
 from tilejit.layout.hw_trainium import PMAX
 
-__all__ = ["ACTIVATIONS", "ALU_OPS", "MATMUL_FREE", "ON_CHIP", "REDUCE_OPS"]
+__all__ = ["ACTIVATIONS", "ALU_OPS", "CMP_OPS", "MATMUL_FREE", "ON_CHIP", "REDUCE_OPS"]
 
 # nc_matmul: the stationary tile's free size (the output's partitions) and the moving
 # tile's (the output's free size, one 2 KiB PSUM bank of f32).
@@ -26,6 +26,7 @@ ALU_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum")
 ACTIVATIONS = ("copy", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "square",
                "reciprocal")
 REDUCE_OPS = ("add", "maximum", "minimum")
+CMP_OPS = ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
 ON_CHIP = (MemScope.SHARED, MemScope.SBUF, MemScope.PSUM)
 
 
@@ -130,6 +131,29 @@ def _check_reduce(op):
     return None
 
 
+def _check_affine(*names):
+    """iota / affine_select: the value at [p, i_1, i_2 ...] is offset + p *
+    channel_multiplier + sum(i_j * step_j) over ``pattern``'s [step, count] pairs, whose
+    counts cover each partition's elements; the tiles are in SBUF."""
+    def check(op):
+        pattern = op.attrs["pattern"]
+        if not 1 <= len(pattern) <= 4 or any(len(pair) != 2 or pair[1] < 1 for pair in pattern):
+            return f"{op.name}: pattern {list(map(list, pattern))} is not 1 to 4 [step, count] pairs"
+        problem = _check_same_shapes(*names)(op)
+        if problem:
+            return problem
+        if any(_buffer(v).scope is MemScope.PSUM for v in op.operands[:len(names)]):
+            return f"{op.name} reads and writes SBUF, not PSUM"
+        free = math.prod(_shape(op.operands[0])[1:])
+        if math.prod(count for _, count in pattern) != free:
+            return f"{op.name}: pattern counts {[c for _, c in pattern]} do not cover the " \
+                   f"{free} elements of each partition"
+        return None
+    return check
+
+
+_AFFINE = {"pattern": Attr(Tuple(Tuple(INT))), "channel_multiplier": Attr(INT)}
+
 MEMORY = OpGroup.MEMORY
 register("nki.dma_copy", MEMORY, "dst:memory src:memory", results=fixed(), check=_check_dma,
          doc="DMA between HBM and SBUF: the elements of src into dst in C order")
@@ -160,3 +184,11 @@ register("nki.activation", MEMORY, "dst:memory src:memory",
 register("nki.tensor_reduce", MEMORY, "dst:memory src:memory",
          {"op": Attr(Choice(*REDUCE_OPS))}, fixed(), check=_check_reduce,
          doc="dst[p, 0] = op over the free dim of src[p, :] (Vector Engine)")
+register("nki.iota", MEMORY, "dst:memory offset:int", _AFFINE, fixed(),
+         check=_check_affine("dst"),
+         doc="dst[p, i...] = offset + p * channel_multiplier + sum(i_j * step_j) (pattern: "
+             "[step, count] pairs over the free elements)")
+register("nki.affine_select", MEMORY, "dst:memory on_true:memory offset:int",
+         {**_AFFINE, "cmp": Attr(Choice(*CMP_OPS)), "on_false": Attr(FLOAT)}, fixed(),
+         check=_check_affine("dst", "on_true"),
+         doc="dst = on_true where cmp(the iota value, 0), else on_false (a causal mask)")

@@ -32,10 +32,12 @@ primitive          family        on the CPU
 =================  ============  ========================================================
 copy_async         ``immediate`` the default: any storage the element loops reach, dtype
                                  conversion allowed, barrier optional
-copy_async         ``tma``       same lowering; legal where TMA is: global -> shared with
-                                 a barrier (a load) or shared -> global without one (a
-                                 store), no dtype conversion, a static unit innermost
-                                 stride on the global side
+copy_async         ``tma``       legal where TMA is: global -> shared with a barrier (a
+                                 load) or shared -> global without one (a store), no dtype
+                                 conversion, a static unit innermost stride on the global
+                                 side; per thread (SIMT mode) the CUDA lowering itself
+                                 (``passes/rules/copy_tma``: boxes a store writes back at
+                                 ``tj.bulk_wait``), else the immediate copy
 copy_async         ``cp.async``  legal where cp.async is: global -> shared, no dtype
                                  conversion, elements of at most 16 bytes; per thread (SIMT
                                  mode) the CUDA lowering itself (``passes/rules/
@@ -59,17 +61,18 @@ The CUDA families are checked against the *contract that makes them what they ar
 the CUDA target reads too), not against the hardware's encoding
 limits (TMA boxes of at most 256 per dim and 16-byte inner boxes, wgmma's M % 64,
 K-major operands for tf32/fp8) -- those are the CUDA rules' business: a kernel legal on
-Hopper is legal here. Other CUDA-only names (``ldmatrix``, ``stmatrix`` for ``copy``,
-``mma.sync`` ...) are not registered on the CPU: ``dispatch=`` with them is a
-DispatchError listing the CPU's families for that primitive. f32 operands of a ``wgmma``
-are multiplied in full f32 here (tf32 on Hopper); fp8 and 16-bit floats are exact in f32.
+Hopper is legal here. Other CUDA-only names are not registered on the CPU: ``dispatch=``
+with them is a DispatchError listing the CPU's families for that primitive (the generic
+per-thread families ``mma`` for gemm and ``stmatrix`` for copy are, and run in SIMT mode).
+f32 operands of a ``wgmma`` are multiplied in full f32 here (tf32 on Hopper); fp8 and
+16-bit floats are exact in f32.
 """
 from __future__ import annotations
 
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, TEAM_ONCE, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
-from tilejit.passes.rules import copy_cp_async
+from tilejit.passes.rules import copy_cp_async, copy_tma
 from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
                                                   gemm_plan, lower_gemm, lower_immediate,
                                                   one_thread_reasons, tcgen05_reasons,
@@ -87,6 +90,17 @@ def _tma_reasons(call: PrimitiveCall) -> list[str]:
 
 def _per_thread(call: PrimitiveCall) -> bool:
     return call.context.distribution == PER_THREAD
+
+
+def _check_tma(call: PrimitiveCall) -> Plan | Decline:
+    if _per_thread(call):
+        return copy_tma.check_tma(call)
+    return family_check(_tma_reasons, element_copy)(call)
+
+
+def _lower_tma(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    lower = copy_tma.lower_tma if _per_thread(call) else lower_immediate
+    lower(call, plan, em)
 
 
 def _check_cp_async(call: PrimitiveCall) -> Plan | Decline:
@@ -109,8 +123,8 @@ COPY_ASYNC_RULES = (
     _copy_async_rule("immediate", family_check(one_thread_reasons, element_copy),
                      lower_immediate, 10, "element loop, completes at once, reports the "
                      "tile's bytes on the barrier"),
-    _copy_async_rule("tma", family_check(_tma_reasons, element_copy), lower_immediate, 0,
-                     "TMA's contract; runs as the immediate copy"),
+    _copy_async_rule("tma", _check_tma, _lower_tma, 0,
+                     "TMA's contract; per thread tma boxes, else the immediate copy"),
     _copy_async_rule("cp.async", _check_cp_async, _lower_cp_async, 0,
                      "cp.async's contract; per thread cp_async chunks, else the immediate copy"),
 )

@@ -6,7 +6,8 @@
 | copy_async | ``immediate`` (default): the element copy at once, then the bytes | ``immediate`` |
 | copy_async | ``cp.async``: global -> shared chunks of 4/8/16 bytes | ``cp_async`` |
 | gemm_async | ``immediate`` (default): the cuda ``gemm`` rules, synchronously | ``immediate`` |
-| copy_async, gemm_async | ``tma``; ``tcgen05``: declined (issue 14) | ``hopper`` |
+| copy_async | ``tma``: global <-> shared boxes (cp.async.bulk.tensor, tensor maps) | ``tma`` |
+| gemm_async | ``tcgen05``: declined (issue 14) | ``hopper`` |
 | gemm_async | ``wgmma``: the generic per-thread family | ``passes/rules/gemm_wgmma`` |
 
 The contracts (roles, dtypes, barriers) are ``passes/rules/async_contracts``, which the

@@ -1,6 +1,6 @@
-"""The Hopper and Blackwell asynchronous families on cuda, not yet lowered (issue 14:
-TMA tensor maps, tensor memory): ``dispatch="tma"`` or ``"tcgen05"`` is a DispatchError
-that says so (``"wgmma"`` is the generic per-thread family, ``passes/rules/gemm_wgmma``), after the contract's own reasons
+"""The Blackwell asynchronous gemm family on cuda, not yet lowered (issue 14: tensor
+memory; TMA is ``tma``'s, wgmma the generic per-thread family ``passes/rules/gemm_wgmma``):
+``dispatch="tcgen05"`` is a DispatchError that says so, after the contract's own reasons
 (``passes/rules/async_contracts``), so a kernel learns both what it must change to keep
 the contract and that the family is still missing. Without ``dispatch=`` these never
 win: ``immediate`` is tried first and takes every call they would.
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, Decline, Rule, register
-from tilejit.passes.rules.async_contracts import tcgen05_reasons, tma_reasons
+from tilejit.passes.rules.async_contracts import tcgen05_reasons
 
 __all__ = ["HOPPER_RULES"]
 
-_MISSING = {"tma": "TMA copies (cp.async.bulk.tensor with a tensor map)",
-            "tcgen05": "tcgen05.mma"}
+_MISSING = {"tcgen05": "tcgen05.mma"}
 
 
 def _declined(family: str, reasons):
@@ -34,5 +33,4 @@ def _rule(family: str, primitive: str, reasons) -> Rule:
                          doc=f"declined: {_MISSING[family]} is issue 14's"))
 
 
-HOPPER_RULES = (_rule("tma", "copy_async", tma_reasons),
-                _rule("tcgen05", "gemm_async", tcgen05_reasons))
+HOPPER_RULES = (_rule("tcgen05", "gemm_async", tcgen05_reasons),)

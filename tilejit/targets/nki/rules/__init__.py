@@ -4,8 +4,9 @@
 
 | primitive | families | module |
 |---|---|---|
-| copy | ``dma`` (HBM <-> SBUF), ``tensor_copy``, ``nc_transpose`` (on chip) | ``copy`` |
+| copy | ``dma`` (HBM <-> SBUF, masked loads), ``tensor_copy``, ``nc_transpose`` (on chip) | ``copy`` |
 | gemm | ``nc_matmul`` | ``gemm`` |
 | pointwise | ``engine`` (tensor_tensor, tensor_scalar, activation, memset) | ``pointwise`` |
 | reduce | ``tensor_reduce`` | ``reduce`` |
+| index tiles (``tj.arange``), select, copy of one | ``index_tile``, ``affine_select``, ``iota`` | ``affine`` |
 """

@@ -212,7 +212,8 @@ def tiling(dst: Placed, sources: list[Placed]) -> Tiling | str:
 
 def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit) -> None:
     """Loops over every digit of dst that ``t`` does not cover (each independent: no two
-    tiles share an element of dst); ``emit(dst_region, source_regions)`` per tile."""
+    tiles share an element of dst); ``emit(dst_region, source_regions, picks)`` per tile
+    (``picks``: dst's digits, as for ``on_chip_region``)."""
     covered = {key: Keep(0, dst[key].extent) for key in (t.part, t.free) if key}
     keys = [key for key in dst.find() if key not in covered]
     loops = [(dst[key].extent, True, loop_name("i", key, keys)) for key in keys]
@@ -223,7 +224,7 @@ def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit) -> N
                                             for (d, j), pick in picks.items()
                                             if shared[d] is not None})
                    for src, shared in zip(sources, t.dims)]
-        emit(on_chip_region(em, dst, picks), regions)
+        emit(on_chip_region(em, dst, picks), regions, picks)
 
     nest(em, loops, body)
 

@@ -7,6 +7,12 @@ Each instruction moves one [partitions, free] tile of the on-chip operand: its d
 independent loop (no two instructions touch the same element). Shapes are compile-time
 here, so a tile whose region of a tensor ends early is a static slice, not a mask.
 
+A load that ends early or has a mask fills its tile first (``nisa.memset`` with ``other``,
+default 0: what the elements past the end read as on every target), then copies the
+static slice; a mask, an affine comparison of index tiles (``rules/affine.py``), then
+selects ``other`` where it is false (``nisa.affine_select``, in place). A masked store is
+declined: a DMA writes whole slices.
+
 * ``dma``: the tensor side's region covers the same logical indices; each covered digit
   must be the innermost of its logical dim there (a tensor slice is a range). A DMA copies
   in C order, so when the partitions hold the later logical dim (K on P for a row-major
@@ -19,11 +25,12 @@ here, so a tile whose region of a tensor ends early is a static slice, not a mas
 """
 from __future__ import annotations
 
-from tilejit.ir.types import MemScope
+from tilejit.ir.types import MemScope, f32
 from tilejit.layout.hw_trainium import PMAX, psum_layout, sbuf_layout
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 
+from .affine import over, predicate_of, select_tiles
 from .common import (Keep, Placed, hbm_operand_reasons, hbm_region, loop_name, named, nest,
                      on_chip_region, placed, scope_reasons, tiled, tiling)
 
@@ -33,13 +40,38 @@ __all__ = ["DMA", "TENSOR_COPY", "TRANSPOSE"]
 def _common(call: PrimitiveCall) -> list[str]:
     reasons = scope_reasons(call)
     dst, src = call["dst"], call["src"]
-    if len(call.tiles) > 2:
-        reasons.append("a masked copy: shapes are compile-time on NKI, so copy a static "
-                       "region instead of masking")
     if src.is_scalar or tuple(dst.shape) != tuple(src.shape):
         reasons.append(f"dst {list(dst.shape)} and src {list(src.shape)} differ: NKI "
                        "copies do not broadcast")
     return reasons
+
+
+def _unmasked(call: PrimitiveCall) -> list[str]:
+    if len(call.tiles) > 2:
+        return ["a masked copy: only a load from HBM into SBUF takes a mask here (family dma)"]
+    return []
+
+
+def _fill(call: PrimitiveCall, clip: dict):
+    """A load's fill: (value, the mask's predicate over dst's indices or None) when the load
+    is masked or cut short (the elements it leaves get ``other``, as on every target), None
+    when neither; or why NKI cannot mask it."""
+    masked = len(call.tiles) > 2
+    if not masked and not clip:
+        return None
+    dst = call["dst"]
+    value = call.attrs["other"]
+    value = call.config.get("fill", 0) if value is None else value
+    if not masked:
+        return value, None
+    if dst.role is MemScope.GLOBAL:
+        return "a masked store: a DMA writes whole slices (store a static region instead)"
+    pred = predicate_of(call, call["mask"].value)
+    if isinstance(pred, str):
+        return f"mask: {pred}"
+    if dst.dtype != f32:
+        return "a masked load here fills f32 tiles (affine_select)"
+    return value, over(pred, tuple(call["mask"].shape), tuple(dst.shape))
 
 
 def _tile_digits(p: Placed, free_ok) -> tuple | str:
@@ -91,7 +123,16 @@ def dma_check(call: PrimitiveCall) -> Plan | Decline:
     clip = _ragged(tensor, p, (part, free))
     if isinstance(clip, str):
         return Decline(clip)
-    details = {"part": part, "free": free, "transposed": transposed, "clip": clip}
+    fill = _fill(call, clip if chip is call["dst"] else {})
+    if isinstance(fill, str):
+        return Decline(fill)
+    if fill:
+        t = tiling(p, [p])   # the mask selects between dst and the fill, in place
+        if isinstance(t, str):
+            return Decline(t)
+        fill = (*fill, t)
+    details = {"part": part, "free": free, "transposed": transposed, "clip": clip,
+               "fill": fill}
     if clip:   # one instruction per tile, cut to the tensor's end
         rows, cols = (clip.get(key, p[key].extent if key else 1) for key in (part, free))
         if transposed and cols > PMAX:
@@ -160,7 +201,13 @@ def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             _turn(em, stage, tile, (rows, chunk), chip.dtype)
             em.b.create("nki.dma_copy", (hbm, stage))
 
+    if plan.details["fill"]:   # the elements the DMA leaves, then the ones the mask drops
+        value, pred, t = plan.details["fill"]
+        tiled(em, p, [], t, lambda out, _regions, _picks:
+              em.b.create("nki.memset", (out, em.const(value, chip.dtype))))
     nest(em, loops, body)
+    if plan.details["fill"] and pred:
+        select_tiles(em, p, p, pred, value, t)
 
 
 def _turn(em: Emitter, dst, src, shape, dtype) -> None:
@@ -175,7 +222,7 @@ def _turn(em: Emitter, dst, src, shape, dtype) -> None:
 
 # ------------------------------------------------------------------------- tensor_copy
 def tensor_copy_check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = _common(call)
+    reasons = _common(call) + _unmasked(call)
     sides = [placed(call[name]) for name in ("dst", "src")]
     reasons += [p for p in sides if isinstance(p, str)]
     if call["dst"].role is MemScope.PSUM:
@@ -190,14 +237,14 @@ def tensor_copy_check(call: PrimitiveCall) -> Plan | Decline:
 
 
 def tensor_copy_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    def emit(dst, sources):
+    def emit(dst, sources, _picks):
         em.b.create("nki.tensor_copy", (dst, *sources))
     tiled(em, placed(call["dst"]), [placed(call["src"])], plan.details["tiling"], emit)
 
 
 # --------------------------------------------------------------------------- transpose
 def transpose_check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = _common(call)
+    reasons = _common(call) + _unmasked(call)
     sides = [placed(call[name]) for name in ("dst", "src")]
     reasons += [p for p in sides if isinstance(p, str)]
     if MemScope.PSUM in (call["dst"].role, call["src"].role):

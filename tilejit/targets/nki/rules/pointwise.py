@@ -67,7 +67,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, *srcs = call.operands
     full = [o for o in srcs if not o.is_scalar and not _is_column(call, o)]
 
-    def emit(out, regions):
+    def emit(out, regions, _picks):
         region = dict(zip([o for o in srcs if not o.is_scalar], regions))
         if name == "fill":
             em.b.create("nki.memset", (out, srcs[0].value))

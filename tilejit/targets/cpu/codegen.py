@@ -2,11 +2,11 @@
 
 ``run_ctas(args)`` unpacks the argument slots once, allocates the per-CTA memory (shared
 data and sync state) once per call, and runs the CTAs of the chunks it claims (``abi``)
-one after the other: return early
-if the launcher asked it to stop, compute the CTA's coordinates, zero the sync state
-(NaN-fill the data in debug mode), then call the CTA body -- the plain unit function, or
-the scheduler of the unit coroutines. Argument slots reach the body as function
-parameters so that LLVM sees them as loop invariants (and global pointers as ``noalias`` when the caller promises it).
+one after the other: return early if the launcher asked it to stop, compute the CTA's
+coordinates, zero the sync state (NaN-fill the data in debug mode), then call the CTA
+body -- the plain unit function, or the scheduler of the unit coroutines. Argument slots
+reach the body as function parameters so that LLVM sees them as loop invariants (and
+global pointers as ``noalias`` when the caller promises it).
 """
 from __future__ import annotations
 
@@ -150,6 +150,9 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     def ctx_field(field):
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
 
+    b.store(first, private_claim)
+    claim = b.select(b.icmp_unsigned("==", shared_claim, ir.Constant(PTR, None)),
+                     private_claim, shared_claim)
     arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
     b.store(err, ctx_field(CTX_ERR))
     b.store(stop, ctx_field(CTX_STOP))
@@ -169,14 +172,12 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
                                     (abi.ERR_UNIT, 0), (abi.ERR_VALUES, size)):
                     b.store(ir.Constant(I64, value),
                             b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
-                b.store(first, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
+                next_cta = b.load_atomic(claim, "monotonic", 8, typ=I64)   # none ran
+                b.store(next_cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
                 free_arenas()   # free(NULL) does nothing
                 b.ret(ir.Constant(I32, abi.OUT_OF_MEMORY))
 
     grid = [b.trunc(g, I32) for g in grid64]
-    b.store(first, private_claim)
-    claim = b.select(b.icmp_unsigned("==", shared_claim, ir.Constant(PTR, None)),
-                     private_claim, shared_claim)
 
     def run_chunk(_):
         start = b.atomic_rmw("add", claim, chunk, "monotonic")

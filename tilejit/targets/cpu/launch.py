@@ -11,9 +11,8 @@ process takes fewer chunks instead of holding up the launch. A launch of one CTA
 previous run showed less work than a pool handoff is worth, stays on the calling thread.
 Each CTA always runs on one thread, in order, so deterministic kernels give the same
 results for any worker count. A failed worker turns its error record (one per calling
-thread, or per worker) into a
-:class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
-the barrier waited on) and the kernel's source line.
+thread, or per worker) into a :class:`~tilejit.errors.LaunchError` naming the kernel, the
+site (buffer and index, or the barrier waited on) and the kernel's source line.
 
 Ctrl-C: the calling thread runs its CTAs in calls of about ``_SIGNAL_CHECK_SECONDS``,
 between which Python delivers KeyboardInterrupt (a single CTA runs to its end), or, for a

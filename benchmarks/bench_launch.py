@@ -97,8 +97,8 @@ def _native_us(compiled, records) -> float:
     """The JIT'd ``run_ctas`` called through ctypes with already packed arguments."""
     module = compiled.module
     err, stop = ctypes.create_string_buffer(64 * 8), ctypes.c_int32(0)
-    packed = module._pack_records(0, 1, ctypes.addressof(err), ctypes.addressof(stop),
-                                  (1, 1, 1), records)
+    packed = module._pack_records(0, 1, ctypes.addressof(err), ctypes.addressof(stop), 0, 1,
+                                  1, (1, 1, 1), records)
     return per_call_us(lambda: module._run_ctas(packed))
 
 

@@ -1,9 +1,12 @@
 """Vector add and launching: numpy and torch arguments, big grids, 2-D grids, object-code
 reload, argument checks, and the vectorized machine code of a simple loop."""
+import ctypes
 import json
 import multiprocessing
 import os
+import queue
 import re
+import threading
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -14,6 +17,7 @@ from cpu_kernels import FRAGMENT, SHARED, KernelBuilder, matrix, vector
 from tilejit.errors import CompilationError, LaunchError
 from tilejit.ir.types import f32, i32, i64
 from tilejit.targets import cpu
+from tilejit.targets.cpu import launch
 
 BLOCK = 1024
 
@@ -62,6 +66,55 @@ def test_vector_add_torch_and_grid_larger_than_cores(vadd_artifact):
     single = torch.empty(n)
     module.launch(-(-n // BLOCK), [x, y, single], workers=1)
     assert torch.equal(single, out)
+
+
+def _claimed_ctas(module, first, last, claim, chunk, max_claims):
+    """Which CTAs of a 20-CTA vector add one ``run_ctas`` call runs (each writes its
+    block), and its status."""
+    n = 20 * BLOCK
+    x, y, out = np.ones(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32)
+    err, stop = ctypes.create_string_buffer(64 * 8), ctypes.c_int32(0)
+    records = [module._params[0].record(a) for a in (x, y, out)]
+    packed = module._pack_records(first, last, ctypes.addressof(err), ctypes.addressof(stop),
+                                  claim, chunk, max_claims, (20, 1, 1), records)
+    status = module._run_ctas(packed)
+    return [cta for cta in range(20) if out[cta * BLOCK]], status
+
+
+def test_run_ctas_claims_chunks_from_a_shared_counter(vadd_artifact):
+    module = cpu.load(vadd_artifact)
+    counter = ctypes.c_int64(10)
+    # Two claims of three CTAs from 10, below last = 20: the counter moves past them.
+    ran, status = _claimed_ctas(module, 0, 20, ctypes.addressof(counter), 3, 2)
+    assert (ran, status, counter.value) == ([10, 11, 12, 13, 14, 15], 0, 16)
+    # Claims until every CTA below ``last`` is taken: the last chunk is cut at ``last``.
+    ran, status = _claimed_ctas(module, 0, 20, ctypes.addressof(counter), 3, 100)
+    assert (ran, status) == ([16, 17, 18, 19], 0) and counter.value >= 20
+    # Without a shared counter, one claim of ``chunk`` CTAs from ``first``.
+    assert _claimed_ctas(module, 2, 5, 0, 3, 1) == ([2, 3, 4], 0)
+
+
+def test_a_late_worker_leaves_its_share_to_the_others(vadd_artifact):
+    """While the pool's worker is held up, the calling thread claims every chunk: the
+    result is complete before that worker runs any CTA (a static split would leave it
+    half of them)."""
+    n = 64 * BLOCK
+    x, y, out = np.ones(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
+    module = cpu.load(vadd_artifact)
+    module._seconds_per_cta = 0.0   # as if the last run showed enough work for the pool
+    release, seen = threading.Event(), queue.SimpleQueue()
+
+    def held_up(_):
+        release.wait()
+        return bool((out == 2).all())
+
+    launch._pool().queues[0].put((held_up, None, seen, 0))
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    module.launch(64, [x, y, out], workers=2)
+    timer.join()
+    assert seen.get(timeout=5) == (0, True)
+    np.testing.assert_array_equal(out, 2)
 
 
 def test_object_code_alone_reloads(vadd_artifact):

@@ -1,13 +1,19 @@
 """The binary interface between the JIT'd code and the launcher.
 
-``run_ctas(args) -> i32`` runs CTAs ``[first, last)`` (linear ids, x fastest) and returns
-0, or an error code after filling the error record ``err``, or :data:`INTERRUPTED` when it
-found the ``stop`` word set before a CTA (the launcher sets it to end a launch early: Ctrl-C).
-Everything travels in ``args`` because every argument of a ctypes call costs about 100 ns.
+``run_ctas(args) -> i32`` runs CTAs (linear ids, x fastest) below ``last`` that it claims
+``chunk`` at a time from a counter of the next unclaimed CTA, at most ``max_claims`` claims
+per call, each chunk in order; it returns 0, or an error code after filling the error
+record ``err``, or :data:`INTERRUPTED` when it found the ``stop`` word set before a CTA (the
+launcher sets it to end a launch early: Ctrl-C). The counter is the i64 at ``claim``,
+shared by the workers of a parallel launch (an atomic add claims a chunk: a worker that
+starts late, or shares its core with another process, takes fewer chunks); when ``claim``
+is 0 it is private to the call and starts at ``first`` (one claim of ``[first, last)`` is
+a static range). Everything travels in ``args`` because every argument of a ctypes call
+costs about 100 ns.
 
 ``args`` is a flat array of 8-byte slots: ``first``, ``last``, the address of ``err``, the
-address of ``stop`` (an i32) (:data:`HEADER_SLOTS`), the grid (x, y, z), then per kernel
-parameter
+address of ``stop`` (an i32), the address of ``claim``, ``chunk``, ``max_claims``
+(:data:`HEADER_SLOTS`), the grid (x, y, z), then per kernel parameter
 
 * a global buffer: data pointer, its ``rank`` dims, its ``rank`` strides (in elements);
 * a scalar: its value in the low bytes of the slot (floats narrower than f64 as an f32;
@@ -27,7 +33,8 @@ from tilejit.ir.core import KernelIR
 from tilejit.ir.types import BufferType, MemScope, ScalarType, f64
 
 FIRST_CTA, LAST_CTA, ERR_ADDRESS, STOP_ADDRESS = 0, 1, 2, 3
-HEADER_SLOTS = 4
+CLAIM_ADDRESS, CHUNK, MAX_CLAIMS = 4, 5, 6
+HEADER_SLOTS = 7
 GRID_SLOTS = 3
 MAX_REPORTED_DIMS = 6
 ERR_CODE, ERR_SITE, ERR_CTA, ERR_UNIT, ERR_VALUES = 0, 1, 2, 3, 4
@@ -105,4 +112,4 @@ def param_slots(kernel: KernelIR) -> list[ParamSlots]:
 
 
 def struct_format(params: list[ParamSlots]) -> str:
-    return "<qqQQ" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)
+    return "<qqQQQqq" + "q" * GRID_SLOTS + "".join(p.struct_format for p in params)

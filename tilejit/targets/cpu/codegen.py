@@ -1,11 +1,12 @@
 """Kernel IR -> one LLVM module: the unit function(s), the scheduler, ``run_ctas``.
 
 ``run_ctas(args)`` unpacks the argument slots once, allocates the per-CTA memory (shared
-data and sync state) once per call, and runs its CTAs one after the other: return early
-if the launcher asked it to stop, compute the CTA's coordinates, zero the sync state
-(NaN-fill the data in debug mode), then call the CTA body -- the plain unit function, or
-the scheduler of the unit coroutines. Argument slots reach the body as function
-parameters so that LLVM sees them as loop invariants (and global pointers as ``noalias`` when the caller promises it).
+data and sync state) once per call, and runs the CTAs of the chunks it claims (``abi``)
+one after the other: return early if the launcher asked it to stop, compute the CTA's
+coordinates, zero the sync state (NaN-fill the data in debug mode), then call the CTA
+body -- the plain unit function, or the scheduler of the unit coroutines. Argument slots
+reach the body as function parameters so that LLVM sees them as loop invariants (and
+global pointers as ``noalias`` when the caller promises it).
 """
 from __future__ import annotations
 
@@ -140,13 +141,19 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
 
     first, last = header(abi.FIRST_CTA), header(abi.LAST_CTA)
     err, stop = header(abi.ERR_ADDRESS, PTR), header(abi.STOP_ADDRESS, PTR)
+    shared_claim, chunk = header(abi.CLAIM_ADDRESS, PTR), header(abi.CHUNK)
+    max_claims = header(abi.MAX_CLAIMS)
     grid64 = [header(abi.HEADER_SLOTS + d) for d in range(abi.GRID_SLOTS)]
     slot_values = _load_slots(b, args, params)
     ctx = types.alloca(b, CTX)
+    private_claim = b.alloca(I64)
 
     def ctx_field(field):
         return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
 
+    b.store(first, private_claim)
+    claim = b.select(b.icmp_unsigned("==", shared_claim, ir.Constant(PTR, None)),
+                     private_claim, shared_claim)
     arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
     b.store(err, ctx_field(CTX_ERR))
     b.store(stop, ctx_field(CTX_STOP))
@@ -166,19 +173,27 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
                                     (abi.ERR_UNIT, 0), (abi.ERR_VALUES, size)):
                     b.store(ir.Constant(I64, value),
                             b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
-                b.store(first, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
+                next_cta = b.load_atomic(claim, "monotonic", 8, typ=I64)   # none ran
+                b.store(next_cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
                 free_arenas()   # free(NULL) does nothing
                 b.ret(ir.Constant(I32, abi.OUT_OF_MEMORY))
 
     grid = [b.trunc(g, I32) for g in grid64]
 
-    def run_cta(index):
+    def run_chunk(_):
+        start = b.atomic_rmw("add", claim, chunk, "monotonic")
+        with b.if_then(b.icmp_signed(">=", start, last), likely=False):
+            free_arenas()   # every CTA is claimed
+            b.ret(ir.Constant(I32, 0))
+        end = b.select(b.icmp_signed("<", b.sub(last, start), chunk), last, b.add(start, chunk))
+        counted_loop(b, b.sub(end, start), lambda index: run_cta(b.add(start, index)), "cta")
+
+    def run_cta(cta):
         # The launcher sets ``stop`` from another thread (Ctrl-C): end at a CTA boundary.
         stopped = b.load_atomic(stop, "monotonic", 4, typ=I32)
         with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
             free_arenas()
             b.ret(ir.Constant(I32, abi.INTERRUPTED))
-        cta = b.add(first, index)
         x, rest = b.urem(cta, grid64[0]), b.udiv(cta, grid64[0])
         y, z = b.urem(rest, grid64[1]), b.udiv(rest, grid64[1])
         if mc.sync.size:
@@ -197,7 +212,7 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
             free_arenas()
             b.ret(status)
 
-    counted_loop(b, b.sub(last, first), run_cta, "cta")   # 64-bit: a grid may hold 2^31 CTAs
+    counted_loop(b, max_claims, run_chunk, "claim")   # 64-bit: a grid may hold 2^31 CTAs
     free_arenas()
     b.ret(ir.Constant(I32, 0))
 

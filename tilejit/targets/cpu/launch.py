@@ -3,15 +3,16 @@
 ``CpuModule.launch(grid, args)`` checks the arguments and makes their launch records;
 ``launch_records`` (the runtime's hot path, which made the records itself) packs them into
 the flat slot array of ``abi`` (one generated ``struct.pack`` call into a ``bytes`` object,
-passed to ctypes without a copy), splits the grid into one contiguous CTA range per worker
-and calls the JIT'd ``run_ctas`` on each -- the calling thread takes the first range, pool
-threads (one per core, started once per process) take the others; ctypes releases the GIL
-for the call. A launch of one CTA, or whose previous run showed less work than a pool
-handoff is worth, stays on the calling thread. Each CTA always runs on one thread, in
-order, so deterministic kernels give the same results for any worker count. A failed CTA
-range turns its error record (one per calling thread, or per worker) into a
-:class:`~tilejit.errors.LaunchError` naming the kernel, the site (buffer and index, or
-the barrier waited on) and the kernel's source line.
+passed to ctypes without a copy) and calls the JIT'd ``run_ctas`` on the calling thread and
+on pool threads (one per core, started once per process); ctypes releases the GIL for the
+call. The workers claim chunks of about ``1 / _CLAIMS_PER_WORKER`` of a worker's share
+from one shared counter, so that a worker woken late or sharing its core with another
+process takes fewer chunks instead of holding up the launch. A launch of one CTA, or whose
+previous run showed less work than a pool handoff is worth, stays on the calling thread.
+Each CTA always runs on one thread, in order, so deterministic kernels give the same
+results for any worker count. A failed worker turns its error record (one per calling
+thread, or per worker) into a :class:`~tilejit.errors.LaunchError` naming the kernel, the
+site (buffer and index, or the barrier waited on) and the kernel's source line.
 
 Ctrl-C: the calling thread runs its CTAs in calls of about ``_SIGNAL_CHECK_SECONDS``,
 between which Python delivers KeyboardInterrupt (a single CTA runs to its end), or, for a
@@ -45,6 +46,8 @@ _CACHE_LIMIT = 256
 _MAX_GRID_DIM = 2**31 - 1
 _PARALLEL_MIN_SECONDS = 100e-6  # below this much work a launch stays on the calling thread
 _SIGNAL_CHECK_SECONDS = 10e-3   # the calling thread returns to Python this often (Ctrl-C)
+_CLAIMS_PER_WORKER = 16   # chunks per worker's share: finer balances load, coarser claims less
+_UNLIMITED_CLAIMS = 2**62
 _GRIDS: dict = {}
 _RUN_CTAS = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_char_p)
 _ERR_BYTES = abi.ERR_SLOTS * 8
@@ -164,19 +167,24 @@ class CpuModule:
             return
         err = _thread_error_record()
         if total == 1:   # nothing to time: one CTA never goes to the pool
-            status = self._run_ctas(self._pack(0, 1, err, _NEVER_STOPPED_ADDRESS, grid,
-                                               records))
+            status = self._run_ctas(self._pack(err, _NEVER_STOPPED_ADDRESS, grid, records,
+                                               0, 1))
         else:
             start = time.perf_counter()
-            status = self._run_here(0, total, err, _NEVER_STOPPED_ADDRESS, grid, records)
+            status = self._run_here(_Claims(0, total), err, _NEVER_STOPPED_ADDRESS, grid,
+                                    records)
             self._seconds_per_cta = (time.perf_counter() - start) / total
         if status:
             self._raise(status, err.buffer.raw)
 
-    def _pack(self, first: int, last: int, err: _ErrorRecord, stop: int, grid,
-              records) -> bytes:
+    def _pack(self, err: _ErrorRecord, stop: int, grid, records, first: int, last: int,
+              claims: _Claims | None = None, max_claims: int = 1) -> bytes:
+        """The argument slots of a call that runs ``[first, last)``, or claims at most
+        ``max_claims`` chunks of ``claims`` (then ``first`` is unused)."""
+        claim, chunk = (claims.address, claims.chunk) if claims else (0, last - first)
         try:
-            return self._pack_records(first, last, err.address, stop, grid, records)
+            return self._pack_records(first, last, err.address, stop, claim, chunk,
+                                      max_claims, grid, records)
         except (struct.error, OverflowError):  # e.g. a float beyond the f32 range
             raise self._unpackable(records) from None
 
@@ -191,35 +199,38 @@ class CpuModule:
         return LaunchError(f"kernel {self.name!r}: cannot pass the arguments {records!r}",
                            self.location)
 
-    def _run_here(self, first: int, last: int, err: _ErrorRecord, stop: int, grid,
-                  records) -> int:
-        """Run CTAs ``[first, last)`` on the calling thread in calls of about
-        ``_SIGNAL_CHECK_SECONDS`` (sized by the last launch, else doubling from one CTA),
-        so that Python can deliver Ctrl-C between them; the status of the first that
-        fails, else 0."""
+    def _run_here(self, claims: _Claims, err: _ErrorRecord, stop: int, grid, records) -> int:
+        """Run CTAs of ``claims`` on the calling thread in calls of about
+        ``_SIGNAL_CHECK_SECONDS`` (sized by the last launch, else doubling from one chunk),
+        so that Python can deliver Ctrl-C between them, until every CTA is claimed; the
+        status of the first call that fails, else 0. Claims nobody shares are made here:
+        each call runs the next range of about that size."""
         estimate = self._seconds_per_cta
-        count = max(1, int(_SIGNAL_CHECK_SECONDS / estimate)) if estimate else last - first
-        while first < last:
-            end = min(last, first + count)
+        count = max(1, int(_SIGNAL_CHECK_SECONDS / estimate)) if estimate \
+            else claims.last - claims.first
+        while not claims.done():
             start = time.perf_counter()
-            status = self._run_ctas(self._pack(first, end, err, stop, grid, records))
+            status = self._run_ctas(claims.pack(self, err, stop, grid, records, count))
             if status:
                 return status
             if time.perf_counter() - start < _SIGNAL_CHECK_SECONDS / 2:
                 count *= 2
-            first = end
         return 0
 
     def _launch_parallel(self, grid, records, total: int, workers: int) -> None:
-        bounds = [total * i // workers for i in range(workers + 1)]
+        # The calling thread returns to Python between its chunks (Ctrl-C): none may take
+        # much longer than that, by the last launch's cost per CTA (unknown: one CTA).
+        estimate = self._seconds_per_cta
+        longest = int(_SIGNAL_CHECK_SECONDS / 2 / estimate) if estimate else total
+        claims = _Claims(0, total, shared_by=workers, longest=max(1, longest))
         errs = [_ErrorRecord() for _ in range(workers)]
         stop = ctypes.c_int32(0)
         stop_address = ctypes.addressof(stop)
         # A CTA spinning on memory may never end, and the calling thread must stay free to
-        # take Ctrl-C: all of such a kernel's ranges go to the pool.
+        # take Ctrl-C: all of such a kernel's chunks go to the pool.
         here = 0 if self.meta["spin_loops"] else 1
-        packed = [self._pack(bounds[i], bounds[i + 1], errs[i], stop_address, grid, records)
-                  for i in range(here, workers)]
+        packed = [self._pack(errs[i], stop_address, grid, records, 0, total, claims,
+                             _UNLIMITED_CLAIMS) for i in range(here, workers)]
         results: queue.SimpleQueue = queue.SimpleQueue()
         pool = _pool()
         start = time.perf_counter()
@@ -229,18 +240,17 @@ class CpuModule:
         statuses, waiting = [0] * workers, workers - here
         try:
             if here:
-                statuses[0] = self._run_here(bounds[0], bounds[1], errs[0], stop_address, grid,
-                                             records)
+                statuses[0] = self._run_here(claims, errs[0], stop_address, grid, records)
             while waiting:
                 index, status = results.get()
                 statuses[index], waiting = status, waiting - 1
         except KeyboardInterrupt:
             stop.value = 1
-            for _ in range(waiting):   # the ranges still use the arguments' memory
+            for _ in range(waiting):   # the workers still use the arguments' memory
                 results.get()
             raise
         self._seconds_per_cta = (time.perf_counter() - start) * workers / total
-        for status, err in zip(statuses, errs):   # the first failed range is reported
+        for status, err in zip(statuses, errs):   # the first failed worker is reported
             if status:
                 self._raise(status, err.buffer.raw)
 
@@ -248,14 +258,44 @@ class CpuModule:
         raise run_time_error(self.meta, status, record)
 
 
+class _Claims:
+    """The CTAs ``[first, last)`` of a launch as the chunks ``run_ctas`` claims: through a
+    counter that ``shared_by`` workers claim from together (chunks of about
+    ``1 / _CLAIMS_PER_WORKER`` of a worker's share, at most ``longest`` CTAs), or, for one
+    worker, ranges that the calling thread hands out itself (no shared counter)."""
+
+    __slots__ = ("first", "last", "chunk", "counter", "address")
+
+    def __init__(self, first: int, last: int, shared_by: int = 1, longest: int | None = None):
+        self.first, self.last = first, last
+        share = (last - first) // (shared_by * _CLAIMS_PER_WORKER)
+        self.chunk = max(1, min(share, longest or share))
+        self.counter = ctypes.c_int64(first) if shared_by > 1 else None
+        self.address = ctypes.addressof(self.counter) if self.counter is not None else 0
+
+    def done(self) -> bool:
+        """Is every CTA claimed (the shared counter past ``last``, or no range left)?"""
+        return (self.counter.value if self.counter is not None else self.first) >= self.last
+
+    def pack(self, module: CpuModule, err: _ErrorRecord, stop: int, grid, records,
+             count: int) -> bytes:
+        """The slots of a call that runs about ``count`` more CTAs."""
+        if self.counter is not None:
+            return module._pack(err, stop, grid, records, self.first, self.last, self,
+                                max(1, count // self.chunk))
+        first, self.first = self.first, min(self.last, self.first + count)
+        return module._pack(err, stop, grid, records, first, self.first)
+
+
 def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
-    """``pack_records(first, last, err, stop, grid, records)``: the ``abi`` slots in one
-    ``struct.pack`` call, written out for these parameters (buffer records spread). The
-    evaluated text holds nothing but record indices, whatever the metadata says."""
-    values = ["first, last, err, stop, *grid"] + [
+    """``pack_records(first, last, err, stop, claim, chunk, max_claims, grid, records)``:
+    the ``abi`` slots in one ``struct.pack`` call, written out for these parameters (buffer
+    records spread). The evaluated text holds nothing but record indices, whatever the
+    metadata says."""
+    header = "first, last, err, stop, claim, chunk, max_claims"
+    values = [f"{header}, *grid"] + [
         f"*records[{i}]" if p.is_buffer else f"records[{i}]" for i, p in enumerate(params)]
-    return eval(f"lambda first, last, err, stop, grid, records: pack({', '.join(values)})",
-                {"pack": pack})
+    return eval(f"lambda {header}, grid, records: pack({', '.join(values)})", {"pack": pack})
 
 
 def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:

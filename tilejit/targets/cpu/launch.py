@@ -250,9 +250,11 @@ class CpuModule:
                 results.get()
             raise
         self._seconds_per_cta = (time.perf_counter() - start) * workers / total
-        for status, err in zip(statuses, errs):   # the first failed worker is reported
-            if status:
-                self._raise(status, err.buffer.raw)
+        # Workers claim CTAs in no fixed order: of those that failed, the lowest CTA is
+        # reported, so that a kernel failing in every CTA names the same one each time.
+        failed = [(status, err.buffer.raw) for status, err in zip(statuses, errs) if status]
+        if failed:
+            self._raise(*min(failed, key=lambda f: _failed_cta(f[1])))
 
     def _raise(self, status: int, record: bytes) -> None:
         raise run_time_error(self.meta, status, record)
@@ -296,6 +298,10 @@ def _records_packer(pack: Callable, params: list[_Param]) -> Callable:
     values = [f"{header}, *grid"] + [
         f"*records[{i}]" if p.is_buffer else f"records[{i}]" for i, p in enumerate(params)]
     return eval(f"lambda {header}, grid, records: pack({', '.join(values)})", {"pack": pack})
+
+
+def _failed_cta(record: bytes) -> int:
+    return struct.unpack(f"<{abi.ERR_SLOTS}q", record)[abi.ERR_CTA]
 
 
 def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:

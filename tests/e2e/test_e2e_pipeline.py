@@ -8,15 +8,17 @@ import pytest
 import torch
 
 import tilejit as tj
+from tilejit.layout import SwizzleMode, smem_layout
 
 
 @tj.kernel
 def ws_gemm(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
-            BK: tj.constexpr, COPY: tj.constexpr, MMA: tj.constexpr, ASYNC_MMA: tj.constexpr):
+            BK: tj.constexpr, COPY: tj.constexpr, MMA: tj.constexpr, ASYNC_MMA: tj.constexpr,
+            LA: tj.constexpr = None, LB: tj.constexpr = None):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
-    a_smem = tj.alloc_shared((STAGES, BM, BK), A.dtype)
-    b_smem = tj.alloc_shared((STAGES, BK, BN), B.dtype)
+    a_smem = tj.alloc_shared((STAGES, BM, BK), A.dtype, layout=LA)
+    b_smem = tj.alloc_shared((STAGES, BK, BN), B.dtype, layout=LB)
     if tj.thread_id() == 0:
         for s in tj.static_range(STAGES):
             tj.mbarrier_init(full[s], 1)
@@ -37,34 +39,40 @@ def ws_gemm(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr
                 tj.copy_async(b_smem[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
                               barrier=full[s], dispatch=COPY)
     else:                                            # consumer warpgroup
-        acc = tj.fragment((BM, BN), tj.float32)
-        tj.fill(acc, 0.0)
-        for k in range(num_k):
-            s = k % STAGES
-            tj.mbarrier_wait(full[s], (k // STAGES) % 2)
-            with tj.warpgroup():
+        with tj.warpgroup():                         # its accumulator: the warpgroup's
+            acc = tj.fragment((BM, BN), tj.float32)
+            tj.fill(acc, 0.0)
+            for k in range(num_k):
+                s = k % STAGES
+                tj.mbarrier_wait(full[s], (k // STAGES) % 2)
                 if ASYNC_MMA:
                     tj.gemm_async(acc, a_smem[s, :, :], b_smem[s, :, :], dispatch=MMA)
                 else:
                     tj.gemm(acc, a_smem[s, :, :], b_smem[s, :, :])
-            tj.mbarrier_arrive(empty[s])
-        tj.wg.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
+                tj.mbarrier_arrive(empty[s])
+            tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
 
 
-@pytest.mark.parametrize("stages,copy,mma,async_mma", [
-    (2, None, None, False),
-    (3, "tma", "wgmma", True),
-    (2, "cp.async", None, True),
+# wgmma reads its operands through descriptors: M a multiple of 64, K steps of 16, and the
+# rings in the swizzled layouts it describes (TMA writes them swizzled alike).
+WGMMA_TILES = dict(BM=64, BK=16, LA=smem_layout((3, 64, 16), "float16", SwizzleMode.B32),
+                   LB=smem_layout((3, 16, 32), "float16", SwizzleMode.B64))
+
+
+@pytest.mark.parametrize("stages,copy,mma,async_mma,tiles", [
+    (2, None, None, False, dict(BM=32, BK=24)),
+    (3, "tma", "wgmma", True, WGMMA_TILES),
+    (2, "cp.async", None, True, dict(BM=32, BK=24)),
 ])
-def test_warp_specialized_gemm(stages, copy, mma, async_mma):
+def test_warp_specialized_gemm(stages, copy, mma, async_mma, tiles):
     M, N, K = 80, 72, 104   # K % BK != 0; M and N tiles masked; rows of 16-byte multiples (TMA)
     gen = torch.Generator().manual_seed(stages)
     A = torch.randn(M, K, generator=gen).half()
     B = torch.randn(K, N, generator=gen).half()
     C = torch.full((M, N), -1.0)
-    grid = (tj.cdiv(M, 32), tj.cdiv(N, 32))
-    ws_gemm[grid](A, B, C, K, STAGES=stages, BM=32, BN=32, BK=24, COPY=copy, MMA=mma,
-                  ASYNC_MMA=async_mma, num_warps=8)
+    grid = (tj.cdiv(M, tiles["BM"]), tj.cdiv(N, 32))
+    ws_gemm[grid](A, B, C, K, STAGES=stages, BN=32, COPY=copy, MMA=mma,
+                  ASYNC_MMA=async_mma, num_warps=8, **tiles)
     torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-4, atol=1e-4)
 
 

@@ -32,6 +32,7 @@ from llvmlite import ir
 from tilejit.ir.ops_tma import TMA_CHUNK, TMA_MAX_RANK, box_bytes
 
 from . import abi, race, types
+from .deferred import DeferredQueue
 from .emit_sync import complete_tx
 from .frames import counted_loop
 from .types import I1, I8, I32, I64, PTR, VOID
@@ -50,19 +51,6 @@ STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(I64, ARGS), ir.ArrayType(EN
 LENGTH, COMMITTED, SCRATCH, ENTRIES = range(4)
 ENTRY_BYTES = 4 * 8 + ARGS * 8 + 8
 STATE_BYTES = 8 + ARGS * 8 + ENTRY_BYTES * QUEUE
-
-
-def _field(b: ir.IRBuilder, state, *path):
-    return b.gep(state, [ir.Constant(I32, 0), *(ir.Constant(I32, p) if isinstance(p, int)
-                                                  else p for p in path)], source_etype=STATE)
-
-
-def _state(em):
-    """This unit's TMA state."""
-    base = em.mc.sync_state("tma", em.mc.units.count * STATE_BYTES)
-    offset = em.b.add(ir.Constant(I64, base),
-                      em.b.mul(em.b.zext(em.frame.unit, I64), ir.Constant(I64, STATE_BYTES)))
-    return em.byte_ptr(em.frame.sync, offset)
 
 
 def _shared_byte(b: ir.IRBuilder, offset, i, itemsize: int, swizzle: int):
@@ -120,43 +108,17 @@ def _box_fn(mc, load: bool, box: tuple, swizzle: int, itemsize: int) -> ir.Funct
     return fn
 
 
-def _drain_fn(mc) -> ir.Function:
-    """``tj.tma.drain(state, limit)``: land the queued stores of groups below ``limit`` (a
-    prefix of the queue) and keep the rest."""
-    fn = mc.module.globals.get("tj.tma.drain")
-    if fn is not None:
-        return fn
-    fn = ir.Function(mc.module, ir.FunctionType(VOID, [PTR, I32]), "tj.tma.drain")
-    fn.linkage = "internal"
-    state, limit = fn.args
-    entry, head, check, land, done = (fn.append_basic_block(name) for name in
-                                      ("entry", "head", "check", "land", "done"))
-    b = ir.IRBuilder(entry)
-    length = b.load(_field(b, state, LENGTH), typ=I32)
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I32)
-    i.add_incoming(ir.Constant(I32, 0), entry)
-    b.cbranch(b.icmp_signed("<", i, length), check, done)
-    b.position_at_end(check)
-    group = b.load(_field(b, state, ENTRIES, i, GROUP), typ=I32)
-    b.cbranch(b.icmp_signed("<", group, limit), land, done)
-    b.position_at_end(land)
-    box = b.load(_field(b, state, ENTRIES, i, FN), typ=BOX_FN.as_pointer())
-    b.call(box, [b.load(_field(b, state, ENTRIES, i, SHARED), typ=PTR),
-                 b.load(_field(b, state, ENTRIES, i, OFFSET), typ=I64),
-                 b.load(_field(b, state, ENTRIES, i, TENSOR), typ=PTR),
-                 _field(b, state, ENTRIES, i, ARGV, 0)])
-    i.add_incoming(b.add(i, ir.Constant(I32, 1)), land)
-    b.branch(head)
-    b.position_at_end(done)
-    kept = b.sub(length, i)
-    b.call(mc.function("llvm.memmove.p0.p0.i64", VOID, [PTR, PTR, I64, I1]),
-           [_field(b, state, ENTRIES, 0), _field(b, state, ENTRIES, i),
-            b.mul(b.zext(kept, I64), ir.Constant(I64, ENTRY_BYTES)), ir.Constant(I1, 0)])
-    b.store(kept, _field(b, state, LENGTH))
-    b.ret_void()
-    return fn
+def _land_store(b: ir.IRBuilder, mc, state, i) -> None:
+    field = STORES.field
+    box = b.load(field(b, state, ENTRIES, i, FN), typ=BOX_FN.as_pointer())
+    b.call(box, [b.load(field(b, state, ENTRIES, i, SHARED), typ=PTR),
+                 b.load(field(b, state, ENTRIES, i, OFFSET), typ=I64),
+                 b.load(field(b, state, ENTRIES, i, TENSOR), typ=PTR),
+                 field(b, state, ENTRIES, i, ARGV, 0)])
+
+
+STORES = DeferredQueue("tma", STATE, STATE_BYTES, ENTRY_BYTES, QUEUE, LENGTH, COMMITTED,
+                       ENTRIES, GROUP, _land_store)
 
 
 def _check_tensor_map(em, op, ref) -> None:
@@ -202,7 +164,7 @@ def emit_tma_load_at(em, op):
     offset = b.mul(types.to_i64(b, em[dst_offset], dst_offset.type),
                    ir.Constant(I64, shared.dtype.itemsize))
     _race_box(em, op, shared, offset, box, swizzle, reads=False)
-    argv = _field(b, _state(em), SCRATCH, 0)
+    argv = STORES.field(b, STORES.unit_state(em), SCRATCH, 0)
     _write_args(em, argv, tensor, coords)
     b.call(_box_fn(em.mc, True, box, swizzle, shared.dtype.itemsize),
            [shared.ptr, offset, tensor.ptr, argv])
@@ -218,33 +180,21 @@ def emit_tma_store_at(em, op):
     offset = b.mul(types.to_i64(b, em[src_offset], src_offset.type),
                    ir.Constant(I64, shared.dtype.itemsize))
     _race_box(em, op, shared, offset, box, swizzle, reads=True)
-    state = _state(em)
-    with b.if_then(b.icmp_signed("==", b.load(_field(b, state, LENGTH), typ=I32),
-                                 ir.Constant(I32, QUEUE)), likely=False):
-        b.call(_drain_fn(em.mc), [state, ir.Constant(I32, 2 ** 31 - 1)])   # land them all
-    length = b.load(_field(b, state, LENGTH), typ=I32)
+    state = STORES.unit_state(em)
     fn = _box_fn(em.mc, False, box, swizzle, shared.dtype.itemsize)
-    for index, value in ((FN, fn), (SHARED, shared.ptr), (OFFSET, offset),
-                         (TENSOR, tensor.ptr),
-                         (GROUP, b.load(_field(b, state, COMMITTED), typ=I32))):
-        b.store(value, _field(b, state, ENTRIES, length, index))
-    _write_args(em, _field(b, state, ENTRIES, length, ARGV, 0), tensor, coords)
-    b.store(b.add(length, ir.Constant(I32, 1)), _field(b, state, LENGTH))
+    index = STORES.enqueue(em, state, {FN: fn, SHARED: shared.ptr, OFFSET: offset,
+                                       TENSOR: tensor.ptr})
+    _write_args(em, STORES.field(b, state, ENTRIES, index, ARGV, 0), tensor, coords)
     return []
 
 
 def emit_bulk_commit(em, op):
-    b, state = em.b, _state(em)
-    committed = _field(b, state, COMMITTED)
-    b.store(b.add(b.load(committed, typ=I32), ir.Constant(I32, 1)), committed)
+    STORES.commit(em)
     return []
 
 
 def emit_bulk_wait(em, op):
-    b, state = em.b, _state(em)
-    committed = b.load(_field(b, state, COMMITTED), typ=I32)
-    limit = b.sub(committed, ir.Constant(I32, op.attrs["pending"]))
-    b.call(_drain_fn(em.mc), [state, limit])
+    STORES.wait(em, op.attrs["pending"])
     return []
 
 

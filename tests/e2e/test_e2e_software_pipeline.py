@@ -1,0 +1,74 @@
+"""``tj.range(..., pipeline=S)`` (passes/software_pipeline.py): a plain loop of
+``copy_async`` + reader becomes an S-stage cp.async ring, against torch, in both CPU
+lowerings. Per thread the CPU lands a cp.async chunk only when a wait retires its group,
+so a wrong wait count or a missing barrier reads a stale slot and fails here; the race
+detector checks the barriers the pass places."""
+import pytest
+import torch
+from e2e_helpers import make
+
+import tilejit as tj
+
+
+@tj.kernel
+def pipelined_gemm(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                   S: tj.constexpr):
+    a_s = tj.alloc_shared((BM, BK), A.dtype)
+    b_s = tj.alloc_shared((BK, BN), B.dtype)
+    acc = tj.fragment((BM, BN), tj.float32)
+    tj.fill(acc, 0.0)
+    m0 = tj.cta_id(0) * BM
+    n0 = tj.cta_id(1) * BN
+    for k in tj.range(tj.cdiv(A.shape[1], BK), pipeline=S):
+        tj.copy_async(a_s, A[m0:m0 + BM, k * BK:(k + 1) * BK], dispatch="cp.async")
+        tj.copy_async(b_s, B[k * BK:(k + 1) * BK, n0:n0 + BN], dispatch="cp.async")
+        tj.gemm(acc, a_s, b_s)
+    tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("k", [70, 48, 16, 5])   # ragged, a multiple of S*BK or not, < S*BK
+def test_pipelined_gemm_against_torch(stages, k):
+    gen = torch.Generator().manual_seed(stages * 100 + k)
+    m, n = 45, 37
+    A, B = make((m, k), "float16", gen, -3, 3), make((k, n), "float16", gen, -3, 3)
+    C = torch.zeros(m, n)
+    pipelined_gemm[(tj.cdiv(m, 32), tj.cdiv(n, 16))](A, B, C, BM=32, BN=16, BK=16, S=stages)
+    torch.testing.assert_close(C.double(), A.double() @ B.double())
+
+
+def test_the_trip_count_is_read_at_run_time():
+    """One compiled kernel (K is not specialized) runs for 1, S - 1, S and 5 S iterations."""
+    gen = torch.Generator().manual_seed(9)
+    for k in (16, 32, 48, 240):
+        A, B = make((32, k), "float32", gen, -3, 3), make((k, 16), "float32", gen, -3, 3)
+        C = torch.zeros(32, 16)
+        pipelined_gemm[(1, 1)](A, B, C, BM=32, BN=16, BK=16, S=3)
+        torch.testing.assert_close(C.double(), A.double() @ B.double())
+
+
+@tj.kernel
+def pipelined_row_sums(x, out, CHUNK: tj.constexpr, S: tj.constexpr, START: tj.constexpr,
+                       STEP: tj.constexpr):
+    """out[r] = the sum of x[r, c] over the chunks START, START + STEP, ... of each row:
+    a streaming reduction through an S-slot ring, from a reader other than gemm."""
+    tile = tj.alloc_shared((4, CHUNK), x.dtype)
+    total = tj.fragment((4,), tj.float32)
+    tj.fill(total, 0.0)
+    r0 = tj.cta_id(0) * 4
+    for c in tj.range(START, tj.cdiv(x.shape[1], CHUNK), STEP, pipeline=S):
+        c0 = c * CHUNK
+        tj.copy_async(tile, x[r0:r0 + 4, c0:c0 + CHUNK], dispatch="cp.async")
+        tj.copy(total, total + tj.sum(tile, axis=1))
+    tj.copy(out[r0:r0 + 4], total)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("start,step", [(0, 1), (1, 2)])
+def test_pipelined_streaming_reduction(stages, start, step):
+    x = make((10, 300), "float32", torch.Generator().manual_seed(stages), -4, 4)
+    out = torch.zeros(10)
+    pipelined_row_sums[(tj.cdiv(10, 4),)](x, out, CHUNK=32, S=stages, START=start, STEP=step)
+    chunks = torch.arange(x.shape[1]) // 32
+    keep = (chunks >= start) & ((chunks - start) % step == 0)
+    torch.testing.assert_close(out.double(), (x.double() * keep).sum(1))

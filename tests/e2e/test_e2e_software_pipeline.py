@@ -72,3 +72,59 @@ def test_pipelined_streaming_reduction(stages, start, step):
     chunks = torch.arange(x.shape[1]) // 32
     keep = (chunks >= start) & ((chunks - start) % step == 0)
     torch.testing.assert_close(out.double(), (x.double() * keep).sum(1))
+
+
+@tj.kernel
+def pipelined_tma_gemm(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                       S: tj.constexpr):
+    """The same loop with tma copies: the ring completes on S full mbarriers."""
+    a_s = tj.alloc_shared((BM, BK), A.dtype)
+    b_s = tj.alloc_shared((BK, BN), B.dtype)
+    acc = tj.fragment((BM, BN), tj.float32)
+    tj.fill(acc, 0.0)
+    m0 = tj.cta_id(0) * BM
+    n0 = tj.cta_id(1) * BN
+    for k in tj.range(tj.cdiv(A.shape[1], BK), pipeline=S):
+        tj.copy_async(a_s, A[m0:m0 + BM, k * BK:(k + 1) * BK], dispatch="tma")
+        tj.copy_async(b_s, B[k * BK:(k + 1) * BK, n0:n0 + BN], dispatch="tma")
+        tj.gemm(acc, a_s, b_s)
+    tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("k", [72, 48, 8])   # rows of a multiple of 16 bytes (tensor maps)
+def test_pipelined_tma_gemm_against_torch(stages, k):
+    gen = torch.Generator().manual_seed(stages * 10 + k)
+    m, n = 45, 40
+    A, B = make((m, k), "float16", gen, -3, 3), make((k, n), "float16", gen, -3, 3)
+    C = torch.zeros(m, n)
+    pipelined_tma_gemm[(tj.cdiv(m, 32), tj.cdiv(n, 16))](A, B, C, BM=32, BN=16, BK=16,
+                                                         S=stages)
+    torch.testing.assert_close(C.double(), A.double() @ B.double())
+    log = pipelined_tma_gemm.compile(A, B, C, BM=32, BN=16, BK=16, S=stages).dispatch_log
+    assert {r.rule for r in log if r.primitive == "copy_async"} == {"tma"}
+
+
+@tj.kernel
+def carried_sum(x, out, S: tj.constexpr):
+    """A scalar the loop carries, a start and a step: the ring keeps both."""
+    tile = tj.alloc_shared((8,), x.dtype)
+    acc = tj.fragment((8,), tj.float32)
+    tj.fill(acc, 0.0)
+    total = 0
+    for c in tj.range(1, x.shape[0] // 8, 2, pipeline=S):
+        tj.copy_async(tile, x[c * 8:c * 8 + 8], dispatch="cp.async")
+        tj.copy(acc, acc + tile)
+        total += c
+    tj.copy(out[0:8], acc)
+    if tj.thread_id() == 0:
+        out[8] = total
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_loop_carried_values_survive_the_rewrite(stages):
+    x = make((80,), "float32", torch.Generator().manual_seed(stages))
+    out = torch.zeros(9)
+    carried_sum[(1,)](x, out, S=stages)
+    torch.testing.assert_close(out[:8], x.view(10, 8)[1::2].sum(0))
+    assert out[8] == 1 + 3 + 5 + 7 + 9

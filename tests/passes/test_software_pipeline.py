@@ -61,6 +61,34 @@ def test_a_three_stage_ring_prologue_steady_state_and_guarded_tail():
     assert steady[body_end - 2] == "sync" and steady[body_end - 1] == "yield"
 
 
+@tj.kernel
+def tma_stream(x, out):
+    tile = tj.alloc_shared((8,), x.dtype)
+    acc = tj.fragment((8,), tj.float32)
+    tj.fill(acc, 0.0)
+    for c in tj.range(x.shape[0] // 8, pipeline=2):
+        tj.copy_async(tile, x[c * 8:c * 8 + 8], dispatch="tma")
+        tj.copy(acc, acc + tile)
+    tj.copy(out[0:8], acc)
+
+
+def test_tma_copies_complete_on_a_full_barrier_per_slot():
+    x = torch.zeros(64)
+    lines = _lines(_after_pass(tma_stream, x, x))
+    text = "\n".join(lines)
+    assert "%full = alloc_barrier {count = 2} : barrier<2>" in lines
+    assert len(re.findall(r"mbarrier_init\(%full, ", text)) == 2
+    assert any(re.fullmatch(r"if\(%\d+\) \{filter = \{axis = thread, lo = 0, hi = 1\}\} \{", line)
+               for line in lines)   # one thread inits, announces and issues
+    expects = re.findall(r"mbarrier_expect_tx\(%full, %\w+, %(\d+)\) \{arrive = true\}", text)
+    assert len(expects) == 2 and all(f"%{n} = const {{value = 32}} : i32" in lines
+                                     for n in expects)   # 8 floats: 32 bytes a slot
+    copies = re.findall(r"tile.copy_async\(%\d+, %\d+, %full, %\w+\) \{dispatch = \"tma\"\}", text)
+    assert len(copies) == 2
+    assert re.search(r"mbarrier_wait\(%full, %slot_1, %\d+\)", text)
+    assert "cp_async" not in text
+
+
 def test_the_pipelined_ir_round_trips_and_verifies():
     x = torch.zeros(64)
     text = _after_pass(stream, x, x, S=2)
@@ -97,6 +125,16 @@ def with_barrier(x, out):
     for c in tj.range(x.shape[0] // 8, pipeline=2):
         tj.copy_async(tile, x[c * 8:c * 8 + 8], barrier=bar[0])
         tj.copy(out[c * 8:c * 8 + 8], tile)
+
+
+@tj.kernel
+def mixed(x, out):
+    a = tj.alloc_shared((8,), x.dtype)
+    b = tj.alloc_shared((8,), x.dtype)
+    for c in tj.range(x.shape[0] // 8, pipeline=2):
+        tj.copy_async(a, x[c * 8:c * 8 + 8], dispatch="tma")
+        tj.copy_async(b, x[c * 8:c * 8 + 8], dispatch="cp.async")
+        tj.copy(out[c * 8:c * 8 + 8], a)
 
 
 @tj.kernel
@@ -161,7 +199,9 @@ def runtime_step(x, out):
 
 @pytest.mark.parametrize("kernel, reason", [
     (no_copy, r"its body starts no tj.copy_async into a shared tile"),
-    (with_barrier, r"a copy_async with barrier= completes on the kernel's own mbarriers"),
+    (with_barrier, r"a copy_async with barrier= completes on the kernel's own mbarriers; "
+                   r"pipeline= places the barriers itself: drop barrier="),
+    (mixed, r"its copies mix dispatch=\"tma\" \(mbarrier completion\) with other families"),
     (read_after, r"stage buffer tile is used outside the loop \(line \d+\)"),
     (written_twice, r"stage buffer tile is written in the loop by more than its copy"),
     (indirect, r"the source of the copy at line \d+ depends on `load` at line \d+, "

@@ -19,15 +19,20 @@ leading dim of S slots and rewrites the loop into (``n`` its trip count)::
 The guarded copies are the epilogue: the last S-1 iterations issue nothing, and a trip
 count below S (or a run-time one) needs no other case. The copies keep their family
 (``dispatch=``): with ``cp.async`` they overlap the body; the immediate family completes at
-once and the commit/wait do nothing. A loop this cannot rewrite is a CompilationError at
-its line saying why; ``pipeline=1`` or None leaves the loop alone.
+once and the commit/wait do nothing. ``tma`` copies (one thread's, completing on an
+mbarrier) get S full barriers instead of groups: thread 0 initializes them, announces each
+issued stage's bytes (``mbarrier_expect_tx {arrive}``) and issues its copies on the slot's
+barrier, and iteration i waits on slot i % S with the round's parity (i // S) % 2 in place
+of the wait and the first sync. A loop this cannot rewrite is a CompilationError at its
+line saying why; ``pipeline=1`` or None leaves the loop alone.
 """
 from __future__ import annotations
 
 from ..errors import CompilationError
+from ..ir.attrs import FilterSpec
 from ..ir.builder import Builder
 from ..ir.core import Block, KernelIR, Operation, Value, walk
-from ..ir.types import MemScope
+from ..ir.types import MemScope, i32
 
 __all__ = ["run"]
 
@@ -65,6 +70,17 @@ class _Plan:
         self.buffers = [copy.operands[0] for copy in copies]
         self.sources = sources              # ids of the body ops the copies' sources need
         self.source_only = source_only      # ... of those, the ones nothing else needs
+        # tma copies complete on a ring of mbarriers; the others in commit/wait groups
+        self.tma = copies[0].attrs["dispatch"] == "tma"
+        self.nbytes = sum(copy.operands[0].type.dtype.itemsize * _size(copy.operands[0])
+                          for copy in copies)
+
+
+def _size(buf: Value) -> int:
+    size = 1
+    for extent in buf.type.shape:
+        size *= extent
+    return size
 
 
 def _uses(block: Block) -> dict[Value, list[Operation]]:
@@ -98,6 +114,9 @@ def _plan(loop: Operation, uses: dict) -> _Plan:
                 nested[0])
     if not copies:
         _refuse(loop, "its body starts no tj.copy_async into a shared tile")
+    if len({copy.attrs["dispatch"] == "tma" for copy in copies}) > 1:
+        _refuse(loop, "its copies mix dispatch=\"tma\" (mbarrier completion) with other "
+                "families (commit/wait groups)")
     position = {id(op): n for n, op in enumerate(body.ops)}
     sources = set().union(*(_check_stage_copy(loop, copy, uses, inside, position)
                             for copy in copies))
@@ -108,7 +127,7 @@ def _check_stage_copy(loop, copy, uses, inside, position):
     dst, src, *barrier = copy.operands
     if barrier:
         _refuse(loop, "a copy_async with barrier= completes on the kernel's own mbarriers; "
-                "pipeline= rings copies without barrier= (commit/wait groups)", copy)
+                "pipeline= places the barriers itself: drop barrier=", copy)
     alloc = dst.owner
     if not (isinstance(alloc, Operation) and alloc.name == "alloc"
             and alloc.attrs["scope"] is MemScope.SHARED and id(alloc) not in inside):
@@ -252,22 +271,48 @@ class _Rewrite:
         return slot
 
     def issue(self, plan: _Plan, b: Builder, iteration: Value, slot: Value, trip: Value,
-              values: dict):
-        """If ``iteration`` < ``trip``: its stage copies into ``slot``; then a commit."""
+              values: dict, full: Value | None):
+        """If ``iteration`` < ``trip``: its stage copies into ``slot``, then a commit
+        (cp.async groups); or, with ``full`` (tma), one thread announces the slot's bytes
+        on its full barrier and issues the copies, which complete there."""
+        guarded = _if(b, b.cmp("lt", iteration, trip))
+        with b.insert_into(guarded):
+            if full is None:
+                self.copies(plan, b, iteration, slot, values, ())
+            else:
+                with b.insert_into(_one_thread(b)):
+                    b.mbarrier_expect_tx(full, slot, b.const(plan.nbytes, i32), arrive=True)
+                    self.copies(plan, b, iteration, slot, values, (full, slot))
+                    b.yield_()
+            b.yield_()
+        if full is None:
+            b.create("cp_async_commit")
+
+    def copies(self, plan: _Plan, b: Builder, iteration: Value, slot: Value, values: dict,
+               completion: tuple) -> None:
+        """Iteration ``iteration``'s stage copies into ``slot``: their sources recomputed."""
         loop = plan.loop
         lb, _, step = (values.get(v, v) for v in loop.operands[:3])
-        _, then_block, else_block = b.if_(b.cmp("lt", iteration, trip))
-        with b.insert_into(then_block):
-            inner = dict(values)
-            inner[loop.regions[0].args[0]] = b.binary("add", lb, b.binary("mul", iteration, step))
-            self.slot_views(plan, b, slot, inner)
-            rest = {id(op) for op in loop.regions[0].ops} - plan.sources - \
-                {id(copy) for copy in plan.copies}
-            self.block(loop.regions[0], then_block, inner, skip=rest)
+        inner = dict(values)
+        inner[loop.regions[0].args[0]] = b.binary("add", lb, b.binary("mul", iteration, step))
+        self.slot_views(plan, b, slot, inner)
+        rest = {id(op) for op in loop.regions[0].ops} - plan.sources
+        self.block(loop.regions[0], b.block, inner, skip=rest)
+        for copy in plan.copies:
+            dst, src = (inner.get(v, v) for v in copy.operands[:2])
+            with b.at(copy.loc):
+                b.create("tile.copy_async", (dst, src, *completion), copy.attrs)
+
+    def ring_barriers(self, plan: _Plan, b: Builder) -> Value:
+        """The tma ring's full barriers, one per slot, initialized by one thread."""
+        full = b.alloc_barrier(plan.stages)
+        full.name_hint = "full"
+        with b.insert_into(_one_thread(b)):
+            for j in range(plan.stages):
+                b.mbarrier_init(full, b.const(j, i32), b.const(1, i32))
             b.yield_()
-        with b.insert_into(else_block):
-            b.yield_()
-        b.create("cp_async_commit")
+        b.sync()
+        return full
 
     def pipeline(self, plan: _Plan, b: Builder, values: dict) -> None:
         loop = plan.loop
@@ -277,9 +322,10 @@ class _Rewrite:
         one = b.const(1, index)
         trip = b.binary("floordiv", b.binary("sub", b.binary("add", b.binary("sub", ub, lb), step),
                                              one), step)
+        full = self.ring_barriers(plan, b) if plan.tma else None
         for j in range(plan.stages - 1):
             stage = b.const(j, index)
-            self.issue(plan, b, stage, stage, trip, values)
+            self.issue(plan, b, stage, stage, trip, values, full)
         new, body = b.for_(b.const(0, index), trip, one, inits, unroll=loop.attrs["unroll"])
         old_body = loop.regions[0]
         with b.insert_into(body):
@@ -288,12 +334,19 @@ class _Rewrite:
             inner = dict(values)
             inner.update(zip(old_body.args[1:], carried))
             ahead = b.binary("add", i, b.const(plan.stages - 1, index))
-            self.issue(plan, b, ahead, self.slot(plan, b, ahead), trip, inner)
-            b.create("cp_async_wait", (), {"pending": plan.stages - 1})
-            b.sync()
+            self.issue(plan, b, ahead, self.slot(plan, b, ahead), trip, inner, full)
+            if full is None:
+                b.create("cp_async_wait", (), {"pending": plan.stages - 1})
+                b.sync()
+                slot = self.slot(plan, b, i)
+            else:   # the slot's phase flips once per round of S iterations
+                slot = self.slot(plan, b, i)
+                stages = b.const(plan.stages, index)
+                parity = b.binary("mod", b.binary("floordiv", i, stages), b.const(2, index))
+                b.mbarrier_wait(full, slot, parity)
             inner[old_body.args[0]] = b.binary("add", lb, b.binary("mul", i, step))
             inner[old_body.args[0]].name_hint = old_body.args[0].name_hint
-            self.slot_views(plan, b, self.slot(plan, b, i), inner)
+            self.slot_views(plan, b, slot, inner)
             skip = plan.source_only | {id(copy) for copy in plan.copies}
             self.block(old_body, body, inner, skip=skip | {id(old_body.ops[-1])})
             b.sync()
@@ -301,3 +354,17 @@ class _Rewrite:
         for old, fresh in zip(loop.results, new.results):
             fresh.name_hint = old.name_hint
             values[old] = fresh
+
+
+def _if(b: Builder, cond: Value, filter: FilterSpec | None = None) -> Block:
+    """An ``if`` without results or else branch: its then block, still to be ended."""
+    _, then_block, else_block = b.if_(cond, filter=filter)
+    with b.insert_into(else_block):
+        b.yield_()
+    return then_block
+
+
+def _one_thread(b: Builder) -> Block:
+    """The then block of ``if tj.thread_id() == 0``."""
+    first = b.cmp("eq", b.thread_index("thread_id"), b.const(0, i32))
+    return _if(b, first, FilterSpec("thread", 0, 1))

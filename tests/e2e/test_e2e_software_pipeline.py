@@ -128,3 +128,29 @@ def test_loop_carried_values_survive_the_rewrite(stages):
     carried_sum[(1,)](x, out, S=stages)
     torch.testing.assert_close(out[:8], x.view(10, 8)[1::2].sum(0))
     assert out[8] == 1 + 3 + 5 + 7 + 9
+
+
+@tj.kernel
+def gemm_on_halves(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
+                   S: tj.constexpr):
+    """Readers of views of the stage buffers: each view becomes a view of the slot."""
+    a_s = tj.alloc_shared((BM, BK), A.dtype)
+    b_s = tj.alloc_shared((BK, BN), B.dtype)
+    acc = tj.fragment((BM, BN), tj.float32)
+    tj.fill(acc, 0.0)
+    m0 = tj.cta_id(0) * BM
+    n0 = tj.cta_id(1) * BN
+    for k in tj.range(tj.cdiv(A.shape[1], BK), pipeline=S):
+        tj.copy_async(a_s, A[m0:m0 + BM, k * BK:(k + 1) * BK], dispatch="cp.async")
+        tj.copy_async(b_s, B[k * BK:(k + 1) * BK, n0:n0 + BN], dispatch="cp.async")
+        tj.gemm(acc, a_s[:, 0:BK // 2], b_s[0:BK // 2, :])
+        tj.gemm(acc, a_s[:, BK // 2:BK], b_s[BK // 2:BK, :])
+    tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
+
+
+def test_views_of_stage_buffers_read_the_slot():
+    gen = torch.Generator().manual_seed(3)
+    A, B = make((45, 70), "float16", gen, -3, 3), make((70, 37), "float16", gen, -3, 3)
+    C = torch.zeros(45, 37)
+    gemm_on_halves[(2, 3)](A, B, C, BM=32, BN=16, BK=16, S=3)
+    torch.testing.assert_close(C.double(), A.double() @ B.double())

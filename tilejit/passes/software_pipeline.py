@@ -134,19 +134,23 @@ def _check_stage_copy(loop, copy, uses, inside, position):
         _refuse(loop, "a stage copy's dst must be a whole shared tile allocated before the "
                 "loop", copy)
     if alloc.attrs["layout"] is not None or alloc.attrs["offset"] is not None:
-        _refuse(loop, f"stage buffer {dst.name_hint or ''} has a layout of its own; the pass "
-                "adds the stage dim to a plain shared tile", copy)
+        _refuse(loop, f"stage buffer {_name(dst)} has a layout of its own; the pass adds the "
+                "stage dim to a plain shared tile", copy)
     for user in uses.get(dst, ()):
         if user is copy:
             continue
         if id(user) not in inside:
-            _refuse(loop, f"stage buffer {dst.name_hint} is used outside the loop", user)
+            _refuse(loop, f"stage buffer {_name(dst)} is used outside the loop", user)
         if _writes(user, dst, uses):
-            _refuse(loop, f"stage buffer {dst.name_hint} is written in the loop by more than "
-                    "its copy", user)
+            _refuse(loop, f"stage buffer {_name(dst)} is written in the loop by more than its "
+                    "copy", user)
         if position.get(id(_top(user, loop)), 0) < position[id(copy)]:
-            _refuse(loop, f"stage buffer {dst.name_hint} is read before its copy", user)
+            _refuse(loop, f"stage buffer {_name(dst)} is read before its copy", user)
     return _check_source(loop, copy, src)
+
+
+def _name(buf: Value) -> str:
+    return buf.name_hint or f"allocated at line {buf.owner.loc.line}"
 
 
 def _writes(op: Operation, buf: Value, uses: dict) -> bool:

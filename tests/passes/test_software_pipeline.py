@@ -46,6 +46,7 @@ def test_a_three_stage_ring_prologue_steady_state_and_guarded_tail():
     commits = [n for n, line in enumerate(lines) if line == "cp_async_commit"]
     (loop,) = [n for n, line in enumerate(lines) if line.startswith("for(")]
     assert len(ring) == 3 and ring[0] < commits[0] < ring[1] < commits[1] < loop < ring[2]
+    assert all(lines[n + 1] == "sync" for n in commits[:2])   # for sync-hazards (slots)
     # steady state: copies for iteration i + 2 into slot (i + 2) % 3, then wait for i
     steady = lines[loop:]
     assert steady[1] == "^(%c_iter: i64):"

@@ -8,6 +8,7 @@ leading dim of S slots and rewrites the loop into (``n`` its trip count)::
     for j in 0 .. S-2:                 # prologue: iterations 0 .. S-2 in flight
         if j < n: copy iteration j's tiles into slot j
         cp_async_commit
+        sync                           # (for sync-hazards: see pipeline())
     for i in range(n):                 # steady state
         if i + S-1 < n: copy iteration i+S-1's tiles into slot (i+S-1) % S
         cp_async_commit                # one group per iteration, empty near the end
@@ -330,6 +331,11 @@ class _Rewrite:
         for j in range(plan.stages - 1):
             stage = b.const(j, index)
             self.issue(plan, b, stage, stage, trip, values, full)
+            if full is None:
+                # Not for the hardware (the slots differ) but for sync-hazards, which tracks
+                # buffers, not slots: without it an auto_sync=False kernel is refused for
+                # a race between two stages' copies. Once per kernel, S - 1 barriers.
+                b.sync()
         new, body = b.for_(b.const(0, index), trip, one, inits, unroll=loop.attrs["unroll"])
         old_body = loop.regions[0]
         with b.insert_into(body):

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import addresses, dispatch, fusion, layout_inference, scope_analysis
-from . import shared_plan, sync_hazards
+from . import shared_plan, software_pipeline, sync_hazards
 from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
@@ -30,6 +30,7 @@ Pass = Callable[[KernelIR], KernelIR]
 
 # Later stages (dispatch, loop generation, ...) append here, in the order they run.
 PIPELINE: list[tuple[str, Pass]] = [
+    ("software-pipeline", software_pipeline.run),        # tj.range(pipeline=S) loops
     ("scope-analysis", scope_analysis.run),
     ("infer-fragment-layouts", layout_inference.run),    # per-thread kernels only
     ("sync-hazards", sync_hazards.run),

@@ -49,6 +49,24 @@ def barrier(x, out):
 
 
 @tj.kernel
+def shuffled(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 64), tj.float32)
+        tj.copy(t, x[0:128, 0:64])
+        if tj.shuffle(tj.cta_id(0), 1, "xor") == 0:
+            tj.copy(out[0:128, 0:64], t)
+
+
+@tj.kernel
+def elected(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 64), tj.float32)
+        tj.copy(t, x[0:128, 0:64])
+        if tj.elect_sync():
+            tj.copy(out[0:128, 0:64], t)
+
+
+@tj.kernel
 def scan(x, out):
     with tj.thread():
         t = tj.alloc_shared((128, 64), tj.float32)
@@ -189,6 +207,15 @@ def test_a_barrier_is_refused_at_its_line():
     with pytest.raises(CompilationError, match="NKI has no barriers") as info:
         barrier.compile(spec(128, 64), spec(128, 64), target="nki")
     _located(info.value, "tj.sync()")
+
+
+@pytest.mark.parametrize("kernel, message, text", [
+    (shuffled, "warp_shuffle cannot run on the nki target: NKI has no warps", "tj.shuffle("),
+    (elected, "elect_sync cannot run on the nki target: NKI has no warps", "tj.elect_sync()")])
+def test_a_warp_op_is_refused_at_its_line(kernel, message, text):
+    with pytest.raises(CompilationError, match=message) as info:
+        kernel.compile(spec(128, 64), spec(128, 64), target="nki")
+    _located(info.value, text)
 
 
 def test_launching_for_nki_says_where_the_module_runs(paper):

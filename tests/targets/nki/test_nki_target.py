@@ -183,6 +183,25 @@ def test_a_gemm_into_psum_accumulates_in_place_and_drains_through_sbuf():
     np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("n, chunk", [(768, 256), (600, 8), (1024, 512)])
+def test_matmuls_into_a_psum_tile_each_write_inside_one_bank(n, chunk):
+    """A matmul's dst lies in one 2 KiB bank (512 f32): N = 768 in chunks of 384 would
+    straddle banks 0 and 1 with its second chunk, so the rule takes 256; N = 600 has no
+    aligned chunk above 8 (the tile's banks hold 512 and 88 columns)."""
+    compiled = psum_gemm.compile(spec(128, 96), spec(128, n), spec(96, n), M=96, N=n, K=128,
+                                 target="nki")
+    gemm = next(r for r in compiled.dispatch_log if r.primitive == "gemm")
+    assert gemm.shape == (96, chunk, 128)
+    assert (f"nisa.nc_matmul(dst=acc[0:96, n * {chunk}:n * {chunk} + {chunk}], stationary=A, "
+            f"moving=B[0:128, n * {chunk}:n * {chunk} + {chunk}], accumulate=False)"
+            in lines(compiled.asm["nki"]))
+    rng = np.random.default_rng(n)
+    at = rng.standard_normal((128, 96), dtype=np.float32)
+    b = rng.standard_normal((128, n), dtype=np.float32)
+    c = reference.run(compiled.asm["nki"], "psum_gemm", at, b, strict_reads=True)
+    np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
+
+
 def _located(err, text: str) -> None:
     """The error points at the kernel line holding ``text``."""
     assert err.loc is not None and err.loc.file == __file__

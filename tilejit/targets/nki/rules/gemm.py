@@ -15,7 +15,8 @@ matches the operands' digits (``tiles.py``) against that pattern:
    they accumulate into one PSUM tile). A free digit longer than the instruction allows
    is cut into chunks.
 
-C in PSUM is accumulated in place; C in SBUF gets a PSUM tile per output tile (one bank:
+C in PSUM is accumulated in place, cut into matmuls that each write inside one 2 KiB bank
+(the largest even chunk of N that never straddles two: 256 for N = 768, not 384); C in SBUF gets a PSUM tile per output tile (one bank:
 at most 512 f32) that the K loop accumulates and ``tensor_copy`` (``accum=True``: an add)
 drains into C. Instruction shape: ``(M, N, K)`` of one ``nc_matmul`` (``swapped``: M is
 C's N). The dispatch record's note names the roles and the loops.
@@ -23,12 +24,14 @@ C's N). The dispatch record's note names the roles and the loops.
 from __future__ import annotations
 
 from tilejit.ir.types import MemScope, bf16, f8e4m3, f8e5m2, f16, f32
-from tilejit.layout.hw_trainium import psum_layout
+from tilejit.layout.hw_trainium import PSUM_BANK_BYTES, psum_layout
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 
 from ..ops import MATMUL_FREE
-from .common import Keep, named, nest, on_chip_region, past_first, placed, scope_reasons
+from ..tiles import Digit
+from .common import (Keep, Placed, named, nest, on_chip_region, past_first, placed,
+                     scope_reasons)
 
 __all__ = ["NC_MATMUL"]
 
@@ -46,6 +49,20 @@ def _dims(call: PrimitiveCall, name: str) -> tuple[str, str]:
 def _chunks(extent: int, limit: int) -> list[int]:
     """Instruction sizes that cut ``extent`` evenly, at most ``limit``, largest first."""
     return [c for c in range(min(extent, limit), 0, -1) if extent % c == 0]
+
+
+def _in_one_bank(c: Placed, f_digit: Digit, chunk: int) -> bool:
+    """Every matmul into PSUM tile ``c`` that covers ``chunk`` indices of ``f_digit`` writes
+    inside one 2 KiB bank (a matmul's dst cannot straddle two): the f32 offsets on ``F``
+    that each dst region starts at, over every index of C's other free digits."""
+    bank = PSUM_BANK_BYTES // f32.itemsize
+    strides = c.tile.strides
+    starts = [0]
+    for g in (g for group in c.digits for g in group if g.dim > 0):
+        steps = range(0, g.extent, chunk) if g is f_digit else range(g.extent)
+        starts = [s + (g.base + i) * strides[g.dim] for s in starts for i in steps]
+    span = (chunk - 1) * strides[f_digit.dim]
+    return all(s // bank == (s + span) // bank for s in starts)
 
 
 def _match(ops: dict, call: PrimitiveCall):
@@ -113,7 +130,9 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     digit = {letter: sides["C" if letter != "K" else "A"][letter][j]
              for letter, j in match["picks"].items()}
     m, k = digit[p_side].extent, digit["K"].extent
-    shapes = [(m, n, k) for n in _chunks(digit[f_side].extent, MATMUL_FREE["moving"])]
+    # C in PSUM: only chunks whose matmuls each stay in one bank (a chunk of 1 always does)
+    shapes = [(m, n, k) for n in _chunks(digit[f_side].extent, MATMUL_FREE["moving"])
+              if c.role is not MemScope.PSUM or _in_one_bank(ops["C"], digit[f_side], n)]
     loops = {letter: call["C"].shape[_dims(call, "C").index(letter)] if letter != "K"
              else a.shape[_dims(call, "A").index("K")] for letter in "MNK"}
     hw = {p_side: m, f_side: shapes[0][1], "K": k}

@@ -10,6 +10,7 @@ import torch
 import tilejit as tj
 from tilejit.errors import CompilationError, DispatchError
 from tilejit.kernels import nki_gemm
+from tilejit.layout import TileLayout
 
 reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
@@ -183,7 +184,7 @@ def test_a_gemm_into_psum_accumulates_in_place_and_drains_through_sbuf():
     np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("n, chunk", [(768, 256), (600, 8), (1024, 512)])
+@pytest.mark.parametrize("n, chunk", [(768, 256), (600, 8)])
 def test_matmuls_into_a_psum_tile_each_write_inside_one_bank(n, chunk):
     """A matmul's dst lies in one 2 KiB bank (512 f32): N = 768 in chunks of 384 would
     straddle banks 0 and 1 with its second chunk, so the rule takes 256; N = 600 has no
@@ -200,6 +201,44 @@ def test_matmuls_into_a_psum_tile_each_write_inside_one_bank(n, chunk):
     b = rng.standard_normal((128, n), dtype=np.float32)
     c = reference.run(compiled.asm["nki"], "psum_gemm", at, b, strict_reads=True)
     np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_psum_tile_of_two_banks_is_p_by_bank_by_f_and_each_matmul_writes_one_bank():
+    compiled = psum_gemm.compile(spec(128, 96), spec(128, 1024), spec(96, 1024), M=96,
+                                 N=1024, K=128, target="nki")
+    gemm = next(r for r in compiled.dispatch_log if r.primitive == "gemm")
+    assert (gemm.shape, gemm.note) == ((96, 512, 128),
+                                       "A stationary, B moving; outer loops M 1, N 2, K 1")
+    source = lines(compiled.asm["nki"])
+    assert "acc = nl.ndarray((96, 2, 512), dtype=nl.float32, buffer=nl.psum)" in source
+    # B's N [1024] is cut as the PSUM tile's [2 banks, 512]: the bank loop steps 512 columns
+    assert after(source, "tj.gemm(acc, A, B, transpose_a=True, accum=False)", 2) == [
+        "for n in nl.affine_range(2):",
+        "nisa.nc_matmul(dst=acc[0:96, n, 0:512], stationary=A, "
+        "moving=B[0:128, n * 512:n * 512 + 512], accumulate=False)"]
+    assert after(source, "tj.copy(C, acc)", 2) == [
+        "for i1 in nl.affine_range(2):",
+        "nisa.tensor_copy(dst=C[0:96, i1 * 512:i1 * 512 + 512], src=acc[0:96, i1, 0:512])"]
+    rng = np.random.default_rng(3)
+    at = rng.standard_normal((128, 96), dtype=np.float32)
+    b = rng.standard_normal((128, 1024), dtype=np.float32)
+    c = reference.run(compiled.asm["nki"], "psum_gemm", at, b, strict_reads=True)
+    np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
+
+
+@tj.kernel
+def banked_sbuf(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 1024), tj.float32,
+                            layout=TileLayout.parse("(128,2,512):(1@P,1@Bank,1@F)"))
+        tj.copy(t, x[0:128, 0:1024])
+        tj.copy(out[0:128, 0:1024], t)
+
+
+def test_an_sbuf_tile_on_banks_is_declined_saying_banks_are_psums():
+    with pytest.raises(DispatchError, match=r"Bank: PSUM tiles only") as info:
+        banked_sbuf.compile(spec(128, 1024), spec(128, 1024), target="nki")
+    _located(info.value, "tj.copy(t, x[0:128, 0:1024])")
 
 
 def _located(err, text: str) -> None:

@@ -324,6 +324,31 @@ def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
         verify(parse_kernel(text))
 
 
+STRADDLE = """kernel @bad() {num_warps = 1} loc("/k.py":1:0) {
+  %acc = alloc {scope = psum, dtype = f32, shape = [128, 768]} :
+         buffer<psum, f32, [128, 768]> loc(2:4)
+  %a = alloc {scope = shared, dtype = f32, shape = [128, 128]} :
+       buffer<shared, f32, [128, 128]> loc(3:4)
+  %b = alloc {scope = shared, dtype = f32, shape = [128, 384]} :
+       buffer<shared, f32, [128, 384]> loc(4:4)
+  %zero = const {value = 0} : i32 loc(5:4)
+  %start = const {value = START} : i32 loc(5:4)
+  %dst = region(%acc, %zero, %start) {sizes = [128, 384], keep = [true, true]} :
+         region<buffer<psum, f32, [128, 768]>, [128, 384]> loc(5:4)
+  nki.matmul(%dst, %a, %b) loc(5:4)
+}"""
+
+
+def test_the_verifier_refuses_a_matmul_writing_across_two_psum_banks():
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.ir.verifier import verify
+    importlib.import_module("tilejit.targets.nki.ops")
+    verify(parse_kernel(STRADDLE.replace("START", "0")))    # elements 0..383: bank 0
+    with pytest.raises(CompilationError, match=r"dst covers f32 elements 384\.\.767 of each "
+                                               r"partition, across two 2048-byte PSUM banks"):
+        verify(parse_kernel(STRADDLE.replace("START", "384")))
+
+
 @tj.kernel
 def ragged_exp(x, out, R: tj.constexpr, N: tj.constexpr):
     with tj.thread():

@@ -250,10 +250,9 @@ def affine_select_check(call: PrimitiveCall) -> Plan | Decline:
     return _tile_plan(tiles[0], tiles[1:])
 
 
-def select_tiles(em: Emitter, dst: Placed, on_true: Placed, pred: Predicate, on_false,
-                 t: Tiling) -> None:
-    """dst = on_true where ``pred`` holds (over dst's logical indices), else ``on_false``:
-    one ``affine_select`` per tile of ``t``."""
+def select_tiles(em: Emitter, pred: Predicate, on_false, t: Tiling) -> None:
+    """t's dst = its one source where ``pred`` holds (over dst's logical indices), else
+    ``on_false``: one ``affine_select`` per tile of ``t``."""
     def emit(out, regions, picks):
         multiplier, pattern, offset = _instruction(em, t.dst, pred.value, t.part, t.free, picks)
         em.b.create("nki.affine_select", (out, regions[0], offset),
@@ -269,13 +268,12 @@ def over(pred: Predicate, shape: tuple, to: tuple) -> Predicate:
 
 
 def affine_select_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    on_true, on_false, negated = _select_sides(call)
+    _, on_false, negated = _select_sides(call)
     pred = predicate_of(call, call["cond"].value)
-    dst = placed(call["dst"])
-    pred = over(pred, tuple(call["cond"].shape), tuple(dst.operand.shape))
+    pred = over(pred, tuple(call["cond"].shape), tuple(call["dst"].shape))
     if negated:
         pred = Predicate(pred.value, NEGATED[pred.cmp])
-    select_tiles(em, dst, placed(on_true), pred, on_false, plan.details["tiling"])
+    select_tiles(em, pred, on_false, plan.details["tiling"])
 
 
 # ------------------------------------------------------------------------ iota

@@ -207,7 +207,7 @@ def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
               em.b.create("nki.memset", (out, em.const(value, chip.dtype))))
     nest(em, loops, body)
     if plan.details["fill"] and pred:
-        select_tiles(em, p, p, pred, value, t)
+        select_tiles(em, pred, value, t)
 
 
 def _turn(em: Emitter, dst, src, shape, dtype) -> None:

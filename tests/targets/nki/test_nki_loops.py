@@ -3,8 +3,10 @@ carries one (a PSUM accumulation whose first K step overwrites, the online softm
 running max / sum / output across key blocks, a tile the kernel reuses per row block) is
 printed as ``nl.sequential_range``, and the reference's shuffled ``nl.affine_range``
 would catch a wrong choice: each such loop, mutated into ``nl.affine_range`` in the
-emitted text, makes the reference raise or give a wrong answer. The loops a rule prints
-as ``nl.affine_range`` run shuffled there and still give torch's answer."""
+emitted text, makes the reference raise or give a wrong answer. The loops printed as
+``nl.affine_range`` (by a rule, or by the ``nki-independent-loops`` pass for a kernel loop
+whose tiles are allocated inside it and whose writes move apart) run shuffled there and
+still give torch's answer."""
 import math
 
 import numpy as np
@@ -41,6 +43,36 @@ def psum_gemm(at, b, c, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr):
         tj.gemm(acc, A, B, transpose_a=True, accum=False)
         tj.copy(C, acc)
         tj.copy(c[0:M, 0:N], C)
+
+
+@tj.kernel
+def reused_tiles(x, out, R: tj.constexpr, N: tj.constexpr):
+    """Row softmax with its tiles allocated once, outside the row-block loop: every block
+    reuses them, so the loop is sequential."""
+    with tj.thread():
+        t = tj.alloc_shared((128, N), tj.float32)
+        row_max = tj.alloc_shared((128, 1), tj.float32)
+        row_sum = tj.alloc_shared((128, 1), tj.float32)
+        for r in range(R // 128):
+            tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
+            tj.reduce(row_max, t, "max", axis=1)
+            tj.sub(t, t, row_max)
+            tj.exp(t, t)
+            tj.reduce(row_sum, t, "sum", axis=1)
+            tj.div(t, t, row_sum)
+            tj.copy(out[r * 128:r * 128 + 128, 0:N], t)
+
+
+@tj.kernel
+def overlapping_rows(x, out, R: tj.constexpr, N: tj.constexpr):
+    """Each block's tiles are its own, but block r writes rows r * 64 .. r * 64 + 127 of
+    ``out``, half of them again in block r + 1: the blocks' order decides the result."""
+    with tj.thread():
+        for r in range(R // 64 - 1):
+            t = tj.alloc_shared((128, N), tj.float32)
+            tj.copy(t, x[r * 64:r * 64 + 128, 0:N])
+            tj.exp(t, t)
+            tj.copy(out[r * 64:r * 64 + 128, 0:N], t)
 
 
 def loops(source: str, kind: str) -> list[int]:
@@ -84,14 +116,23 @@ def attention_case():
     return compiled.asm["nki"], "attention", (q, k, v), want
 
 
-def softmax_case():
-    compiled = softmax.compile(spec(256, 64), spec(256, 64), R=256, N=64, target="nki")
+def softmax_case(kernel=softmax):
+    compiled = kernel.compile(spec(256, 64), spec(256, 64), R=256, N=64, target="nki")
     x = randn(256, 64)
-    return compiled.asm["nki"], "softmax", (x,), torch.softmax(torch.from_numpy(x), 1).numpy()
+    return (compiled.asm["nki"], kernel.__name__, (x,),
+            torch.softmax(torch.from_numpy(x), 1).numpy())
 
 
-CASES = {"psum gemm K loop": psum_case, "attention key, query, head loops": attention_case,
-         "softmax row-block loop": softmax_case}
+def overlapping_case():
+    compiled = overlapping_rows.compile(spec(256, 64), spec(256, 64), R=256, N=64,
+                                        target="nki")
+    x = randn(256, 64)
+    return compiled.asm["nki"], "overlapping_rows", (x,), np.exp(x)
+
+
+CASES = {"psum gemm K loop": psum_case, "attention key loop": attention_case,
+         "row-block loop over reused tiles": lambda: softmax_case(reused_tiles),
+         "row-block loop writing overlapping rows": overlapping_case}
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -117,12 +158,30 @@ def test_the_psum_k_loop_is_sequential_because_its_first_step_overwrites():
 
 
 def test_the_online_softmax_state_crosses_key_blocks_in_a_sequential_loop():
-    source = attention_case()[0]
-    heads, queries, keys = (source.splitlines()[i].strip()
-                            for i in loops(source, "nl.sequential_range"))
-    assert keys == "for j in nl.sequential_range(2):"
-    assert (heads, queries) == ("for h in nl.sequential_range(2):",
-                                "for i in nl.sequential_range(2):")
+    source = attention_case()[0].splitlines()
+    assert [source[i].strip() for i in loops("\n".join(source), "nl.sequential_range")] == [
+        "for j in nl.sequential_range(2):"]
+    assert [source[i].strip() for i in loops("\n".join(source), "nl.affine_range")
+            if source[i].strip().startswith(("for h ", "for i "))] == [
+        "for h in nl.affine_range(2):", "for i in nl.affine_range(2):"]
+
+
+@pytest.mark.parametrize("kernel, kind", [(softmax, "nl.affine_range"),
+                                          (reused_tiles, "nl.sequential_range"),
+                                          (overlapping_rows, "nl.sequential_range")])
+def test_a_kernel_loop_is_affine_only_when_its_iterations_share_nothing(kernel, kind):
+    compiled = kernel.compile(spec(256, 64), spec(256, 64), R=256, N=64, target="nki")
+    source = compiled.asm["nki"].splitlines()
+    assert [line.strip() for line in source if line.strip().startswith("for r ")] == [
+        f"for r in {kind}({3 if kernel is overlapping_rows else 2}):"]
+
+
+def test_an_affine_kernel_loop_runs_shuffled_on_the_reference_as_torch_computes_it():
+    source, name, inputs, want = softmax_case()
+    state = reference.ReferenceRun("<nki:softmax>", seed=2, strict_reads=True)
+    got = reference.run(source, name, *inputs, state=state)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert state.affine_orders == [[1, 0]]   # the row blocks, second first
 
 
 def test_the_rules_independent_loops_run_shuffled_and_agree_with_numpy():

@@ -57,6 +57,7 @@ def _affine(value: Value, inside: set[int]) -> Affine | None:
 
 
 def _trips(loop: Operation) -> range | None:
+    """The values of ``loop``'s variable, where its bounds are numbers."""
     bounds = [v.owner.attrs["value"] if getattr(v.owner, "name", None) == "const" else None
               for v in loop.operands[:3]]
     return None if None in bounds else range(*bounds)
@@ -82,9 +83,9 @@ def _independent(loop: Operation) -> bool:
     body = loop.regions[0]
     iv, ops = body.args[0], list(walk(body))
     inside = {id(op) for op in ops}
-    step = _trips(loop)
+    trips = _trips(loop)
     inner = {op.regions[0].args[0]: _trips(op) for op in ops if op.name == "for"}
-    if step is None or any(not r for r in inner.values()):
+    if trips is None or any(not r for r in inner.values()):
         return False   # run-time bounds, or an inner loop that never runs
     writes: dict[Value, list] = {}   # tensor -> per write, per dim: its span
     for op in ops:
@@ -104,7 +105,7 @@ def _independent(loop: Operation) -> bool:
             affine = _affine(start, inside)
             spans.append(None if affine is None else _span(affine, size, iv, inner))
         writes.setdefault(root, []).append(spans)
-    return all(_apart(spans, step.step) for spans in writes.values())
+    return all(_apart(spans, trips.step) for spans in writes.values())
 
 
 def _apart(writes: list[list], step: int) -> bool:

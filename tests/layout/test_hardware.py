@@ -339,6 +339,14 @@ def test_sbuf_partition_dim_offsets_and_split():
 def test_psum_and_trainium_errors():
     assert hw.psum_layout((128, 512)).equivalent(TileLayout(S[(128, 512):(1 @ P, 1 @ F)]))
     hw.psum_layout((128, 4096))                         # 16 KiB per partition: fits
+    # P x Bank x F: whole 2 KiB banks on Bank, F inside one (512 f32, 1024 bf16)
+    assert hw.psum_layout((128, 1024)).equivalent(
+        TileLayout.parse("(128,2,512):(1@P,1@Bank,1@F)"))
+    assert hw.psum_layout((128, 4, 512)).equivalent(
+        TileLayout.parse("(128,4,512):(1@P,1@Bank,1@F)"))
+    assert hw.psum_layout((128, 2048), dtype="bfloat16").equivalent(
+        TileLayout.parse("(128,2,1024):(1@P,1@Bank,1@F)"))
+    assert hw.psum_layout((128, 768)).equivalent(TileLayout(S[(128, 768):(1 @ P, 1 @ F)]))
     bad = [
         lambda: hw.psum_layout((128, 4097)),            # > 16 KiB of fp32 per partition
         lambda: hw.sbuf_layout((128, 50000), dtype="float32"),   # > 192 KiB

@@ -17,24 +17,24 @@ KEYS_ON_P = sbuf_layout((128, 128), partition_dim=1)       # [queries, keys]: ke
 def attention(q, k, v, out, H: tj.constexpr, S: tj.constexpr, D: tj.constexpr,
               scale: tj.constexpr, causal: tj.constexpr = False):
     with tj.thread():
-        Q = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
-        K = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
-        V = tj.alloc_shared((128, D), tj.float32)
-        s = tj.alloc_shared((128, 128), tj.float32)
-        p_t = tj.alloc_shared((128, 128), tj.float32, layout=KEYS_ON_P)
-        o = tj.alloc_shared((128, D), tj.float32)
-        m = tj.alloc_shared((128, 1), tj.float32)        # running row max
-        m_new = tj.alloc_shared((128, 1), tj.float32)
-        l = tj.alloc_shared((128, 1), tj.float32)        # running row sum
-        rescale = tj.alloc_shared((128, 1), tj.float32)
-        block_sum = tj.alloc_shared((128, 1), tj.float32)
         for h in range(H):
-            for i in range(S // 128):
+            for i in range(S // 128):   # query blocks apart; the key loop carries m, l, o
+                Q = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
+                o = tj.alloc_shared((128, D), tj.float32)
+                m = tj.alloc_shared((128, 1), tj.float32)        # running row max
+                l = tj.alloc_shared((128, 1), tj.float32)        # running row sum
                 tj.copy(Q, q[h, i * 128:i * 128 + 128, 0:D])
                 tj.fill(m, -30000.0)
                 tj.fill(l, 0.0)
                 tj.fill(o, 0.0)
                 for j in range(S // 128):
+                    K = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
+                    V = tj.alloc_shared((128, D), tj.float32)
+                    s = tj.alloc_shared((128, 128), tj.float32)
+                    p_t = tj.alloc_shared((128, 128), tj.float32, layout=KEYS_ON_P)
+                    m_new = tj.alloc_shared((128, 1), tj.float32)
+                    rescale = tj.alloc_shared((128, 1), tj.float32)
+                    block_sum = tj.alloc_shared((128, 1), tj.float32)
                     tj.copy(K, k[h, j * 128:j * 128 + 128, 0:D])
                     tj.copy(V, v[h, j * 128:j * 128 + 128, 0:D])
                     tj.gemm(s, Q, K, transpose_b=True, accum=False)

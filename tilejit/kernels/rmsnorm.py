@@ -7,12 +7,12 @@ import tilejit as tj
 @tj.kernel
 def rmsnorm(x, w, out, R: tj.constexpr, N: tj.constexpr, eps: tj.constexpr = 1e-6):
     with tj.thread():
-        t = tj.alloc_shared((128, N), tj.float32)
-        sq = tj.alloc_shared((128, N), tj.float32)
         weight = tj.alloc_shared((128, N), tj.float32)
-        ms = tj.alloc_shared((128, 1), tj.float32)
         tj.copy(weight, w[0:128, 0:N])
-        for r in range(R // 128):
+        for r in range(R // 128):   # tiles allocated per block: the blocks are independent
+            t = tj.alloc_shared((128, N), tj.float32)
+            sq = tj.alloc_shared((128, N), tj.float32)
+            ms = tj.alloc_shared((128, 1), tj.float32)
             tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
             tj.mul(sq, t, t)
             tj.reduce(ms, sq, "sum", axis=1)

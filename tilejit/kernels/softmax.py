@@ -5,10 +5,10 @@ import tilejit as tj
 @tj.kernel
 def softmax(x, out, R: tj.constexpr, N: tj.constexpr):
     with tj.thread():
-        t = tj.alloc_shared((128, N), tj.float32)
-        row_max = tj.alloc_shared((128, 1), tj.float32)
-        row_sum = tj.alloc_shared((128, 1), tj.float32)
-        for r in range(R // 128):
+        for r in range(R // 128):   # tiles allocated per block: the blocks are independent
+            t = tj.alloc_shared((128, N), tj.float32)
+            row_max = tj.alloc_shared((128, 1), tj.float32)
+            row_sum = tj.alloc_shared((128, 1), tj.float32)
             tj.copy(t, x[r * 128:r * 128 + 128, 0:N])
             tj.reduce(row_max, t, "max", axis=1)
             tj.sub(t, t, row_max)

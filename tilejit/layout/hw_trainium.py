@@ -107,7 +107,32 @@ def sbuf_layout(shape, partition_dim: int = 0, *, dtype=None, num_partitions=Non
 
 def psum_layout(shape, partition_dim: int = 0, *, dtype="float32", num_partitions=None,
                 partition_offset: int = 0, free_offset: int = 0):
-    """PSUM tile layout (same mapping as :func:`sbuf_layout`); the per-partition footprint
-    must fit the 16 KiB of PSUM (8 banks x 2 KiB; one matmul output tile fits one bank)."""
-    return _pf_layout("psum_layout", shape, partition_dim, dtype, num_partitions,
-                      partition_offset, free_offset, PSUM_PARTITION_BYTES)
+    """PSUM tile layout: ``P`` x ``Bank`` x ``F``, the mapping of :func:`sbuf_layout` with
+    whole 2 KiB banks on ``Bank`` (``(128, 1024)`` f32 is ``(128,2,512):(1@P,1@Bank,1@F)``);
+    the per-partition footprint must fit the 16 KiB of PSUM (8 banks; one matmul output
+    tile fits one bank)."""
+    layout = _pf_layout("psum_layout", shape, partition_dim, dtype, num_partitions,
+                        partition_offset, free_offset, PSUM_PARTITION_BYTES)
+    return _on_banks(layout, PSUM_BANK_BYTES // dtype_bytes(dtype or "float32"))
+
+
+def _on_banks(layout, bank: int):
+    """``layout`` with the free offsets of whole banks (``bank`` elements each) on ``Bank``:
+    ``P`` x ``Bank`` x ``F``, ``F`` inside one bank. A tile of one bank or less, with a free
+    offset, or whose free iters do not split at a bank's end stays on ``F`` alone."""
+    shard = layout.shard
+    free = [it for it in shard if it.axis.name == "F"]
+    if layout.offset or sum((it.extent - 1) * it.stride for it in free) < bank:
+        return layout
+    iters = []
+    for it in shard:
+        e, st, a = it.extent, it.stride, it.axis.name
+        if a != "F" or st * e <= bank:
+            iters.append((e, st, a))
+        elif st % bank == 0:
+            iters.append((e, st // bank, "Bank"))
+        elif bank % st == 0 and e % (bank // st) == 0:   # the iter crosses a bank's end
+            iters += [(e // (bank // st), 1, "Bank"), (bank // st, st, "F")]
+        else:
+            return layout
+    return _layout(iters)

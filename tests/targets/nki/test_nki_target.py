@@ -1,6 +1,7 @@
 """The nki target: the TIRx paper's GEMM dispatched exactly (§5.3), the lines of NKI that
 matter, the module run on the numpy reference of the NKI subset against numpy, and what
 the target refuses, at the user's line."""
+import importlib
 import re
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 import tilejit as tj
 from tilejit.errors import CompilationError, DispatchError
 from tilejit.kernels import nki_gemm
+from tilejit.layout import TileLayout
 
 reference = pytest.importorskip(
     "nki_reference", reason="the NKI reference (tests/targets/nki/nki_reference.py) is absent")
@@ -46,6 +48,24 @@ def barrier(x, out):
         tj.copy(t, x[0:128, 0:64])
         tj.sync()
         tj.copy(out[0:128, 0:64], t)
+
+
+@tj.kernel
+def shuffled(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 64), tj.float32)
+        tj.copy(t, x[0:128, 0:64])
+        if tj.shuffle(tj.cta_id(0), 1, "xor") == 0:
+            tj.copy(out[0:128, 0:64], t)
+
+
+@tj.kernel
+def elected(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 64), tj.float32)
+        tj.copy(t, x[0:128, 0:64])
+        if tj.elect_sync():
+            tj.copy(out[0:128, 0:64], t)
 
 
 @tj.kernel
@@ -165,6 +185,68 @@ def test_a_gemm_into_psum_accumulates_in_place_and_drains_through_sbuf():
     np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("n, chunk", [(768, 256), (600, 8)])
+def test_matmuls_into_a_psum_tile_each_write_inside_one_bank(n, chunk):
+    """A matmul's dst lies in one 2 KiB bank (512 f32): N = 768 in chunks of 384 would
+    straddle banks 0 and 1 with its second chunk, so the rule takes 256; N = 600 has no
+    aligned chunk above 8 (the tile's banks hold 512 and 88 columns)."""
+    compiled = psum_gemm.compile(spec(128, 96), spec(128, n), spec(96, n), M=96, N=n, K=128,
+                                 target="nki")
+    gemm = next(r for r in compiled.dispatch_log if r.primitive == "gemm")
+    assert gemm.shape == (96, chunk, 128)
+    assert (f"nisa.nc_matmul(dst=acc[0:96, n * {chunk}:n * {chunk} + {chunk}], stationary=A, "
+            f"moving=B[0:128, n * {chunk}:n * {chunk} + {chunk}], accumulate=False)"
+            in lines(compiled.asm["nki"]))
+    rng = np.random.default_rng(n)
+    at = rng.standard_normal((128, 96), dtype=np.float32)
+    b = rng.standard_normal((128, n), dtype=np.float32)
+    c = reference.run(compiled.asm["nki"], "psum_gemm", at, b, strict_reads=True)
+    np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_psum_tile_of_two_banks_is_p_by_bank_by_f_and_each_matmul_writes_one_bank():
+    compiled = psum_gemm.compile(spec(128, 96), spec(128, 1024), spec(96, 1024), M=96,
+                                 N=1024, K=128, target="nki")
+    gemm = next(r for r in compiled.dispatch_log if r.primitive == "gemm")
+    assert (gemm.shape, gemm.note) == ((96, 512, 128),
+                                       "A stationary, B moving; outer loops M 1, N 2, K 1")
+    source = lines(compiled.asm["nki"])
+    assert "acc = nl.ndarray((96, 2, 512), dtype=nl.float32, buffer=nl.psum)" in source
+    # B's N [1024] is cut as the PSUM tile's [2 banks, 512]: the bank loop steps 512 columns
+    assert after(source, "tj.gemm(acc, A, B, transpose_a=True, accum=False)", 2) == [
+        "for n in nl.affine_range(2):",
+        "nisa.nc_matmul(dst=acc[0:96, n, 0:512], stationary=A, "
+        "moving=B[0:128, n * 512:n * 512 + 512], accumulate=False)"]
+    assert after(source, "tj.copy(C, acc)", 2) == [
+        "for i1 in nl.affine_range(2):",
+        "nisa.tensor_copy(dst=C[0:96, i1 * 512:i1 * 512 + 512], src=acc[0:96, i1, 0:512])"]
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.ir.verifier import verify
+    kernel = parse_kernel(compiled.asm["lowered"])   # the view (96, 2, 512) of acc, as text
+    verify(kernel)
+    assert str(kernel) == compiled.asm["lowered"]
+    rng = np.random.default_rng(3)
+    at = rng.standard_normal((128, 96), dtype=np.float32)
+    b = rng.standard_normal((128, 1024), dtype=np.float32)
+    c = reference.run(compiled.asm["nki"], "psum_gemm", at, b, strict_reads=True)
+    np.testing.assert_allclose(c, at.T @ b, rtol=1e-4, atol=1e-3)
+
+
+@tj.kernel
+def banked_sbuf(x, out):
+    with tj.thread():
+        t = tj.alloc_shared((128, 1024), tj.float32,
+                            layout=TileLayout.parse("(128,2,512):(1@P,1@Bank,1@F)"))
+        tj.copy(t, x[0:128, 0:1024])
+        tj.copy(out[0:128, 0:1024], t)
+
+
+def test_an_sbuf_tile_on_banks_is_declined_saying_banks_are_psums():
+    with pytest.raises(DispatchError, match=r"Bank: PSUM tiles only") as info:
+        banked_sbuf.compile(spec(128, 1024), spec(128, 1024), target="nki")
+    _located(info.value, "tj.copy(t, x[0:128, 0:1024])")
+
+
 def _located(err, text: str) -> None:
     """The error points at the kernel line holding ``text``."""
     assert err.loc is not None and err.loc.file == __file__
@@ -189,6 +271,15 @@ def test_a_barrier_is_refused_at_its_line():
     with pytest.raises(CompilationError, match="NKI has no barriers") as info:
         barrier.compile(spec(128, 64), spec(128, 64), target="nki")
     _located(info.value, "tj.sync()")
+
+
+@pytest.mark.parametrize("kernel, message, text", [
+    (shuffled, "warp_shuffle cannot run on the nki target: NKI has no warps", "tj.shuffle("),
+    (elected, "elect_sync cannot run on the nki target: NKI has no warps", "tj.elect_sync()")])
+def test_a_warp_op_is_refused_at_its_line(kernel, message, text):
+    with pytest.raises(CompilationError, match=message) as info:
+        kernel.compile(spec(128, 64), spec(128, 64), target="nki")
+    _located(info.value, text)
 
 
 def test_launching_for_nki_says_where_the_module_runs(paper):
@@ -218,7 +309,7 @@ def test_the_lowered_ir_with_nki_instructions_prints_parses_and_verifies(paper):
 def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
     from tilejit.ir.parser import parse_kernel
     from tilejit.ir.verifier import verify
-    from tilejit.targets.nki import ops  # noqa: F401  (the nki.* ops join the catalogue)
+    importlib.import_module("tilejit.targets.nki.ops")   # the nki.* ops join the catalogue
     text = """kernel @bad() {num_warps = 1} loc("/k.py":1:0) {
   %acc = alloc {scope = psum, dtype = f32, shape = [128, 640]} :
          buffer<psum, f32, [128, 640]> loc(2:4)
@@ -231,6 +322,31 @@ def test_the_verifier_holds_an_instruction_to_the_hardware_limits():
     with pytest.raises(CompilationError, match=r"free sizes 128 \(stationary, at most 128\) "
                                                r"and 640 \(moving, at most 512\)"):
         verify(parse_kernel(text))
+
+
+STRADDLE = """kernel @bad() {num_warps = 1} loc("/k.py":1:0) {
+  %acc = alloc {scope = psum, dtype = f32, shape = [128, 768]} :
+         buffer<psum, f32, [128, 768]> loc(2:4)
+  %a = alloc {scope = shared, dtype = f32, shape = [128, 128]} :
+       buffer<shared, f32, [128, 128]> loc(3:4)
+  %b = alloc {scope = shared, dtype = f32, shape = [128, 384]} :
+       buffer<shared, f32, [128, 384]> loc(4:4)
+  %zero = const {value = 0} : i32 loc(5:4)
+  %start = const {value = START} : i32 loc(5:4)
+  %dst = region(%acc, %zero, %start) {sizes = [128, 384], keep = [true, true]} :
+         region<buffer<psum, f32, [128, 768]>, [128, 384]> loc(5:4)
+  nki.matmul(%dst, %a, %b) loc(5:4)
+}"""
+
+
+def test_the_verifier_refuses_a_matmul_writing_across_two_psum_banks():
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.ir.verifier import verify
+    importlib.import_module("tilejit.targets.nki.ops")
+    verify(parse_kernel(STRADDLE.replace("START", "0")))    # elements 0..383: bank 0
+    with pytest.raises(CompilationError, match=r"dst covers f32 elements 384\.\.767 of each "
+                                               r"partition, across two 2048-byte PSUM banks"):
+        verify(parse_kernel(STRADDLE.replace("START", "384")))
 
 
 @tj.kernel

@@ -11,6 +11,7 @@ from tilejit.errors import LaunchError
 from tilejit.passes.dispatch import TEAM_ONCE
 
 from ..backend import Backend, Capabilities, register_backend
+from .loops import mark_independent_loops
 
 __all__ = ["BACKEND", "NkiBackend", "NEURON_CORE"]
 
@@ -41,6 +42,7 @@ class NkiBackend(Backend):
     device = None   # it emits source to run under the Neuron SDK: it launches nothing
     text_stages = ("nki",)
     capabilities = NEURON_CORE
+    passes = (("nki-independent-loops", mark_independent_loops),)
 
     def import_rules(self) -> None:
         from . import ops  # noqa: F401  (the nki.* instructions in the op catalogue)

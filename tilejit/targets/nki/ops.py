@@ -15,7 +15,7 @@ from tilejit.ir.attrs import BOOL, FLOAT, INT, Attr, Choice, Tuple
 from tilejit.ir.opdef import OpGroup, register
 from tilejit.ir.ops_native import fixed
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f32
-from tilejit.layout.hw_trainium import PMAX
+from tilejit.layout.hw_trainium import PMAX, PSUM_BANK_BYTES
 
 __all__ = ["ACTIVATIONS", "ALU_OPS", "CMP_OPS", "MATMUL_FREE", "ON_CHIP", "REDUCE_OPS"]
 
@@ -107,6 +107,26 @@ def _check_matmul(op):
     if m > MATMUL_FREE["stationary"] or n > MATMUL_FREE["moving"]:
         return (f"nki.matmul: free sizes {m} (stationary, at most "
                 f"{MATMUL_FREE['stationary']}) and {n} (moving, at most {MATMUL_FREE['moving']})")
+    return _in_one_bank(dst)
+
+
+def _in_one_bank(dst) -> str | None:
+    """A matmul's dst lies in one 2 KiB PSUM bank. A region of an NKI tensor spans its
+    free dims row-major; with run-time starts only its span is known here (the rule
+    picks chunks that keep every start inside a bank)."""
+    region = dst.owner if getattr(dst.owner, "name", None) == "region" else None
+    if region is None:
+        return None   # a whole tile: its free size is checked against one bank above
+    shape, starts = _buffer(dst).shape, region.operands[2:]
+    strides = [math.prod(shape[d + 1:]) for d in range(1, len(shape))]
+    span = sum((n - 1) * st for n, st in zip(region.attrs["sizes"][1:], strides))
+    first = sum(s.owner.attrs["value"] * st for s, st in zip(starts, strides)) \
+        if all(getattr(s.owner, "name", None) == "const" for s in starts) else 0
+    bank = PSUM_BANK_BYTES // f32.itemsize
+    if first // bank != (first + span) // bank:
+        return (f"nki.matmul: dst covers f32 elements {first}..{first + span} of each "
+                f"partition, across two {PSUM_BANK_BYTES}-byte PSUM banks (a matmul writes "
+                "one)")
     return None
 
 

@@ -2,7 +2,9 @@
 
 An SBUF or PSUM buffer (a ``shared`` one counts as SBUF: it is this target's on-chip
 memory) is declared as ``nl.ndarray((P, F1, F2, ...))``: its layout's ``P`` iter first,
-then its ``F`` iters in descending stride (docs/nki.md, "Buffers"). That is what NKI's
+then its ``F`` iters in descending stride (a PSUM tile's ``Bank`` iters count as ``F`` iters
+of a bank's elements: ``(128,2,512):(1@P,1@Bank,1@F)`` is ``(128, 2, 512)``, one bank per
+index of dim 1) (docs/nki.md, "Buffers"). That is what NKI's
 own indexing addresses, so an instruction's operand is a plain slice of it: the
 *physical view* (:class:`Tile`) is an IR ``view`` of the buffer in that shape, and each
 instruction reads a ``region`` of the view. The layout must therefore be a dense row-major
@@ -21,12 +23,12 @@ from tilejit.errors import LayoutError
 from tilejit.ir.types import BufferType, MemScope
 from tilejit.layout import Iter, TileLayout
 from tilejit.layout.axes import Axis
-from tilejit.layout.hw_trainium import PMAX, psum_layout, sbuf_layout
+from tilejit.layout.hw_trainium import PMAX, PSUM_BANK_BYTES, psum_layout, sbuf_layout
 from tilejit.passes.dispatch.call import Operand
 
 from .ops import ON_CHIP
 
-__all__ = ["ON_CHIP", "Digit", "Tile", "digits", "tile_of"]
+__all__ = ["ON_CHIP", "Digit", "Tile", "digits", "split_alike", "tile_of"]
 
 _P, _F = Axis("P"), Axis("F")
 
@@ -38,6 +40,7 @@ class Tile:
 
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    bank: int = 0   # elements of one PSUM bank: a ``Bank`` iter's unit on ``F``
 
     @property
     def layout(self) -> TileLayout:
@@ -49,6 +52,8 @@ class Tile:
     def dim_of(self, axis: str, stride: int) -> int | None:
         if axis == "P":
             return 0 if stride == 1 else None
+        if axis == "Bank":
+            stride *= self.bank
         return next((d for d in range(1, len(self.shape)) if self.strides[d] == stride), None)
 
 
@@ -69,9 +74,12 @@ def tile_of(buffer: BufferType) -> Tile | str:
     what = f"layout {layout}"
     if layout.replica or any(v for v in layout.offset.values()):
         return f"{what} has replicas or an offset: an NKI tensor places each element once"
-    iters = [it for it in layout.shard if it.extent > 1]
+    bank = PSUM_BANK_BYTES // buffer.dtype.itemsize if buffer.scope is MemScope.PSUM else 0
+    iters = [Iter(it.extent, it.stride * bank, _F) if bank and it.axis.name == "Bank" else it
+             for it in layout.shard if it.extent > 1]
     if any(it.axis.name not in ("P", "F") for it in iters):
-        return f"{what} is not on the partitions P and the free dim F"
+        return (f"{what} is not on the partitions P and the free dim F"
+                + ("" if bank else " (Bank: PSUM tiles only)"))
     parts = [it for it in iters if it.axis.name == "P"]
     if len(parts) > 1 or (parts and parts[0].stride != 1):
         return f"{what} needs one P iter of stride 1 (the partition dim)"
@@ -86,18 +94,41 @@ def tile_of(buffer: BufferType) -> Tile | str:
                     "not a dense row-major nest, which NKI's tensor indexing needs")
         step *= it.extent
     free = free or [Iter(1, 1, _F)]
-    return Tile((p, *(it.extent for it in free)), (1, *(it.stride for it in free)))
+    return Tile((p, *(it.extent for it in free)), (1, *(it.stride for it in free)), bank)
 
 
 @dataclass(frozen=True)
 class Digit:
-    """``extent`` consecutive indices of physical dim ``dim`` from ``base``: one iter of an
-    operand's layout, ``weight`` its step in the operand's logical dim."""
+    """``extent`` indices ``step`` apart of physical dim ``dim`` from ``base``: one iter of
+    an operand's layout (``step`` 1) or the outer part of one (:func:`split_alike`),
+    ``weight`` its step in the operand's logical dim."""
 
     extent: int
     dim: int
     base: int
     weight: int
+    step: int = 1
+
+
+def split_alike(x: list[Digit], y: list[Digit]) -> tuple[list[Digit], list[Digit]] | None:
+    """Two operands' digits of one logical dim cut at the same places (``[1024]`` beside
+    ``[2, 512]`` becomes ``[2, 512]`` on one dim: the 2 steps 512 indices), or None where
+    one's extent does not divide the other's."""
+    xs, ys, out_x, out_y = x[::-1], y[::-1], [], []   # inner first
+    while xs and ys:
+        a, b = xs.pop(0), ys.pop(0)
+        if a.extent != b.extent:
+            small, big = (a, b) if a.extent < b.extent else (b, a)
+            if big.extent % small.extent:
+                return None
+            f = small.extent
+            (xs if big is a else ys).insert(0, Digit(big.extent // f, big.dim, big.base,
+                                                     big.weight * f, big.step * f))
+            big = Digit(f, big.dim, big.base, big.weight, big.step)
+            a, b = (small, big) if small is a else (big, small)
+        out_x.append(a)
+        out_y.append(b)
+    return (out_x[::-1], out_y[::-1]) if not xs and not ys else None
 
 
 def digits(operand: Operand, tile: Tile) -> list[list[Digit]] | str:
@@ -156,7 +187,7 @@ def _split(it: Iter, tile: Tile) -> list[tuple[int, int | None]]:
 def _bases(offset, tile: Tile) -> list[int]:
     """The index on each physical dim of the operand's first element."""
     base = [offset.get("P", 0)] + [0] * (len(tile.shape) - 1)
-    rest = offset.get("F", 0)
+    rest = offset.get("F", 0) + offset.get("Bank", 0) * tile.bank
     for d in range(1, len(tile.shape)):
         base[d], rest = divmod(rest, tile.strides[d])
     return base

@@ -197,7 +197,7 @@ def _tile_plan(dst: Placed, sources: list[Placed]) -> Plan | Decline:
     t = tiling(dst, sources)
     if isinstance(t, str):
         return Decline(t)
-    return Plan([(dst[t.part].extent, dst[t.free].extent if t.free else 1)], {"tiling": t})
+    return Plan([t.shape], {"tiling": t})
 
 
 # ------------------------------------------------------------------------ index tiles
@@ -250,17 +250,16 @@ def affine_select_check(call: PrimitiveCall) -> Plan | Decline:
     return _tile_plan(tiles[0], tiles[1:])
 
 
-def select_tiles(em: Emitter, dst: Placed, on_true: Placed, pred: Predicate, on_false,
-                 t: Tiling) -> None:
-    """dst = on_true where ``pred`` holds (over dst's logical indices), else ``on_false``:
-    one ``affine_select`` per tile of ``t``."""
+def select_tiles(em: Emitter, pred: Predicate, on_false, t: Tiling) -> None:
+    """t's dst = its one source where ``pred`` holds (over dst's logical indices), else
+    ``on_false``: one ``affine_select`` per tile of ``t``."""
     def emit(out, regions, picks):
-        multiplier, pattern, offset = _instruction(em, dst, pred.value, t.part, t.free, picks)
+        multiplier, pattern, offset = _instruction(em, t.dst, pred.value, t.part, t.free, picks)
         em.b.create("nki.affine_select", (out, regions[0], offset),
                     {"pattern": pattern, "channel_multiplier": multiplier,
                      "cmp": CMP[pred.cmp], "on_false": float(on_false)})
 
-    tiled(em, dst, [on_true], t, emit)
+    tiled(em, t, emit)
 
 
 def over(pred: Predicate, shape: tuple, to: tuple) -> Predicate:
@@ -269,13 +268,12 @@ def over(pred: Predicate, shape: tuple, to: tuple) -> Predicate:
 
 
 def affine_select_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    on_true, on_false, negated = _select_sides(call)
+    _, on_false, negated = _select_sides(call)
     pred = predicate_of(call, call["cond"].value)
-    dst = placed(call["dst"])
-    pred = over(pred, tuple(call["cond"].shape), tuple(dst.operand.shape))
+    pred = over(pred, tuple(call["cond"].shape), tuple(call["dst"].shape))
     if negated:
         pred = Predicate(pred.value, NEGATED[pred.cmp])
-    select_tiles(em, dst, placed(on_true), pred, on_false, plan.details["tiling"])
+    select_tiles(em, pred, on_false, plan.details["tiling"])
 
 
 # ------------------------------------------------------------------------ iota
@@ -314,15 +312,14 @@ def iota_check(call: PrimitiveCall) -> Plan | Decline:
 
 
 def iota_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    dst, value = placed(call["dst"]), _iota_value(call)
-    t = plan.details["tiling"]
+    value, t = _iota_value(call), plan.details["tiling"]
 
     def emit(out, _regions, picks):
-        multiplier, pattern, offset = _instruction(em, dst, value, t.part, t.free, picks)
+        multiplier, pattern, offset = _instruction(em, t.dst, value, t.part, t.free, picks)
         em.b.create("nki.iota", (out, offset),
                     {"pattern": pattern, "channel_multiplier": multiplier})
 
-    tiled(em, dst, [], t, emit)
+    tiled(em, t, emit)
 
 
 INDEX_TILE = register(Rule("index_tile", "pointwise", index_tile_check, index_tile_lower,

@@ -15,7 +15,7 @@ from tilejit.ir.types import MemScope, i1
 from tilejit.passes.dispatch import TEAM_ONCE, Operand, PrimitiveCall
 from tilejit.passes.loopgen import Emitter, Index
 
-from ..tiles import ON_CHIP, Digit, Tile, digits, tile_of
+from ..tiles import ON_CHIP, Digit, Tile, digits, split_alike, tile_of
 
 __all__ = ["Keep", "Placed", "Tiling", "hbm_operand_reasons", "hbm_region", "loop_name",
            "named", "nest", "on_chip_region", "past_first", "placed", "scope_reasons", "tiled",
@@ -121,7 +121,7 @@ def on_chip_region(em: Emitter, p: Placed, picks: dict) -> Value:
             starts[digit.dim] = em.add(starts[digit.dim], pick.start)
             sizes[digit.dim], keep[digit.dim] = pick.size, True
         else:
-            starts[digit.dim] = em.add(starts[digit.dim], pick)
+            starts[digit.dim] = em.add(starts[digit.dim], em.mul(pick, digit.step))
     if sum(keep) == 1 and rank > 1:
         keep[1] = True
     return em.b.region(view, [em.index(s) for s in starts], sizes, keep)
@@ -175,45 +175,73 @@ class Tiling:
     part: tuple[int, int]
     free: tuple[int, int] | None
     dims: tuple[tuple[int | None, ...], ...]   # per source: dst dim -> its dim (None: 1)
+    dst: Placed          # the operands with the dims they share cut alike
+    sources: tuple[Placed, ...]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """One instruction's [partitions, free] extent."""
+        return self.dst[self.part].extent, self.dst[self.free].extent if self.free else 1
+
+
+def _cut_alike(dst: Placed, sources: list[Placed], shared: list[tuple]) -> \
+        tuple[Placed, list[Placed]] | str:
+    """dst and the sources with each dim they share cut at the same places
+    (``tiles.split_alike``: a PSUM tile on banks beside an SBUF tile on ``F``)."""
+    cuts = list(dst.digits)
+    for _ in range(2):   # the second pass cuts the sources at every place dst now has
+        out = []
+        for src, dims in zip(sources, shared):
+            mine = list(src.digits)
+            for d in (d for d in dims if d is not None):
+                alike = split_alike(mine[d], cuts[d])
+                if alike is None:
+                    return f"{src.operand.name} and dst split dim {d} differently"
+                mine[d], cuts[d] = alike
+            out.append(Placed(src.operand, src.tile, mine))
+        sources = out
+    return Placed(dst.operand, dst.tile, cuts), sources
 
 
 def tiling(dst: Placed, sources: list[Placed]) -> Tiling | str:
     """How one instruction per tile of ``dst`` covers every source, or why it cannot:
     a full source must split its dims as dst does and hold the same digits on the
     partitions; a broadcast source must be 1 along every dim it does not share."""
-    parts = dst.find(on_partitions=True)
-    if len(parts) != 1:
-        return f"{dst.operand.name} has {len(parts)} digits on the partitions, not one"
-    part = parts[0]
     shape = dst.operand.shape
     dims = []
     for src in sources:
         mine = src.operand.shape
         if len(mine) != len(shape):
             return f"{src.operand.name} {list(mine)} has another rank than dst {list(shape)}"
-        shared = tuple(d if n == m else None for d, (n, m) in enumerate(zip(shape, mine)))
         if any(n != m and m != 1 for n, m in zip(shape, mine)):
             return f"{src.operand.name} {list(mine)} does not broadcast to {list(shape)}"
-        for d in (d for d in shared if d is not None):
-            if [g.extent for g in src.digits[d]] != [g.extent for g in dst.digits[d]]:
-                return f"{src.operand.name} and dst split dim {d} differently"
+        dims.append(tuple(d if n == m else None for d, (n, m) in enumerate(zip(shape, mine))))
+    cut = _cut_alike(dst, sources, dims)
+    if isinstance(cut, str):
+        return cut
+    dst, sources = cut
+    parts = dst.find(on_partitions=True)
+    if len(parts) != 1:
+        return f"{dst.operand.name} has {len(parts)} digits on the partitions, not one"
+    part = parts[0]
+    for src, shared in zip(sources, dims):
         if shared[part[0]] is None:
             return f"{src.operand.name} broadcasts along dst's partitions: a transpose"
         if src[part].dim != 0:
             return (f"{src.operand.name} and dst hold different digits on the partitions: "
                     "moving data across partitions is a transpose")
-        dims.append(shared)
     free = [key for key in dst.find(on_partitions=False) if key[0] != part[0] and all(
-                shared[key[0]] is None or src[key].dim != 0
-                for src, shared in zip(sources, dims))]
+                shared[key[0]] is None or (src[key].dim != 0 and src[key].step == 1)
+                for src, shared in zip(sources, dims)) and dst[key].step == 1]
     best = max(free, key=lambda key: dst[key].extent, default=None)
-    return Tiling(part, best, tuple(dims))
+    return Tiling(part, best, tuple(dims), dst, tuple(sources))
 
 
-def tiled(em: Emitter, dst: Placed, sources: list[Placed], t: Tiling, emit) -> None:
+def tiled(em: Emitter, t: Tiling, emit) -> None:
     """Loops over every digit of dst that ``t`` does not cover (each independent: no two
     tiles share an element of dst); ``emit(dst_region, source_regions, picks)`` per tile
     (``picks``: dst's digits, as for ``on_chip_region``)."""
+    dst, sources = t.dst, t.sources
     covered = {key: Keep(0, dst[key].extent) for key in (t.part, t.free) if key}
     keys = [key for key in dst.find() if key not in covered]
     loops = [(dst[key].extent, True, loop_name("i", key, keys)) for key in keys]

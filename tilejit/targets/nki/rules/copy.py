@@ -203,11 +203,11 @@ def dma_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
     if plan.details["fill"]:   # the elements the DMA leaves, then the ones the mask drops
         value, pred, t = plan.details["fill"]
-        tiled(em, p, [], t, lambda out, _regions, _picks:
+        tiled(em, t, lambda out, _regions, _picks:
               em.b.create("nki.memset", (out, em.const(value, chip.dtype))))
     nest(em, loops, body)
     if plan.details["fill"] and pred:
-        select_tiles(em, p, p, pred, value, t)
+        select_tiles(em, pred, value, t)
 
 
 def _turn(em: Emitter, dst, src, shape, dtype) -> None:
@@ -233,13 +233,13 @@ def tensor_copy_check(call: PrimitiveCall) -> Plan | Decline:
     t = tiling(dst, [src])
     if isinstance(t, str):
         return Decline(t)
-    return Plan([(dst[t.part].extent, dst[t.free].extent if t.free else 1)], {"tiling": t})
+    return Plan([t.shape], {"tiling": t})
 
 
 def tensor_copy_lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def emit(dst, sources, _picks):
         em.b.create("nki.tensor_copy", (dst, *sources))
-    tiled(em, placed(call["dst"]), [placed(call["src"])], plan.details["tiling"], emit)
+    tiled(em, plan.details["tiling"], emit)
 
 
 # --------------------------------------------------------------------------- transpose

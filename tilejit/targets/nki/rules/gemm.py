@@ -15,7 +15,8 @@ matches the operands' digits (``tiles.py``) against that pattern:
    they accumulate into one PSUM tile). A free digit longer than the instruction allows
    is cut into chunks.
 
-C in PSUM is accumulated in place; C in SBUF gets a PSUM tile per output tile (one bank:
+C in PSUM is accumulated in place, cut into matmuls that each write inside one 2 KiB bank
+(the largest even chunk of N that never straddles two: 256 for N = 768, not 384); C in SBUF gets a PSUM tile per output tile (one bank:
 at most 512 f32) that the K loop accumulates and ``tensor_copy`` (``accum=True``: an add)
 drains into C. Instruction shape: ``(M, N, K)`` of one ``nc_matmul`` (``swapped``: M is
 C's N). The dispatch record's note names the roles and the loops.
@@ -23,12 +24,14 @@ C's N). The dispatch record's note names the roles and the loops.
 from __future__ import annotations
 
 from tilejit.ir.types import MemScope, bf16, f8e4m3, f8e5m2, f16, f32
-from tilejit.layout.hw_trainium import psum_layout
+from tilejit.layout.hw_trainium import PSUM_BANK_BYTES, psum_layout
 from tilejit.passes.dispatch import Decline, Plan, PrimitiveCall, Rule, register
 from tilejit.passes.loopgen import Emitter
 
 from ..ops import MATMUL_FREE
-from .common import Keep, named, nest, on_chip_region, past_first, placed, scope_reasons
+from ..tiles import Digit, split_alike
+from .common import (Keep, Placed, named, nest, on_chip_region, past_first, placed,
+                     scope_reasons)
 
 __all__ = ["NC_MATMUL"]
 
@@ -48,25 +51,62 @@ def _chunks(extent: int, limit: int) -> list[int]:
     return [c for c in range(min(extent, limit), 0, -1) if extent % c == 0]
 
 
+def _in_one_bank(c: Placed, f_digit: Digit, chunk: int) -> bool:
+    """Every matmul into PSUM tile ``c`` that covers ``chunk`` indices of ``f_digit`` writes
+    inside one 2 KiB bank (a matmul's dst cannot straddle two): the f32 offsets on ``F``
+    that each dst region starts at, over every index of C's other free digits."""
+    bank = PSUM_BANK_BYTES // f32.itemsize
+    strides = c.tile.strides
+    starts = [0]
+    for g in (g for group in c.digits for g in group if g.dim > 0):
+        steps = range(0, g.extent, chunk) if g is f_digit else range(g.extent)
+        starts = [s + (g.base + i * g.step) * strides[g.dim] for s in starts for i in steps]
+    span = (chunk - 1) * strides[f_digit.dim]
+    return all(s // bank == (s + span) // bank for s in starts)
+
+
+_SHARERS = {"M": ("A", "C"), "N": ("B", "C"), "K": ("A", "B")}
+
+
+def _placed_alike(call: PrimitiveCall) -> tuple[dict, list[str]]:
+    """C, A, B placed, each dim two of them share cut at the same places
+    (``tiles.split_alike``: a PSUM C on banks, N as [2, 512], beside a B with N [1024]);
+    or the reasons they cannot be."""
+    ops, reasons = {}, []
+    for name in ("C", "A", "B"):
+        p = placed(call[name])
+        if isinstance(p, str):
+            reasons.append(p)
+        else:
+            ops[name] = p
+    if reasons:
+        return ops, reasons
+    digits = {name: dict(zip(_dims(call, name), ops[name].digits)) for name in ops}
+    for letter, (x, y) in _SHARERS.items():
+        alike = split_alike(digits[x][letter], digits[y][letter])
+        if alike is None:
+            reasons.append(f"{x} splits {letter} as {[g.extent for g in digits[x][letter]]} "
+                           f"but {y} as {[g.extent for g in digits[y][letter]]}: no common "
+                           "digits")
+        else:
+            digits[x][letter], digits[y][letter] = alike
+    return {name: Placed(p.operand, p.tile, [digits[name][d] for d in _dims(call, name)])
+            for name, p in ops.items()}, reasons
+
+
 def _match(ops: dict, call: PrimitiveCall):
     """(plan details, reasons): the §5.3 matching over the placed operands."""
     sides = {name: dict(zip(_dims(call, name), ops[name].digits)) for name in ops}
     reasons = []
-    for letter, (x, y) in {"M": ("A", "C"), "N": ("B", "C"), "K": ("A", "B")}.items():
-        ex = [g.extent for g in sides[x][letter]]
-        ey = [g.extent for g in sides[y][letter]]
-        if ex != ey:
-            reasons.append(f"{x} splits {letter} as {ex} but {y} as {ey}: no common digits")
-    if reasons:
-        return None, reasons
 
     def on_p(name, letter, j):
         return sides[name][letter][j].dim == 0
 
     def pick(letter, need):   # the longest digit of ``letter`` meeting ``need``
         group = sides["A" if letter == "K" else "C"][letter]   # both sharers split alike
-        return max((j for j in range(len(group)) if need(j)),
-                   key=lambda j: group[j].extent, default=None)
+        return max((j for j in range(len(group)) if need(j) and all(
+                    sides[name][letter][j].step == 1 for name in _SHARERS[letter])),
+                   key=lambda j: group[j].extent, default=None)   # a covered range: step 1
 
     k = pick("K", lambda j: on_p("A", "K", j) and on_p("B", "K", j))
     if k is None:
@@ -86,14 +126,8 @@ def _match(ops: dict, call: PrimitiveCall):
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    reasons = scope_reasons(call)
-    ops = {}
-    for name in ("C", "A", "B"):
-        p = placed(call[name])
-        if isinstance(p, str):
-            reasons.append(p)
-        else:
-            ops[name] = p
+    ops, reasons = _placed_alike(call)
+    reasons = scope_reasons(call) + reasons
     c, a, b = call["C"], call["A"], call["B"]
     if c.dtype != f32:
         reasons.append(f"C is {c.dtype}: the Tensor Engine accumulates in f32")
@@ -113,7 +147,9 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     digit = {letter: sides["C" if letter != "K" else "A"][letter][j]
              for letter, j in match["picks"].items()}
     m, k = digit[p_side].extent, digit["K"].extent
-    shapes = [(m, n, k) for n in _chunks(digit[f_side].extent, MATMUL_FREE["moving"])]
+    # C in PSUM: only chunks whose matmuls each stay in one bank (a chunk of 1 always does)
+    shapes = [(m, n, k) for n in _chunks(digit[f_side].extent, MATMUL_FREE["moving"])
+              if c.role is not MemScope.PSUM or _in_one_bank(ops["C"], digit[f_side], n)]
     loops = {letter: call["C"].shape[_dims(call, "C").index(letter)] if letter != "K"
              else a.shape[_dims(call, "A").index("K")] for letter in "MNK"}
     hw = {p_side: m, f_side: shapes[0][1], "K": k}
@@ -124,7 +160,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
 
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    ops = {name: placed(call[name]) for name in ("C", "A", "B")}
+    ops = _placed_alike(call)[0]
     sides = {name: _dims(call, name) for name in ops}
     p_side, f_side = plan.details["hw"]
     chosen = plan.details["picks"]

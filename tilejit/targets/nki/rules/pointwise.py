@@ -58,8 +58,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     t = tiling(tiles[0], tiles[1:])
     if isinstance(t, str):
         return Decline(t)
-    return Plan([(tiles[0][t.part].extent, tiles[0][t.free].extent if t.free else 1)],
-                {"tiling": t})
+    return Plan([t.shape], {"tiling": t})
 
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
@@ -87,8 +86,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             em.b.create("nki.tensor_scalar", (out, region[data], operand),
                         {"op": ALU[name], "reverse": srcs.index(other) == 0})
 
-    tiled(em, placed(dst), [placed(o) for o in srcs if not o.is_scalar],
-          plan.details["tiling"], emit)
+    tiled(em, plan.details["tiling"], emit)
 
 
 ENGINE = register(Rule("engine", "pointwise", check, lower, targets=("nki",), priority=10,

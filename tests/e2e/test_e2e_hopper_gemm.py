@@ -5,7 +5,7 @@ its sm_90a build through NVRTC (the PTX instructions that matter, no spills, the
 count); and the errors of its Python entry point."""
 import pytest
 import torch
-from support.gpu import needs_nvrtc
+from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.kernels import hopper_gemm
@@ -66,12 +66,7 @@ def test_bad_arguments_are_explained(args, options, error, message):
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype):
-    m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
-    _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
-                                    torch.empty(k, n, dtype=dtype, device="meta"))
-    dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
-    specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n), (m, n))]
-    compiled = hopper_gemm_kernel.compile(*specs, k, target="cuda", arch="sm_90a", **options)
+    compiled = _sm90a_build(dtype)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     kind = "bf16" if dtype == torch.bfloat16 else "f16"
     wgmma = [line for line in ptx if line.startswith("wgmma.mma_async")]
@@ -86,3 +81,20 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     assert 0 < meta["registers"] <= 255
     assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
         ("A", [128, 64], 128), ("B", [64, 64], 128)]
+
+
+@needs_nvrtc
+@needs_nvdisasm
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+def test_the_sm90a_sass_holds_hgmma_and_utmaldg(tmp_path):
+    text = sass(_sm90a_build(torch.bfloat16).asm["cubin"], tmp_path)
+    assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text
+
+
+def _sm90a_build(dtype):
+    m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
+    _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
+                                    torch.empty(k, n, dtype=dtype, device="meta"))
+    dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
+    specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n), (m, n))]
+    return hopper_gemm_kernel.compile(*specs, k, target="cuda", arch="sm_90a", **options)

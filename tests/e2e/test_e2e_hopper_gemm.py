@@ -1,10 +1,12 @@
 """kernels.hopper_gemm: the warp-specialized TMA + wgmma GEMM against torch on the CPU at
-ragged shapes (M, N, K tiles masked by TMA's out-of-bounds fill; both CPU lowerings, the
+ragged shapes (M, N, K tiles masked by TMA's out-of-bounds fill, C's edge tiles clipped by
+its TMA store; both CPU lowerings, the
 per-thread one executing the IR the cuda target prints), one and two consumer warpgroups;
 its sm_90a build through NVRTC (the PTX instructions that matter, no spills, the register
 count); and the errors of its Python entry point."""
 import pytest
 import torch
+from e2e_helpers import assert_guard_intact, guarded
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
@@ -23,9 +25,18 @@ def _operands(m, n, k, dtype, seed=0):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_ragged_gemm_matches_torch(dtype):
     a, b = _operands(130, 72, 200, dtype)
-    out = hopper_gemm(a, b, **SMALL)
-    assert out.dtype == dtype and out.shape == (130, 72)
+    name = str(dtype).removeprefix("torch.")
+    out, whole = guarded((130, 72), name, pad=8)    # rows of 80 elements: 16-byte multiples
+    assert hopper_gemm(a, b, out, **SMALL) is out
     torch.testing.assert_close(out, (a.float() @ b.float()).to(dtype))
+    assert_guard_intact(whole, (130, 72), name)     # the clipped TMA stores stay inside
+
+
+def test_out_defaults_to_the_operands_dtype():
+    a, b = _operands(64, 32, 48, torch.bfloat16, seed=2)
+    out = hopper_gemm(a, b, **SMALL)
+    assert out.dtype == torch.bfloat16 and out.shape == (64, 32)
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
 
 
 def test_two_consumer_warpgroups_split_the_rows():
@@ -43,8 +54,9 @@ def test_the_dispatch_picks_tma_and_wgmma():
     grid, options = hopper_gemm_config(a, b, **SMALL)
     compiled = hopper_gemm_kernel.compile(a, b, torch.empty(64, 32, dtype=torch.bfloat16), 64,
                                           simt=True, **options)
-    rules = {(r.primitive, r.rule) for r in compiled.dispatch_log}
-    assert {("copy_async", "tma"), ("gemm_async", "wgmma")} <= rules
+    rules = [(r.primitive, r.rule) for r in compiled.dispatch_log]
+    assert rules.count(("copy_async", "tma")) == 3      # A, B loads; C's store
+    assert rules.count(("gemm_async", "wgmma")) == 1
     assert grid == (1, 1) and options["num_warps"] == 8
 
 
@@ -74,21 +86,26 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     assert len(wgmma) == 8 and all(f".m64n128k16.f32.{kind}.{kind}" in w for w in wgmma)
     assert any(line.startswith("cp.async.bulk.tensor.2d.shared::cluster.global") and
                "mbarrier::complete_tx::bytes" in line for line in ptx)
+    # the epilogue: fenced shared tiles stored by TMA, each consumer waiting for its group
+    assert sum(line.startswith("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
+               for line in ptx) == 4       # 2 consumers x two 64-column slabs
+    assert ptx.count("cp.async.bulk.wait_group 0;") == 2
+    assert ptx.count("fence.proxy.async.shared::cta;") == 2
     assert any(line.startswith("mbarrier.try_wait") for line in ptx)
     assert any(line.startswith("wgmma.fence") for line in ptx)
     meta = compiled.metadata
     assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
     assert 0 < meta["registers"] <= 255
     assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
-        ("A", [128, 64], 128), ("B", [64, 64], 128)]
+        ("A", [128, 64], 128), ("B", [64, 64], 128), ("C", [64, 64], 128)]
 
 
 @needs_nvrtc
 @needs_nvdisasm
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
-def test_the_sm90a_sass_holds_hgmma_and_utmaldg(tmp_path):
+def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     text = sass(_sm90a_build(torch.bfloat16).asm["cubin"], tmp_path)
-    assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text
+    assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text and "UTMASTG" in text
 
 
 def _sm90a_build(dtype):

@@ -11,14 +11,20 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   ``full[s]``, run ``gemm_async`` family ``wgmma`` into an f32 accumulator (wgmma's fragment
   layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
   ``128 * CONSUMERS`` arrivals).
-- the epilogue stores each consumer's rows of C with a masked copy, cast to C's dtype.
+- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, into
+  its own swizzled shared tile, fences it for the asynchronous proxy
+  (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
+  consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
+  clipped at C's edges by the hardware) and waits for its bulk group.
 
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
 
 Left out, because the IR cannot express them yet (issue 14 lists them): ``setmaxnreg``
 (the producer warpgroup keeps the consumers' register budget), thread-block clusters and
-TMA multicast, persistent tile scheduling, a TMA-store epilogue, autotuned tile configs.
+TMA multicast, persistent tile scheduling, autotuned tile configs. The accumulator reaches
+its shared tile element by element (dispatch ``copy -> scalar``; no stmatrix into a
+swizzled tile yet).
 """
 import torch
 
@@ -31,15 +37,18 @@ _SWIZZLES = {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}
 @tj.kernel
 def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
                        BK: tj.constexpr, CONSUMERS: tj.constexpr, LA: tj.constexpr,
-                       LB: tj.constexpr):
+                       LB: tj.constexpr, LC: tj.constexpr):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
+    staged = tj.alloc_barriers(CONSUMERS)
     a_ring = tj.alloc_shared((STAGES, BM, BK), A.dtype, layout=LA)
     b_ring = tj.alloc_shared((STAGES, BK, BN), B.dtype, layout=LB)
     if tj.thread_id() == 0:
         for s in tj.static_range(STAGES):
             tj.mbarrier_init(full[s], 1)                 # the producer's expect_tx arrival
             tj.mbarrier_init(empty[s], 128 * CONSUMERS)  # every consumer thread arrives
+        for c in tj.static_range(CONSUMERS):
+            tj.mbarrier_init(staged[c], 128)             # a consumer's threads staged C
     tj.sync()
     m0 = tj.cta_id(0) * BM
     n0 = tj.cta_id(1) * BN
@@ -57,6 +66,7 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
     else:
         rows = BM // CONSUMERS
         for c in tj.static_range(CONSUMERS):    # c known at compile time: wgmma's operand
+            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)  # one per consumer
             if tj.warpgroup_id() == c + 1:      # descriptors start at a constant row
                 with tj.warpgroup():
                     acc = tj.fragment((rows, BN), tj.float32)
@@ -67,16 +77,25 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                         tj.gemm_async(acc, a_ring[s, c * rows:(c + 1) * rows, :],
                                       b_ring[s, :, :], dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
-                    tj.copy(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN], acc)
+                    tj.copy(c_tile, acc)
+                    tj.fence_proxy_async()      # the tile's writes, before TMA reads it
+                    tj.mbarrier_arrive(staged[c])
+                if tj.warp_id() == 4 * (c + 1) and tj.elect_sync():
+                    tj.mbarrier_wait(staged[c], 0)
+                    tj.copy_async(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN], c_tile,
+                                  dispatch="tma")
+                    tj.bulk_wait(0)
 
 
-def ring_layout(stages: int, rows: int, cols: int, dtype):
-    """The swizzled shared ring of ``stages`` tiles [rows, cols] (cols contiguous): the
-    widest swizzle whose span divides a row, so TMA writes and wgmma reads it alike."""
+def ring_layout(stages: int | None, rows: int, cols: int, dtype):
+    """The swizzled shared ring of ``stages`` tiles [rows, cols] (cols contiguous; one tile
+    when ``stages`` is None): the widest swizzle whose span divides a row, so TMA and wgmma
+    access it alike."""
     row_bytes = cols * dtype.itemsize
     for span, mode in _SWIZZLES.items():
         if row_bytes % span == 0:
-            return smem_layout((stages, rows, cols), dtype, mode)
+            return smem_layout((rows, cols) if stages is None else (stages, rows, cols), dtype,
+                               mode)
     raise ValueError(f"a tile row of {cols} x {dtype} is {row_bytes} bytes: the shared ring "
                      f"needs a multiple of 32 bytes for a wgmma swizzle")
 
@@ -99,6 +118,7 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, a.dtype),
                    LB=ring_layout(stages, block_k, block_n, b.dtype),
+                   LC=ring_layout(None, block_m // consumers, block_n, a.dtype),
                    num_warps=4 * (1 + consumers))
     return grid, options
 

@@ -32,11 +32,13 @@ def test_ragged_gemm_matches_torch(dtype):
     assert_guard_intact(whole, (130, 72), name)     # the clipped TMA stores stay inside
 
 
-def test_out_defaults_to_the_operands_dtype():
+def test_out_defaults_to_the_operands_dtype_or_takes_float32():
     a, b = _operands(64, 32, 48, torch.bfloat16, seed=2)
     out = hopper_gemm(a, b, **SMALL)
     assert out.dtype == torch.bfloat16 and out.shape == (64, 32)
     torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    wide = hopper_gemm(a, b, torch.zeros(64, 32), **SMALL)   # f32 C: the accumulator as is
+    torch.testing.assert_close(wide, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
 
 
 def test_two_consumer_warpgroups_split_the_rows():

@@ -101,8 +101,9 @@ def ring_layout(stages: int | None, rows: int, cols: int, dtype):
 
 
 def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
-                       consumers=None):
-    """The launch grid and the kernel's constexpr options for ``a @ b``."""
+                       consumers=None, out_dtype=None):
+    """The launch grid and the kernel's constexpr options for ``a @ b`` into a C of
+    ``out_dtype`` (default: the operands')."""
     if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
         raise TypeError(f"hopper_gemm takes two float16 or two bfloat16 matrices, got "
                         f"{a.dtype} and {b.dtype}")
@@ -118,21 +119,22 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, a.dtype),
                    LB=ring_layout(stages, block_k, block_n, b.dtype),
-                   LC=ring_layout(None, block_m // consumers, block_n, a.dtype),
+                   LC=ring_layout(None, block_m // consumers, block_n, out_dtype or a.dtype),
                    num_warps=4 * (1 + consumers))
     return grid, options
 
 
 def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
                 consumers=None):
-    """C = a @ b for float16 / bfloat16 torch matrices (C in their dtype, accumulated in
-    f32). Launches on the tensors' device: the CPU runs the kernel itself, CUDA tensors
+    """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
+    dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the kernel itself, CUDA tensors
     launch the ``sm_90a`` build. Rows of a, b and out must be whole 16-byte multiples
     (a tensor map's strides); ``consumers`` (1 or 2 warpgroups) defaults to 2 for
     ``block_m >= 128``."""
-    grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
-                                       block_k=block_k, stages=stages, consumers=consumers)
     if out is None:
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
+    grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
+                                       block_k=block_k, stages=stages, consumers=consumers,
+                                       out_dtype=out.dtype)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
     return out

@@ -66,7 +66,9 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
     else:
         rows = BM // CONSUMERS
         for c in tj.static_range(CONSUMERS):    # c known at compile time: wgmma's operand
-            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)  # one per consumer
+            # C's staging tile, an allocation per consumer: the race check orders accesses
+            # per buffer, so two consumers' slices of one buffer would read as a race
+            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)
             if tj.warpgroup_id() == c + 1:      # descriptors start at a constant row
                 with tj.warpgroup():
                     acc = tj.fragment((rows, BN), tj.float32)

@@ -1,9 +1,15 @@
-"""Markers of the tests that need NVRTC (compiling for cuda) or NVIDIA GPUs (launching)."""
+"""Markers of the tests that need NVRTC (compiling for cuda), nvdisasm (reading SASS) or
+NVIDIA GPUs (launching)."""
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from tilejit.targets.cuda.nvrtc import nvrtc_unavailable_reason
 
-__all__ = ["cuda_available", "needs_gpu", "needs_nvrtc", "needs_two_gpus"]
+__all__ = ["cuda_available", "needs_gpu", "needs_nvdisasm", "needs_nvrtc", "needs_two_gpus",
+           "nvdisasm", "sass"]
 
 
 def cuda_available() -> bool:
@@ -16,6 +22,31 @@ def cuda_available() -> bool:
 
 needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
                                  reason=f"needs NVRTC: {nvrtc_unavailable_reason()}")
+
+
+def nvdisasm() -> str | None:
+    """The nvdisasm executable: on PATH or from the pip wheel nvidia-cuda-nvdisasm."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    try:
+        import nvidia.cuda_nvdisasm as package
+    except ImportError:
+        return None
+    candidate = Path(package.__path__[0]) / "bin" / "nvdisasm"
+    return str(candidate) if candidate.exists() else None
+
+
+def sass(cubin: bytes, tmp_path) -> str:
+    """The SASS text of a CUBIN, through nvdisasm."""
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(cubin)
+    return subprocess.run([nvdisasm(), str(path)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+needs_nvdisasm = pytest.mark.skipif(nvdisasm() is None,
+                                    reason="needs nvdisasm (on PATH or pip nvidia-cuda-nvdisasm)")
 needs_gpu = pytest.mark.skipif(not cuda_available(),
                                reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
 

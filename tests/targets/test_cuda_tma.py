@@ -8,14 +8,12 @@ each map once per (address, shape, strides) and a hit is cheap; encoding runs wh
 driver loads (on a GPU)."""
 import dataclasses
 import re
-import shutil
-import subprocess
 import sys
 import timeit
 from pathlib import Path
 
 import pytest
-from support.gpu import needs_gpu, needs_nvrtc
+from support.gpu import needs_gpu, needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.errors import LaunchError
@@ -107,26 +105,11 @@ def test_tma_needs_sm90_and_says_so_at_the_line(fresh_cache):
     assert info.value.line is not None and "fence_proxy_async()" in str(info.value)
 
 
-def _nvdisasm() -> str | None:
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    try:
-        import nvidia.cuda_nvdisasm as package   # the pip wheel nvidia-cuda-nvdisasm
-    except ImportError:
-        return None
-    candidate = Path(package.__path__[0]) / "bin" / "nvdisasm"
-    return str(candidate) if candidate.exists() else None
-
-
 @needs_nvrtc
-@pytest.mark.skipif(_nvdisasm() is None, reason="needs nvdisasm (pip nvidia-cuda-nvdisasm)")
+@needs_nvdisasm
 def test_tma_sass_holds_utmaldg_and_utmastg(fresh_cache, tmp_path):
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(_compile().asm["cubin"])
-    sass = subprocess.run([_nvdisasm(), str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
-    assert "UTMALDG" in sass and "UTMASTG" in sass
+    text = sass(_compile().asm["cubin"], tmp_path)
+    assert "UTMALDG" in text and "UTMASTG" in text
 
 
 # ------------------------------------------------------------------------- tensor maps

@@ -3,13 +3,11 @@ one of them; NVRTC compiles a warpgroup's m64nNk16 for sm_90a (PTX holds wgmma.m
 SASS -- where nvdisasm is found -- HGMMA) without spills; another arch is a located error.
 The kernel is ``support.wgmma_kernels``'s textual per-thread IR."""
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.gpu import needs_nvrtc
+from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 from support.wgmma_kernels import wgmma_kernel
 
 import tilejit as tj
@@ -85,15 +83,10 @@ def test_nvrtc_compiles_wgmma_without_spills(n):
 
 
 @needs_nvrtc
-@pytest.mark.skipif(shutil.which("nvdisasm") is None,
-                    reason="nvdisasm is not installed: the SASS (HGMMA) is not checked here")
+@needs_nvdisasm
 def test_the_sass_holds_hgmma(tmp_path):
     source, _ = print_cuda(kernel(64), "sm_90a")
-    path = tmp_path / "k.cubin"
-    path.write_bytes(compile_cuda(source, "sm_90a").cubin)
-    sass = subprocess.run([shutil.which("nvdisasm"), str(path)], capture_output=True, text=True,
-                          check=True).stdout
-    assert "HGMMA.64x64x16.F32" in sass
+    assert "HGMMA.64x64x16.F32" in sass(compile_cuda(source, "sm_90a").cubin, tmp_path)
 
 
 # ----------------------------------------------------------------------- from the DSL

@@ -1,6 +1,7 @@
-"""Kernels written in the DSL for the nki target (AWS Trainium), each a ``@tj.kernel`` in
-its own module: they compile for ``target="nki"`` into one NKI module and run on the CPU
-from the same source (docs/nki.md, "Kernels").
+"""Kernels written in the DSL, each in its own module, each also run on the CPU from the
+same source. The nki kernels (AWS Trainium) compile for ``target="nki"`` into one NKI
+module (docs/nki.md, "Kernels"); ``hopper_gemm`` compiles for ``target="cuda"``,
+``arch="sm_90a"``.
 
 | kernel | module | what |
 |---|---|---|
@@ -8,10 +9,12 @@ from the same source (docs/nki.md, "Kernels").
 | ``softmax`` | ``softmax`` | row softmax, 128 rows per tile |
 | ``rmsnorm`` | ``rmsnorm`` | x * rsqrt(mean(x^2) + eps) * w |
 | ``attention`` | ``attention`` | attention forward, keys in blocks of 128 with an online softmax |
+| ``hopper_gemm`` | ``hopper_gemm`` | bf16/fp16 C = A @ B on sm_90a: TMA ring, producer warp, wgmma consumer warpgroups |
 """
 from .attention import attention
+from .hopper_gemm import hopper_gemm
 from .nki_gemm import nki_gemm
 from .rmsnorm import rmsnorm
 from .softmax import softmax
 
-__all__ = ["attention", "nki_gemm", "rmsnorm", "softmax"]
+__all__ = ["attention", "hopper_gemm", "nki_gemm", "rmsnorm", "softmax"]

@@ -1,0 +1,119 @@
+"""kernels.hopper_gemm: the warp-specialized TMA + wgmma GEMM against torch on the CPU at
+ragged shapes (M, N, K tiles masked by TMA's out-of-bounds fill, C's edge tiles clipped by
+its TMA store; both CPU lowerings, the
+per-thread one executing the IR the cuda target prints), one and two consumer warpgroups;
+its sm_90a build through NVRTC (the PTX instructions that matter, no spills, the register
+count); and the errors of its Python entry point."""
+import pytest
+import torch
+from e2e_helpers import assert_guard_intact, guarded
+from support.gpu import needs_nvdisasm, needs_nvrtc, sass
+
+import tilejit as tj
+from tilejit.kernels import hopper_gemm
+from tilejit.kernels.hopper_gemm import hopper_gemm_config, hopper_gemm_kernel
+
+# small tiles keep the CPU runs short; K = 200 leaves a partial last K step
+SMALL = dict(block_m=64, block_n=32, block_k=32, stages=3)
+
+
+def _operands(m, n, k, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(m, k, generator=gen).to(dtype), torch.randn(k, n, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_ragged_gemm_matches_torch(dtype):
+    a, b = _operands(130, 72, 200, dtype)
+    name = str(dtype).removeprefix("torch.")
+    out, whole = guarded((130, 72), name, pad=8)    # rows of 80 elements: 16-byte multiples
+    assert hopper_gemm(a, b, out, **SMALL) is out
+    torch.testing.assert_close(out, (a.float() @ b.float()).to(dtype))
+    assert_guard_intact(whole, (130, 72), name)     # the clipped TMA stores stay inside
+
+
+def test_out_defaults_to_the_operands_dtype_or_takes_float32():
+    a, b = _operands(64, 32, 48, torch.bfloat16, seed=2)
+    out = hopper_gemm(a, b, **SMALL)
+    assert out.dtype == torch.bfloat16 and out.shape == (64, 32)
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    wide = hopper_gemm(a, b, torch.zeros(64, 32), **SMALL)   # f32 C: the accumulator as is
+    torch.testing.assert_close(wide, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_two_consumer_warpgroups_split_the_rows():
+    """block_m=128: warpgroups 1 and 2 each own 64 rows; out= is written in place, the
+    stage count (2) is below the K steps (4), so the ring wraps and the phases alternate."""
+    a, b = _operands(150, 40, 256, torch.float16, seed=1)
+    out = torch.full((150, 40), -1.0, dtype=torch.float16)
+    result = hopper_gemm(a, b, out, block_m=128, block_n=32, block_k=64, stages=2)
+    assert result is out
+    torch.testing.assert_close(out, (a.float() @ b.float()).half())
+
+
+def test_the_dispatch_picks_tma_and_wgmma():
+    a, b = _operands(64, 32, 64, torch.bfloat16)
+    grid, options = hopper_gemm_config(a, b, **SMALL)
+    compiled = hopper_gemm_kernel.compile(a, b, torch.empty(64, 32, dtype=torch.bfloat16), 64,
+                                          simt=True, **options)
+    rules = [(r.primitive, r.rule) for r in compiled.dispatch_log]
+    assert rules.count(("copy_async", "tma")) == 3      # A, B loads; C's store
+    assert rules.count(("gemm_async", "wgmma")) == 1
+    assert grid == (1, 1) and options["num_warps"] == 8
+
+
+@pytest.mark.parametrize("args, options, error, message", [
+    ((torch.zeros(8, 8), torch.zeros(8, 8)), {}, TypeError, r"float16 or two bfloat16"),
+    ((torch.zeros(8, 16, dtype=torch.half), torch.zeros(8, 16, dtype=torch.half)), {},
+     ValueError, r"\[M, K\] by \[K, N\], got \(8, 16\) and \(8, 16\)"),
+    ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
+     dict(block_m=96, consumers=2), ValueError, r"multiple of 64 rows"),
+    ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
+     dict(block_k=8), ValueError, r"16 bytes: the shared ring needs a multiple of 32"),
+])
+def test_bad_arguments_are_explained(args, options, error, message):
+    with pytest.raises(error, match=message):
+        hopper_gemm(*args, **options)
+
+
+@needs_nvrtc
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype):
+    compiled = _sm90a_build(dtype)
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    kind = "bf16" if dtype == torch.bfloat16 else "f16"
+    wgmma = [line for line in ptx if line.startswith("wgmma.mma_async")]
+    # 64 / 16 K steps for each of the two consumers, m64n128k16 with f32 accumulators
+    assert len(wgmma) == 8 and all(f".m64n128k16.f32.{kind}.{kind}" in w for w in wgmma)
+    assert any(line.startswith("cp.async.bulk.tensor.2d.shared::cluster.global") and
+               "mbarrier::complete_tx::bytes" in line for line in ptx)
+    # the epilogue: fenced shared tiles stored by TMA, each consumer waiting for its group
+    assert sum(line.startswith("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
+               for line in ptx) == 4       # 2 consumers x two 64-column slabs
+    assert ptx.count("cp.async.bulk.wait_group 0;") == 2
+    assert ptx.count("fence.proxy.async.shared::cta;") == 2
+    assert any(line.startswith("mbarrier.try_wait") for line in ptx)
+    assert any(line.startswith("wgmma.fence") for line in ptx)
+    meta = compiled.metadata
+    assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
+    assert 0 < meta["registers"] <= 255
+    assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
+        ("A", [128, 64], 128), ("B", [64, 64], 128), ("C", [64, 64], 128)]
+
+
+@needs_nvrtc
+@needs_nvdisasm
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
+    text = sass(_sm90a_build(torch.bfloat16).asm["cubin"], tmp_path)
+    assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text and "UTMASTG" in text
+
+
+def _sm90a_build(dtype):
+    m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
+    _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
+                                    torch.empty(k, n, dtype=dtype, device="meta"))
+    dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
+    specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n), (m, n))]
+    return hopper_gemm_kernel.compile(*specs, k, target="cuda", arch="sm_90a", **options)

@@ -1,0 +1,142 @@
+"""A warp-specialized bf16/fp16 GEMM for Hopper (``sm_90a``): C = A @ B, A [M, K], B [K, N].
+
+The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
+
+- warpgroup 0 is the producer: one elected thread of its warp 0 waits ``empty[s]``, arms
+  ``full[s]`` with ``mbarrier_arrive_expect_tx`` for both tiles' bytes and issues the two TMA
+  loads (``copy_async`` family ``tma``) of K step ``k`` into stage ``s = k % STAGES`` of two
+  shared rings, swizzled as wgmma reads them (``smem_layout``, the widest swizzle the row
+  allows). Edges of M, N and K are the hardware's out-of-bounds fill: zeros.
+- warpgroups 1 .. CONSUMERS each own ``BM / CONSUMERS`` rows of the tile: they wait
+  ``full[s]``, run ``gemm_async`` family ``wgmma`` into an f32 accumulator (wgmma's fragment
+  layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
+  ``128 * CONSUMERS`` arrivals).
+- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, into
+  its own swizzled shared tile, fences it for the asynchronous proxy
+  (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
+  consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
+  clipped at C's edges by the hardware) and waits for its bulk group.
+
+It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
+IR the cuda target prints, with the race detector).
+
+Left out, because the IR cannot express them yet (issue 14 lists them): ``setmaxnreg``
+(the producer warpgroup keeps the consumers' register budget), thread-block clusters and
+TMA multicast, persistent tile scheduling, autotuned tile configs. The accumulator reaches
+its shared tile element by element (dispatch ``copy -> scalar``; no stmatrix into a
+swizzled tile yet).
+"""
+import torch
+
+import tilejit as tj
+from tilejit.layout import SwizzleMode, smem_layout
+
+_SWIZZLES = {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}
+
+
+@tj.kernel
+def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
+                       BK: tj.constexpr, CONSUMERS: tj.constexpr, LA: tj.constexpr,
+                       LB: tj.constexpr, LC: tj.constexpr):
+    full = tj.alloc_barriers(STAGES)
+    empty = tj.alloc_barriers(STAGES)
+    staged = tj.alloc_barriers(CONSUMERS)
+    a_ring = tj.alloc_shared((STAGES, BM, BK), A.dtype, layout=LA)
+    b_ring = tj.alloc_shared((STAGES, BK, BN), B.dtype, layout=LB)
+    if tj.thread_id() == 0:
+        for s in tj.static_range(STAGES):
+            tj.mbarrier_init(full[s], 1)                 # the producer's expect_tx arrival
+            tj.mbarrier_init(empty[s], 128 * CONSUMERS)  # every consumer thread arrives
+        for c in tj.static_range(CONSUMERS):
+            tj.mbarrier_init(staged[c], 128)             # a consumer's threads staged C
+    tj.sync()
+    m0 = tj.cta_id(0) * BM
+    n0 = tj.cta_id(1) * BN
+    num_k = tj.cdiv(K, BK)
+    if tj.warpgroup_id() == 0:
+        if tj.warp_id() == 0 and tj.elect_sync():
+            for k in range(num_k):
+                s = k % STAGES
+                tj.mbarrier_wait(empty[s], ((k // STAGES) % 2) ^ 1)
+                tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
+                tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
+                              barrier=full[s], dispatch="tma")
+                tj.copy_async(b_ring[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
+                              barrier=full[s], dispatch="tma")
+    else:
+        rows = BM // CONSUMERS
+        for c in tj.static_range(CONSUMERS):    # c known at compile time: wgmma's operand
+            # C's staging tile, an allocation per consumer: the race check orders accesses
+            # per buffer, so two consumers' slices of one buffer would read as a race
+            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)
+            if tj.warpgroup_id() == c + 1:      # descriptors start at a constant row
+                with tj.warpgroup():
+                    acc = tj.fragment((rows, BN), tj.float32)
+                    tj.fill(acc, 0.0)
+                    for k in range(num_k):
+                        s = k % STAGES
+                        tj.mbarrier_wait(full[s], (k // STAGES) % 2)
+                        tj.gemm_async(acc, a_ring[s, c * rows:(c + 1) * rows, :],
+                                      b_ring[s, :, :], dispatch="wgmma")
+                        tj.mbarrier_arrive(empty[s])
+                    tj.copy(c_tile, acc)
+                    tj.fence_proxy_async()      # the tile's writes, before TMA reads it
+                    tj.mbarrier_arrive(staged[c])
+                if tj.warp_id() == 4 * (c + 1) and tj.elect_sync():
+                    tj.mbarrier_wait(staged[c], 0)
+                    tj.copy_async(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN], c_tile,
+                                  dispatch="tma")
+                    tj.bulk_wait(0)
+
+
+def ring_layout(stages: int | None, rows: int, cols: int, dtype):
+    """The swizzled shared ring of ``stages`` tiles [rows, cols] (cols contiguous; one tile
+    when ``stages`` is None): the widest swizzle whose span divides a row, so TMA and wgmma
+    access it alike."""
+    row_bytes = cols * dtype.itemsize
+    for span, mode in _SWIZZLES.items():
+        if row_bytes % span == 0:
+            return smem_layout((rows, cols) if stages is None else (stages, rows, cols), dtype,
+                               mode)
+    raise ValueError(f"a tile row of {cols} x {dtype} is {row_bytes} bytes: the shared ring "
+                     f"needs a multiple of 32 bytes for a wgmma swizzle")
+
+
+def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
+                       consumers=None, out_dtype=None):
+    """The launch grid and the kernel's constexpr options for ``a @ b`` into a C of
+    ``out_dtype`` (default: the operands')."""
+    if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
+        raise TypeError(f"hopper_gemm takes two float16 or two bfloat16 matrices, got "
+                        f"{a.dtype} and {b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"hopper_gemm multiplies [M, K] by [K, N], got {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    if consumers is None:
+        consumers = 2 if block_m >= 128 else 1
+    if block_m % (64 * consumers):
+        raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
+                         f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
+    grid = (tj.cdiv(a.shape[0], block_m), tj.cdiv(b.shape[1], block_n))
+    options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
+                   LA=ring_layout(stages, block_m, block_k, a.dtype),
+                   LB=ring_layout(stages, block_k, block_n, b.dtype),
+                   LC=ring_layout(None, block_m // consumers, block_n, out_dtype or a.dtype),
+                   num_warps=4 * (1 + consumers))
+    return grid, options
+
+
+def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
+                consumers=None):
+    """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
+    dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the kernel itself, CUDA tensors
+    launch the ``sm_90a`` build. Rows of a, b and out must be whole 16-byte multiples
+    (a tensor map's strides); ``consumers`` (1 or 2 warpgroups) defaults to 2 for
+    ``block_m >= 128``."""
+    if out is None:
+        out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
+    grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
+                                       block_k=block_k, stages=stages, consumers=consumers,
+                                       out_dtype=out.dtype)
+    hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
+    return out

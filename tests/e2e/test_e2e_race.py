@@ -200,18 +200,19 @@ def test_a_wait_on_the_wrong_phase_is_a_race_the_static_pass_cannot_see():
         handoff[(1,)](x, out, PARITY=1, num_warps=2)
 
 
-@pytest.mark.parametrize("stages,copy,mma,async_mma", [
-    (2, None, None, False),
-    (3, "tma", "wgmma", True),
+@pytest.mark.parametrize("stages,copy,mma,async_mma,tiles", [
+    (2, None, None, False, dict(BM=32, BK=24)),
+    (3, "tma", "wgmma", True, pipeline.WGMMA_TILES),
 ])
-def test_warp_specialized_pipelines_raise_no_false_race(stages, copy, mma, async_mma):
+def test_warp_specialized_pipelines_raise_no_false_race(stages, copy, mma, async_mma, tiles):
     M, N, K = 40, 40, 64    # rows of a multiple of 16 bytes, as TMA's tensor maps need
     gen = torch.Generator().manual_seed(stages)
     A = torch.randn(M, K, generator=gen).half()
     B = torch.randn(K, N, generator=gen).half()
     C = torch.full((M, N), -1.0)
-    pipeline.ws_gemm[(2, 2)](A, B, C, K, STAGES=stages, BM=32, BN=32, BK=24, COPY=copy,
-                             MMA=mma, ASYNC_MMA=async_mma, num_warps=8, simt=True)
+    grid = (tj.cdiv(M, tiles["BM"]), 2)
+    pipeline.ws_gemm[grid](A, B, C, K, STAGES=stages, BN=32, COPY=copy, MMA=mma,
+                           ASYNC_MMA=async_mma, num_warps=8, simt=True, **tiles)
     checked(pipeline.ws_gemm)
     torch.testing.assert_close(C, A.float() @ B.float(), rtol=1e-4, atol=1e-4)
 

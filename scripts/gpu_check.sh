@@ -28,7 +28,9 @@
 #      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
 #      (90), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 480 s in all at worst, inside a 600 s device
 #      call. GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
-#      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise).
+#      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
+#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix; pytest stops between tests
+#      when the time is up, so the later files may go unchecked: see the junit counts).
 #      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
 
@@ -110,7 +112,8 @@ esac
 E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/test_e2e_masks.py \
 tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
 tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py \
-tests/e2e/test_e2e_tma.py}"
+tests/e2e/test_e2e_tma.py tests/e2e/test_e2e_wgmma.py tests/e2e/test_e2e_hopper_gemm.py \
+tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py}"
 echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
 # SIGINT when the time is up: pytest stops between tests and still writes its report.
 # shellcheck disable=SC2086

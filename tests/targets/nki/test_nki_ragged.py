@@ -59,6 +59,7 @@ def test_the_last_iteration_past_the_end_is_peeled_with_its_start_a_number():
     # after the loop: r * 128 folded to 256, the region at a static start
     assert "const {value = 256} : i32" in peeled
     assert peeled.count("tile.copy") == 2
+    assert str(parse_kernel(peeled)) == peeled   # the textual IR round-trips
 
 
 def test_a_loop_whose_tiles_stay_inside_is_left_alone():
@@ -138,3 +139,18 @@ def masked_store_rows(x, out, R: tj.constexpr):
 def test_a_masked_store_is_still_declined_saying_why():
     with pytest.raises(DispatchError, match="a masked store: a DMA writes whole slices"):
         masked_store_rows.compile(spec(130, 64), spec(130, 64), R=130, target="nki")
+
+
+@tj.kernel
+def overlapping_tiles(x, out, R: tj.constexpr):
+    with tj.thread():
+        for r in range(tj.cdiv(R, 64)):
+            t = tj.alloc_shared((128, 64), tj.float32)
+            tj.copy(t, x[r * 64:r * 64 + 128, 0:64])
+            tj.copy(out[r * 64:r * 64 + 64, 0:64], t[0:64, 0:64])
+
+
+def test_tiles_longer_than_the_loops_step_past_the_end_are_refused_at_the_kernels_line():
+    with pytest.raises(CompilationError, match="in more than the last iteration") as err:
+        overlapping_tiles.compile(spec(130, 64), spec(130, 64), R=130, target="nki")
+    assert err.value.loc.line == overlapping_tiles.fn.__code__.co_firstlineno + 5

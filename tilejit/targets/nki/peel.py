@@ -33,13 +33,14 @@ def _number(value: Value) -> int | None:
     return None
 
 
-def _past_end(loop: Operation, last: int, previous: int | None) -> bool:
-    """Whether some tensor region in ``loop``'s body runs past its tensor's end at the
-    last value ``last`` of the loop variable; a CompilationError where it does so at
-    ``previous`` as well."""
+def _past_end(loop: Operation, trips: range) -> bool:
+    """Whether some tensor region in ``loop``'s body runs past its tensor's end in the last
+    of ``trips``; a CompilationError where it does so in another iteration as well (a start
+    affine in the loop variable reaches furthest at an end of the others)."""
     body = loop.regions[0]
     iv, ops = body.args[0], list(walk(body))
     inside = {id(op) for op in ops}
+    others = {trips[0], trips[-2]} if len(trips) > 1 else set()
     ragged = False
     for op in ops:
         if op.name != "region" or op.operands[0].type.scope is not MemScope.GLOBAL:
@@ -49,15 +50,15 @@ def _past_end(loop: Operation, last: int, previous: int | None) -> bool:
             terms = affine_of(start, inside)
             if extent is None or terms is None or set(terms) - {iv, None}:
                 continue   # a run-time size, or a start that moves with more than iv
-            reach = [terms.get(iv, 0) * v + terms.get(None, 0) + size for v in (last, previous)
-                     if v is not None]
-            if reach[0] > extent:
-                ragged = True
-            if len(reach) > 1 and reach[1] > extent:
+
+            def reach(v):
+                return terms.get(iv, 0) * v + terms.get(None, 0) + size
+            if any(reach(v) > extent for v in others):
                 raise CompilationError(
                     f"a tile of {size} runs past the end ({extent}) of a tensor in more than "
                     "the last iteration of its loop: NKI slices are static, so only the last "
                     "iteration is cut short (step the loop by the tile's size)", op.loc)
+            ragged = ragged or reach(trips[-1]) > extent
     return ragged
 
 
@@ -89,7 +90,7 @@ def _peel(op: Operation, ctx) -> list[Operation] | None:
     if len(op.operands) > 3 or op.attrs["unroll"] or None in bounds:
         return None   # carried values, an unrolled loop, or run-time bounds
     trips = range(*bounds)
-    if not trips or not _past_end(op, trips[-1], trips[-2] if len(trips) > 1 else None):
+    if not trips or not _past_end(op, trips):
         return None
     body = op.regions[0]
     last = Operation("const", (), {"value": trips[-1]}, (body.args[0].type,), (), op.loc)

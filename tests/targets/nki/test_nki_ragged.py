@@ -2,8 +2,10 @@
 runs the last iteration of a loop whose tile runs past a tensor's end on its own, where
 its start is a number, so the copies cut it to a static slice (loads fill the rest of the
 tile first, stores write the valid rows only). The peeled IR, the lines that matter, the
-kernels of ``tilejit/kernels/`` with any R on the NKI reference against torch and on the
-CPU, and what is refused, saying why."""
+kernels of ``tilejit/kernels/`` with any R (attention: any S) on the NKI reference against
+torch and on the CPU, and what is refused, saying why."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +13,7 @@ import torch
 import tilejit as tj
 from tilejit.errors import CompilationError, DispatchError
 from tilejit.ir.parser import parse_kernel
-from tilejit.kernels import rmsnorm, softmax
+from tilejit.kernels import attention, rmsnorm, softmax
 from tilejit.targets.nki.peel import peel_ragged_tiles
 
 reference = pytest.importorskip(
@@ -154,3 +156,28 @@ def test_tiles_longer_than_the_loops_step_past_the_end_are_refused_at_the_kernel
     with pytest.raises(CompilationError, match="in more than the last iteration") as err:
         overlapping_tiles.compile(spec(130, 64), spec(130, 64), R=130, target="nki")
     assert err.value.loc.line == overlapping_tiles.fn.__code__.co_firstlineno + 5
+
+
+@pytest.mark.parametrize("seq, causal", [(130, False), (130, True), (257, False)])
+def test_attention_of_any_length_masks_the_keys_past_its_end(seq, causal):
+    heads, dim = 2, 64
+    qkv = spec(heads, seq, dim)
+    compiled = attention.compile(qkv, qkv, qkv, qkv, H=heads, S=seq, D=dim,
+                                 scale=1 / math.sqrt(dim), causal=causal, target="nki")
+    lines, full, last = body(compiled.asm["nki"]), seq // 128 * 128, seq % 128
+    assert f"nisa.dma_copy(dst=V[0:{last}, 0:64], src=v[h, {full}:{seq}, 0:64])" in lines
+    assert lines[-1] == f"nisa.dma_copy(dst=out[h, {full}:{seq}, 0:64], src=o[0:{last}, 0:64])"
+    if not causal:   # the peeled key block drops its keys past the end
+        assert ("nisa.affine_select(dst=s, pattern=[[1, 128]], channel_multiplier=0, "
+                "on_true_tile=s, on_false_value=-30000.0, cmp_op=nl.less, "
+                f"offset={-last})") in lines
+    rng = np.random.default_rng(seq)
+    q, k, v = (rng.standard_normal((heads, seq, dim), dtype=np.float32) for _ in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(a) for a in (q, k, v)), is_causal=causal)
+    out = reference.run(compiled.asm["nki"], "attention", q, k, v, strict_reads=True)
+    np.testing.assert_allclose(out, want.numpy(), rtol=1e-4, atol=1e-4)
+    on_cpu = torch.empty(heads, seq, dim)
+    attention[(1,)](*(torch.from_numpy(a) for a in (q, k, v)), on_cpu, H=heads, S=seq, D=dim,
+                    scale=1 / math.sqrt(dim), causal=causal, num_warps=1)
+    torch.testing.assert_close(on_cpu, want, rtol=1e-4, atol=1e-4)

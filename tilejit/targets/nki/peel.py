@@ -48,8 +48,9 @@ def _past_end(loop: Operation, trips: range) -> bool:
         extents = op.operands[0].type.shape
         for start, size, extent in zip(op.operands[1:], op.attrs["sizes"], extents):
             terms = affine_of(start, inside)
-            if extent is None or terms is None or set(terms) - {iv, None}:
-                continue   # a run-time size, or a start that moves with more than iv
+            if extent is None or terms is None or not terms.get(iv) \
+                    or set(terms) - {iv, None}:
+                continue   # a run-time size, or a start that does not move with iv alone
 
             def reach(v):
                 return terms.get(iv, 0) * v + terms.get(None, 0) + size

@@ -31,13 +31,15 @@ def body(source: str) -> list[str]:
 
 
 # rows [START * r, START * r + 128) of a [ROWS, 64] tensor, r in range(TRIPS)
-TILE_LOOP = """kernel @k(%x: buffer<global, f32, [ROWS, 64], strides=[64, 1]>) {num_warps = 1} loc("/k.py":1:0) {
+TILE_LOOP = """kernel @k(%x: buffer<global, f32, [ROWS, 64], strides=[64, 1]>) {num_warps = 1}
+    loc("/k.py":1:0) {
   %lb = const {value = 0} : i32 loc(5:4)
   %ub = const {value = TRIPS} : i32 loc(5:4)
   %step = const {value = 1} : i32 loc(5:4)
   for(%lb, %ub, %step) loc(5:4) {
   ^(%r: i32):
-    %t = alloc {scope = shared, dtype = f32, shape = [128, 64]} : buffer<shared, f32, [128, 64]> loc(5:4)
+    %t = alloc {scope = shared, dtype = f32, shape = [128, 64]} :
+         buffer<shared, f32, [128, 64]> loc(5:4)
     %size = const {value = START} : i32 loc(5:4)
     %row = binary(%r, %size) {op = mul} : i32 loc(5:4)
     %zero = const {value = 0} : i32 loc(5:4)
@@ -167,6 +169,7 @@ def test_attention_of_any_length_masks_the_keys_past_its_end(seq, causal):
     lines, full, last = body(compiled.asm["nki"]), seq // 128 * 128, seq % 128
     assert f"nisa.dma_copy(dst=V[0:{last}, 0:64], src=v[h, {full}:{seq}, 0:64])" in lines
     assert lines[-1] == f"nisa.dma_copy(dst=out[h, {full}:{seq}, 0:64], src=o[0:{last}, 0:64])"
+    assert nki_lint.lint(compiled.asm["nki"]) == []
     if not causal:   # the peeled key block drops its keys past the end
         assert ("nisa.affine_select(dst=s, pattern=[[1, 128]], channel_multiplier=0, "
                 "on_true_tile=s, on_false_value=-30000.0, cmp_op=nl.less, "

@@ -69,7 +69,8 @@ def _clone(block: Block, values: dict) -> list[Operation]:
     for op in block.ops:
         operands = [values.get(v, v) for v in op.operands]
         numbers = [_number(v) for v in operands]
-        if op.name == "binary" and op.attrs["op"] in _FOLDED and None not in numbers:
+        if op.name == "binary" and op.attrs["op"] in _FOLDED and None not in numbers \
+                and op.result_types[0].is_int:
             new = Operation("const", (), {"value": _FOLDED[op.attrs["op"]](*numbers)},
                             op.result_types, (), op.loc)
         else:

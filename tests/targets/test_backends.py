@@ -129,15 +129,19 @@ def test_target(fresh_cache):
 def test_a_registered_backend_runs_kernels_with_its_own_passes(test_target):
     seen = []
 
-    def note(kernel):
-        seen.append(kernel.attrs["target"])
-        return kernel
+    def note(when):
+        def run(kernel):   # tile primitives are left only before dispatch lowers them
+            tiles = any(op.name.startswith("tile.") for op in kernel.walk())
+            seen.append((when, kernel.attrs["target"], tiles))
+            return kernel
+        return run
 
-    test_target(passes=[("note-target", note)])
+    test_target(passes=[("note-target", note("after")),
+                        ("note-early", note("before dispatch"), "dispatch")])
     x, out = torch.arange(32.0), torch.zeros(32)
     double[(2,)](x, out, 32, target="cpu-test")
     torch.testing.assert_close(out, 2 * x)
-    assert seen == ["cpu-test"]
+    assert seen == [("before dispatch", "cpu-test", True), ("after", "cpu-test", False)]
     assert double.compile(x, out, 32, target="cpu-test").asm["llir"]
 
 

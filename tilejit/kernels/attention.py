@@ -1,12 +1,12 @@
 """Attention forward, out = softmax(q k^T * scale) v per head, for q, k, v [H, S, D] with
-S a multiple of 128 and D <= 128. Each 128-query block walks the keys in blocks of 128
-with an online softmax (a running row max ``m`` and row sum ``l``; the output so far is
-rescaled by exp(m_old - m_new) whenever the max grows), so the scores of one block are
-all that is ever on chip. The probabilities are turned onto the key partitions by a copy
-between layouts (nc_transpose) for the second matmul. ``causal``: a key after its query
-is masked by ``affine_select`` (key blocks wholly after the query block are computed and
-masked too: NKI loop bounds are compile-time, so the key loop cannot stop at the
-diagonal)."""
+any S (the last blocks of 128 cut short, their keys past S masked) and D <= 128. Each
+128-query block walks the keys in blocks of 128 with an online softmax (a running row max
+``m`` and row sum ``l``; the output so far is rescaled by exp(m_old - m_new) whenever the
+max grows), so the scores of one block are all that is ever on chip. The probabilities
+are turned onto the key partitions by a copy between layouts (nc_transpose) for the
+second matmul. ``causal``: a key after its query is masked by ``affine_select`` (key
+blocks wholly after the query block are computed and masked too: NKI loop bounds are
+compile-time, so the key loop cannot stop at the diagonal)."""
 import tilejit as tj
 from tilejit.layout.hw_trainium import sbuf_layout
 
@@ -18,7 +18,7 @@ def attention(q, k, v, out, H: tj.constexpr, S: tj.constexpr, D: tj.constexpr,
               scale: tj.constexpr, causal: tj.constexpr = False):
     with tj.thread():
         for h in range(H):
-            for i in range(S // 128):   # query blocks apart; the key loop carries m, l, o
+            for i in range(tj.cdiv(S, 128)):   # query blocks apart; the key loop carries m, l, o
                 Q = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
                 o = tj.alloc_shared((128, D), tj.float32)
                 m = tj.alloc_shared((128, 1), tj.float32)        # running row max
@@ -27,7 +27,7 @@ def attention(q, k, v, out, H: tj.constexpr, S: tj.constexpr, D: tj.constexpr,
                 tj.fill(m, -30000.0)
                 tj.fill(l, 0.0)
                 tj.fill(o, 0.0)
-                for j in range(S // 128):
+                for j in range(tj.cdiv(S, 128)):
                     K = tj.alloc_shared((128, D), tj.float32, layout=sbuf_layout((128, D), 1))
                     V = tj.alloc_shared((128, D), tj.float32)
                     s = tj.alloc_shared((128, 128), tj.float32)
@@ -43,6 +43,9 @@ def attention(q, k, v, out, H: tj.constexpr, S: tj.constexpr, D: tj.constexpr,
                         rows = tj.arange(0, 128) + i * 128
                         cols = tj.arange(0, 128) + j * 128
                         tj.where(s, rows[:, None] >= cols[None, :], s, -30000.0)
+                    elif S % 128:   # the last key block's keys past S (zeros) see nothing
+                        cols = tj.arange(0, 128) + j * 128
+                        tj.where(s, cols[None, :] < S, s, -30000.0)
                     tj.reduce(m_new, s, "max", axis=1)
                     tj.maximum(m_new, m_new, m)
                     tj.sub(rescale, m, m_new)

@@ -1,11 +1,11 @@
-"""Row softmax of x [R, N] (R a multiple of 128): 128 rows on the partitions per tile."""
+"""Row softmax of x [R, N], any R: 128 rows on the partitions per tile, the last cut short."""
 import tilejit as tj
 
 
 @tj.kernel
 def softmax(x, out, R: tj.constexpr, N: tj.constexpr):
     with tj.thread():
-        for r in range(R // 128):   # tiles allocated per block: the blocks are independent
+        for r in range(tj.cdiv(R, 128)):   # tiles allocated per block: blocks are independent
             t = tj.alloc_shared((128, N), tj.float32)
             row_max = tj.alloc_shared((128, 1), tj.float32)
             row_sum = tj.alloc_shared((128, 1), tj.float32)

@@ -75,12 +75,22 @@ class Stages(Mapping):
         return "\n".join(rows)
 
 
-def get_pass(name: str, target_passes: Sequence[tuple[str, Pass]] = ()) -> Pass:
-    for pass_name, fn in (*PIPELINE, *target_passes):
+def get_pass(name: str, target_passes: Sequence[tuple] = ()) -> Pass:
+    for pass_name, fn, *_before in (*PIPELINE, *target_passes):
         if pass_name == name:
             return fn
-    known = ", ".join(n for n, _ in (*PIPELINE, *target_passes))
+    known = ", ".join(n for n, *_ in (*PIPELINE, *target_passes))
     raise KeyError(f"no pass named {name!r}; the pipeline has: {known}")
+
+
+def _ordered(target_passes: Sequence[tuple]) -> list[tuple[str, Pass]]:
+    """:data:`PIPELINE` with the target's passes placed: each before the pass it names, or
+    at the end."""
+    selected = list(PIPELINE)
+    for name, fn, *before in target_passes:
+        names = [n for n, _ in selected]
+        selected.insert(names.index(before[0]) if before else len(selected), (name, fn))
+    return selected
 
 
 def _verify(kernel: KernelIR, after: str) -> None:
@@ -93,9 +103,10 @@ def _verify(kernel: KernelIR, after: str) -> None:
 
 def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | None = None,
                  passes: Iterable[str] | None = None,
-                 target_passes: Sequence[tuple[str, Pass]] = ()) -> tuple[KernelIR, Stages]:
+                 target_passes: Sequence[tuple] = ()) -> tuple[KernelIR, Stages]:
     """Run ``passes`` (default: all of :data:`PIPELINE`, then ``target_passes``, in order)
-    on ``kernel``. ``target_passes`` are the (name, pass) pairs the target's backend adds.
+    on ``kernel``. ``target_passes`` are the (name, pass) pairs the target's backend adds;
+    a (name, pass, before) triple runs just before the pipeline's pass named ``before``.
 
     ``dump``: stage names whose IR to print to stderr (default: the ``TILEJIT_DUMP`` knob).
     Returns the final kernel and the :class:`Stages` record.
@@ -104,7 +115,7 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         from ..knobs import knobs
         dump = knobs.dump
     dump = frozenset(dump)
-    selected = [*PIPELINE, *target_passes] if passes is None else \
+    selected = _ordered(target_passes) if passes is None else \
         [(name, get_pass(name, target_passes)) for name in passes]
     stages = Stages()
     if verify:

@@ -80,7 +80,8 @@ class Backend(abc.ABC):
     text_stages: tuple[str, ...] = ()  # stages ``compile`` stores as text, in the order made
     # stages made from the loaded module only when asked for (``CompiledKernel.asm[stage]``)
     derived_stages: Mapping[str, Callable[[Any], str]] = {}
-    passes: tuple[tuple[str, Pass], ...] = ()   # run after the generic pipeline, in order
+    passes: tuple[tuple, ...] = ()   # (name, pass) after the generic pipeline, in order, or
+    # (name, pass, before): just before the generic pass named ``before``
 
     def __init__(self):
         self._context: DispatchContext | None = None

@@ -122,7 +122,7 @@ def code_lines(name: str) -> int:
 
 # (module, its code lines as docs/nki.md records them, the paper's hand-written NKI)
 @pytest.mark.parametrize("module, lines, hand_written", [("nki_gemm", 15, 120),
-                                                        ("attention", 48, 1188)])
+                                                        ("attention", 51, 1188)])
 def test_the_kernels_are_as_long_as_docs_nki_says(module, lines, hand_written):
     assert code_lines(module) == lines < hand_written
 

@@ -12,6 +12,7 @@ from tilejit.passes.dispatch import TEAM_ONCE
 
 from ..backend import Backend, Capabilities, register_backend
 from .loops import mark_independent_loops
+from .peel import peel_ragged_tiles
 
 __all__ = ["BACKEND", "NkiBackend", "NEURON_CORE"]
 
@@ -42,7 +43,8 @@ class NkiBackend(Backend):
     device = None   # it emits source to run under the Neuron SDK: it launches nothing
     text_stages = ("nki",)
     capabilities = NEURON_CORE
-    passes = (("nki-independent-loops", mark_independent_loops),)
+    passes = (("nki-peel-ragged-tiles", peel_ragged_tiles, "dispatch"),
+              ("nki-independent-loops", mark_independent_loops))
 
     def import_rules(self) -> None:
         from . import ops  # noqa: F401  (the nki.* instructions in the op catalogue)

@@ -24,12 +24,12 @@ from tilejit.ir.rewrite import Rewriter
 from tilejit.ir.types import MemScope
 from tilejit.passes.effects import root_buffer
 
-__all__ = ["mark_independent_loops"]
+__all__ = ["affine_of", "mark_independent_loops"]
 
 Affine = dict   # term (a Value, or None for the constant) -> integer coefficient
 
 
-def _affine(value: Value, inside: set[int]) -> Affine | None:
+def affine_of(value: Value, inside: set[int]) -> Affine | None:
     """``value`` as ``sum(coef * term)``: terms are loop variables and values from outside
     the loop (ids of the loop's ops in ``inside``); None where it is not affine."""
     owner = value.owner
@@ -38,10 +38,10 @@ def _affine(value: Value, inside: set[int]) -> Affine | None:
     if owner.name == "const" and isinstance(owner.attrs["value"], int):
         return {None: owner.attrs["value"]}
     if owner.name == "cast" and owner.operands[0].type.is_int and owner.attrs["to"].is_int:
-        return _affine(owner.operands[0], inside)
+        return affine_of(owner.operands[0], inside)
     if owner.name != "binary" or owner.attrs["op"] not in ("add", "sub", "mul"):
         return None
-    lhs, rhs = (_affine(v, inside) for v in owner.operands)
+    lhs, rhs = (affine_of(v, inside) for v in owner.operands)
     if lhs is None or rhs is None:
         return None
     if owner.attrs["op"] == "mul":
@@ -102,7 +102,7 @@ def _independent(loop: Operation) -> bool:
             return False       # the whole tensor, every iteration
         spans = []
         for start, size in zip(region.operands[1:], region.attrs["sizes"]):
-            affine = _affine(start, inside)
+            affine = affine_of(start, inside)
             spans.append(None if affine is None else _span(affine, size, iv, inner))
         writes.setdefault(root, []).append(spans)
     return all(_apart(spans, trips.step) for spans in writes.values())

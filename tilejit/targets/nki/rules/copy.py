@@ -5,7 +5,8 @@ family ``tensor_copy`` (on chip: SBUF or PSUM into SBUF, converting the dtype) a
 Each instruction moves one [partitions, free] tile of the on-chip operand: its digit on
 ``P`` and one digit on ``F`` (the longest the other side allows); every other digit is an
 independent loop (no two instructions touch the same element). Shapes are compile-time
-here, so a tile whose region of a tensor ends early is a static slice, not a mask.
+here, so a tile whose region of a tensor ends early is a static slice, not a mask (a tile at
+a loop variable's start gets a static one from ``peel.py``, which peels the last iteration).
 
 A load that ends early or has a mask fills its tile first (``nisa.memset`` with ``other``,
 default 0: what the elements past the end read as on every target), then copies the

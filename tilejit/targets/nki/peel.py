@@ -1,0 +1,108 @@
+"""Pass ``nki-peel-ragged-tiles`` (before dispatch): a loop whose last iteration copies a
+tile running past a tensor's end runs that iteration on its own, after the others.
+
+NKI slices are static and a DMA writes whole slices, so a tile at a run-time start
+(``x[r * 128:r * 128 + 128]``) cannot be cut where the tensor ends. Shapes and loop bounds
+are compile-time here, though: for ``r in range(cdiv(R, 128))`` only the last ``r`` reaches
+past row ``R``. Peeling it gives that iteration's regions static starts (the loop variable
+becomes a number and the index arithmetic folds), which ``rules/copy.py`` cuts to static
+slices like any tile at a static start: a load fills the rest of its tile first, a store
+writes the valid rows only. The loop keeps the iterations that stay inside the tensor.
+
+A tile past the end in an earlier iteration too (the tile is longer than the loop's step)
+is refused at its line: peeling one iteration would not cut it.
+"""
+from __future__ import annotations
+
+from tilejit.errors import CompilationError
+from tilejit.ir.core import Block, KernelIR, Operation, Value, walk
+from tilejit.ir.rewrite import Rewriter
+from tilejit.ir.types import MemScope
+
+from .loops import affine_of
+
+__all__ = ["peel_ragged_tiles"]
+
+_FOLDED = {"add": int.__add__, "sub": int.__sub__, "mul": int.__mul__}
+
+
+def _number(value: Value) -> int | None:
+    owner = value.owner
+    if getattr(owner, "name", None) == "const" and isinstance(owner.attrs["value"], int):
+        return owner.attrs["value"]
+    return None
+
+
+def _past_end(loop: Operation, trips: range) -> bool:
+    """Whether some tensor region in ``loop``'s body runs past its tensor's end in the last
+    of ``trips``; a CompilationError where it does so in another iteration as well (a start
+    affine in the loop variable reaches furthest at an end of the others)."""
+    body = loop.regions[0]
+    iv, ops = body.args[0], list(walk(body))
+    inside = {id(op) for op in ops}
+    others = {trips[0], trips[-2]} if len(trips) > 1 else set()
+    ragged = False
+    for op in ops:
+        if op.name != "region" or op.operands[0].type.scope is not MemScope.GLOBAL:
+            continue
+        extents = op.operands[0].type.shape
+        for start, size, extent in zip(op.operands[1:], op.attrs["sizes"], extents):
+            terms = affine_of(start, inside)
+            if extent is None or terms is None or not terms.get(iv) \
+                    or set(terms) - {iv, None}:
+                continue   # a run-time size, or a start that does not move with iv alone
+
+            def reach(v):
+                return terms.get(iv, 0) * v + terms.get(None, 0) + size
+            if any(reach(v) > extent for v in others):
+                raise CompilationError(
+                    f"a tile of {size} runs past the end ({extent}) of a tensor in more than "
+                    "the last iteration of its loop: NKI slices are static, so only the last "
+                    "iteration is cut short (step the loop by the tile's size)", op.loc)
+            ragged = ragged or reach(trips[-1]) > extent
+    return ragged
+
+
+def _clone(block: Block, values: dict) -> list[Operation]:
+    """``block``'s ops with ``values`` substituted, integer arithmetic on numbers folded."""
+    ops = []
+    for op in block.ops:
+        operands = [values.get(v, v) for v in op.operands]
+        numbers = [_number(v) for v in operands]
+        if op.name == "binary" and op.attrs["op"] in _FOLDED and None not in numbers \
+                and op.result_types[0].is_int:
+            new = Operation("const", (), {"value": _FOLDED[op.attrs["op"]](*numbers)},
+                            op.result_types, (), op.loc)
+        else:
+            regions = []
+            for region in op.regions:
+                fresh = Block.with_arg_types([a.type for a in region.args],
+                                             [a.name_hint for a in region.args])
+                values.update(zip(region.args, fresh.args))
+                fresh.ops = _clone(region, values)
+                regions.append(fresh)
+            new = op.replace(operands=operands, regions=regions)
+        values.update(zip(op.results, new.results))
+        ops.append(new)
+    return ops
+
+
+def _peel(op: Operation, ctx) -> list[Operation] | None:
+    bounds = [_number(v) for v in op.operands[:3]]
+    if len(op.operands) > 3 or op.attrs["unroll"] or None in bounds:
+        return None   # carried values, an unrolled loop, or run-time bounds
+    trips = range(*bounds)
+    if not trips or not _past_end(op, trips):
+        return None
+    body = op.regions[0]
+    last = Operation("const", (), {"value": trips[-1]}, (body.args[0].type,), (), op.loc)
+    peeled = _clone(body, {body.args[0]: last.result})[:-1]   # its yield dropped
+    if len(trips) == 1:
+        return [last, *peeled]
+    loop = op.replace(operands=(op.operands[0], last.result, op.operands[2]))
+    return [last, loop, *peeled]
+
+
+def peel_ragged_tiles(kernel: KernelIR) -> KernelIR:
+    """The pass: the last iteration of a loop whose tiles run past a tensor's end, peeled."""
+    return Rewriter([("for", _peel)], "nki-peel-ragged-tiles").sweep(kernel)

@@ -160,6 +160,25 @@ def test_tiles_longer_than_the_loops_step_past_the_end_are_refused_at_the_kernel
     assert err.value.loc.line == overlapping_tiles.fn.__code__.co_firstlineno + 5
 
 
+@tj.kernel
+def tile_at_a_scalar(x, out, s):
+    with tj.thread():
+        t = tj.alloc_shared((128, 64), tj.float32)
+        tj.copy(t, x[s:s + 128, 0:64])
+        tj.copy(out[0:128, 0:64], t)
+
+
+def test_a_tile_at_a_run_time_scalar_in_a_ragged_dim_is_refused_at_its_line():
+    """NKI cannot cut it where the tensor ends (130 rows), so it would read past them."""
+    with pytest.raises(CompilationError, match=r"a tile of 128 at a start known only at run "
+                       r"time may run past the end \(130\)") as err:
+        tile_at_a_scalar.compile(spec(130, 64), spec(128, 64), 2, target="nki")
+    assert err.value.loc.line == tile_at_a_scalar.fn.__code__.co_firstlineno + 4
+    # a size that divides the dim: aligned tiles stay inside (the caller's contract)
+    source = tile_at_a_scalar.compile(spec(256, 64), spec(128, 64), 128, target="nki").asm["nki"]
+    assert "nisa.dma_copy(dst=t, src=x[s:s + 128, 0:64])" in body(source)
+
+
 @pytest.mark.parametrize("seq, causal", [(130, False), (130, True), (257, False)])
 def test_attention_of_any_length_masks_the_keys_past_its_end(seq, causal):
     heads, dim = 2, 64

@@ -103,6 +103,41 @@ def _peel(op: Operation, ctx) -> list[Operation] | None:
     return [last, loop, *peeled]
 
 
+def _check_run_time_starts(kernel: KernelIR) -> None:
+    """A tile at a start known only at run time (not made static by peeling) in a tensor dim
+    its size does not divide may run past the end, where NKI cannot cut it: a located
+    CompilationError, unless loop bounds keep it inside the tensor. (Where the size divides
+    the dim, a tile at a multiple of its size stays inside: the launch grid's contract.)"""
+    ops = list(walk(kernel.body))
+    inside = {id(op) for op in ops}
+    trips = {op.regions[0].args[0]: range(*bounds) for op in ops if op.name == "for"
+             and None not in (bounds := [_number(v) for v in op.operands[:3]])}
+    for op in ops:
+        if op.name != "region" or op.operands[0].type.scope is not MemScope.GLOBAL:
+            continue
+        for start, size, extent in zip(op.operands[1:], op.attrs["sizes"],
+                                       op.operands[0].type.shape):
+            if extent is None or _number(start) is not None or extent % size == 0:
+                continue
+            terms = affine_of(start, inside) or {start: 1}
+            if all(t is None or trips.get(t) for t in terms):
+                low = high = terms.get(None, 0)
+                for term, coef in terms.items():
+                    if term is not None:
+                        ends = (coef * trips[term][0], coef * trips[term][-1])
+                        low, high = low + min(ends), high + max(ends)
+                if low >= 0 and high + size <= extent:
+                    continue
+            raise CompilationError(
+                f"a tile of {size} at a start known only at run time may run past the end "
+                f"({extent}) of a tensor, and NKI slices are static: tile with a loop over "
+                f"tj.cdiv({extent}, {size}) (its last tile is cut short) or with a size that "
+                f"divides {extent}", op.loc)
+
+
 def peel_ragged_tiles(kernel: KernelIR) -> KernelIR:
-    """The pass: the last iteration of a loop whose tiles run past a tensor's end, peeled."""
-    return Rewriter([("for", _peel)], "nki-peel-ragged-tiles").sweep(kernel)
+    """The pass: the last iteration of a loop whose tiles run past a tensor's end, peeled;
+    then no tile at a run-time start may reach past its tensor's end."""
+    kernel = Rewriter([("for", _peel)], "nki-peel-ragged-tiles").sweep(kernel)
+    _check_run_time_starts(kernel)
+    return kernel

@@ -11,6 +11,7 @@ import subprocess
 import textwrap
 
 import pytest
+import torch
 
 import tilejit as tj
 from support.gpu import cuda_available, needs_gpu, needs_nvrtc
@@ -727,6 +728,47 @@ def test_a_fragment_over_threads_lives_in_registers(arch, fresh_cache):
                                    arch=arch)
     assert "float t[2];" in compiled.asm["cuda"]   # a thread's 2 of the 128 elements
     assert ".local" not in compiled.asm["ptx"] and compiled.metadata["spill_bytes"] == 0
+
+
+# Trainium's partition (P) and free (F) axes are memory: a GPU stores them like m.
+OVER_P_AND_F = TileLayout.parse("(2,1,2,2):(1@m,1@P,2@F,4@m) + 5@P - 3@F + 3@m")
+PRIVATE_OVER_F = TileLayout.parse("(8,1,5,1):(10@m,-1@F,2@m,2@m)")
+
+
+@tj.kernel
+def _transpose_over_memory_axes(x, out, PRIVATE: tj.constexpr):
+    if PRIVATE:   # a thread's own tile; the transposed view leaves the team as a result
+        with tj.thread():
+            t = tj.alloc_local((8, 5), tj.float32, layout=PRIVATE_OVER_F)
+            tj.copy(t, x[0:8, 0:5])
+            v = tj.expand_dims(t.T, 2)
+            tj.copy(out[0:5, 0:8, 0:1], v)
+    else:         # the CTA's fragment: shared memory per thread
+        t = tj.fragment((2, 4), tj.float32, layout=OVER_P_AND_F)
+        tj.copy(t, x[0:2, 0:4])
+        tj.copy(out[0:4, 0:2, 0:1], tj.expand_dims(t.T, 2))
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("private", [False, True])
+def test_tiles_over_memory_axes_beyond_m_compile_and_run_per_thread(arch, private, fresh_cache):
+    from tilejit.ir.storage import storage_elements
+    shape, layout = ((8, 5), PRIVATE_OVER_F) if private else ((2, 4), OVER_P_AND_F)
+    x = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    out = torch.full((shape[1], shape[0], 1), -1.0)
+    warps = 1 if private else 4
+    _transpose_over_memory_axes[(1,)](x, out, PRIVATE=private, num_warps=warps, simt=True)
+    assert torch.equal(out, x.T[:, :, None])
+    compiled = _transpose_over_memory_axes.compile(
+        _spec(*shape), _spec(shape[1], shape[0], 1), PRIVATE=private, num_warps=warps,
+        target="cuda", arch=arch)
+    stored = storage_elements(shape, layout)   # over m, P and F
+    if private:
+        assert f"float t[{stored}];" in compiled.asm["cuda"]
+    else:
+        assert "tj_smem" in compiled.asm["cuda"] and compiled.metadata["shared_bytes"] >= 4 * stored
 
 
 @needs_nvrtc

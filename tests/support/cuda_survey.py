@@ -23,7 +23,7 @@ ARCHS = ("sm_80", "sm_90a")
 class CudaSurvey:
     def __init__(self, report_path: str | None):
         self.report_path = report_path
-        self.compiled: set[tuple[str, str]] = set()
+        self.compiled: set[tuple[str, str]] = set()   # (module.qualname: generated probes differ, arch)
         self.refused: collections.Counter = collections.Counter()
         self.refused_kernels: dict[str, list[str]] = collections.defaultdict(list)
         self.refused_example: dict[str, str] = {}   # one full message per category
@@ -59,7 +59,7 @@ class CudaSurvey:
             except Exception as err:  # a crash of the cuda path: the test fails
                 self._fail(name, f"{type(err).__name__}: {err}")
                 continue
-            self.compiled.add((fn.__qualname__, arch))
+            self.compiled.add((f"{fn.__module__}.{fn.__qualname__}", arch))
 
     def _refuse(self, name: str, message: str) -> None:
         why = message.splitlines()[0][:160]

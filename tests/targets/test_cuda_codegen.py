@@ -794,6 +794,29 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     assert compiled.module._functions == {}    # loading touched no driver
 
 
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_layer_norm_with_a_masked_tail_reduces_in_registers(arch, fresh_cache):
+    """BLOCK > N: the centred rows are masked (``tj.where``) before the sum of squares. The
+    mask (i1) and the centred tile (f32) get different blocked layouts, so the select reads
+    the tile through shared memory; the fused reduce must then not be driven by that shared
+    copy, whose cyclic split gives no thread the mask elements it holds."""
+    from tilejit.examples import kernels as K
+    n, block = 781, 1024
+    x = torch.randn(3, n) + 3
+    weight, bias, out = torch.randn(n), torch.randn(n), torch.empty(3, n)
+    K.layer_norm[(3,)](x, weight, bias, out, 1e-5, N=n, BM=1, BLOCK=block, simt=True)
+    expected = torch.nn.functional.layer_norm(x.double(), (n,), weight.double(), bias.double(),
+                                              1e-5)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-4)
+    compiled = K.layer_norm.compile(_spec(3, n), _spec(n), _spec(n), _spec(3, n), 1e-5, N=n,
+                                    BM=1, BLOCK=block, target="cuda", arch=arch)
+    reduces = [r for r in compiled.dispatch_log if r.primitive == "reduce"]
+    assert len(reduces) == 2 and all(r.rule == "shuffle" for r in reduces)
+    assert "shfl.sync.bfly" in compiled.asm["ptx"] and compiled.metadata["spill_bytes"] == 0
+
+
 @pytest.mark.gpu
 @needs_gpu
 @needs_address_lowering

@@ -794,6 +794,34 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     assert compiled.module._functions == {}    # loading touched no driver
 
 
+SHARED_OVER_THREADS = TileLayout.parse("(2,1,4,1):(2@m,1@warpid,-1@tid_in_wg,1@warpid) "
+                                       "+ 3@tid_in_wg")
+
+
+@tj.kernel
+def _transpose_shared_over_threads(x, out):
+    t = tj.alloc_shared((2, 4), tj.float32, layout=SHARED_OVER_THREADS)
+    tj.copy(t, x[0:2, 0:4])
+    tj.copy(out[0:1, 0:4, 0:2], tj.expand_dims(tj.trans(t), 0))
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_shared_source_laid_out_over_threads_is_read_by_any_thread(arch, fresh_cache):
+    """The transpose's domain is dst's shape; its shared src, laid out over threads but
+    stored over those axes, is read by whichever thread the cyclic split gives an element
+    (only registers need their holder)."""
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    out = torch.full((1, 4, 2), -1.0)
+    _transpose_shared_over_threads[(1,)](x, out, simt=True)
+    assert torch.equal(out, x.T[None])
+    compiled = _transpose_shared_over_threads.compile(_spec(2, 4), _spec(1, 4, 2),
+                                                      target="cuda", arch=arch)
+    (permute,) = [r for r in compiled.dispatch_log if r.primitive == "permute"]
+    assert permute.rule == "scalar" and "tj_smem" in compiled.asm["cuda"]
+
+
 @needs_nvrtc
 @needs_address_lowering
 @pytest.mark.parametrize("arch", ARCHS)

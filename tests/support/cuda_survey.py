@@ -8,6 +8,10 @@ printed code, a Python exception -- fails the test that compiled it. The session
 a table: kernels compiled, refused (grouped by the first line of the message), failed;
 ``--cuda-compile-report=FILE`` also writes it as JSON, naming the kernels behind each refusal
 (and one full message) so that a category can be traced to its test.
+
+Comparing two surveys: run both from the same checkout path. The random-layout probes of
+``test_e2e_layouts`` / ``test_e2e_construct`` come from derandomized Hypothesis, whose
+examples differed between two worktrees of one commit (so do the numbers).
 """
 from __future__ import annotations
 

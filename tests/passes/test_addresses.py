@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import tilejit as tj
 from tilejit.errors import CompilationError, LaunchError, SourceLocation
 from tilejit.ir import Builder, KernelIR, parse_kernel, verify
-from tilejit.ir.addressing import Addressing
+from tilejit.ir.addressing import Addressing, Storage
 from tilejit.ir.core import walk
 from tilejit.ir.storage import layout_reach, reaches_threads, storage_elements
 from tilejit.ir.types import BufferType, MemScope, TeamKind, f32, i32
@@ -245,12 +245,32 @@ def test_a_layout_giving_a_thread_two_elements_at_one_place_is_refused_at_its_al
     assert (err.value.file, err.value.line) == (FILE, 7)
 
 
-def test_a_fragment_over_trainium_partitions_alone_is_no_threads_own():
+@pytest.mark.parametrize("scope", [MemScope.FRAGMENT, MemScope.LOCAL])
+def test_memory_axes_other_than_m_are_stored_like_m_per_thread(scope):
+    """Trainium's partition and free axes are memory: per thread, a CTA's fragment over
+    them is shared memory and a private buffer over them is private memory, each stored
+    over all the axes its layout reaches and addressed flat like any other."""
+    layout = TileLayout.parse("(2,1,2,2):(1@m,1@P,2@F,4@m) + 5@P - 3@F + 3@m")
     k, b = _kernel()
     with b.insert_into(k.body):
-        b.alloc(MemScope.FRAGMENT, f32, (4, 8), TileLayout.parse("(4,8):(1@P,1@F)"))
-    (alloc,) = _ops(addresses.place_fragments(k), "alloc")
-    assert alloc.attrs["scope"] is MemScope.FRAGMENT
+        index = b.thread_index("thread_id")
+        buf = b.alloc(scope, f32, (2, 4), layout)
+        b.load(buf, [b.const(1, i32), index])
+    lowered = addresses.lower_addresses(shared_plan.run(addresses.place_fragments(k)))
+    verify(lowered)
+    (alloc,) = _ops(lowered, "alloc")
+    assert alloc.attrs["scope"] is (MemScope.SHARED if scope is MemScope.FRAGMENT else scope)
+    (load,) = _ops(lowered, "load_at")
+    tid = _ops(lowered, "thread_index")[0].result
+    storage = Storage.of(layout_reach(layout))   # m innermost, then P and F
+    assert storage.size == storage_elements((2, 4), layout) == 9 * 1 * 3   # m [0, 8], P [5], F [-3, -1]
+    offsets = set()
+    for j in range(4):
+        place = layout.apply(1, j, shape=(2, 4))
+        offsets.add(evaluate(load.operands[1], {tid: j}))
+        assert evaluate(load.operands[1], {tid: j}) == sum(
+            weight * (place.get(name, 0) - low) for name, low, _, weight in storage.axes)
+    assert len(offsets) == 4
 
 
 def test_a_reshaping_view_of_a_laid_out_buffer_goes_through_its_logical_shape():

@@ -6,7 +6,12 @@ A kernel the cuda target cannot compile yet must say so as a located Compilation
 (or DispatchError); anything else -- an internal compiler error, an NVRTC failure on
 printed code, a Python exception -- fails the test that compiled it. The session ends with
 a table: kernels compiled, refused (grouped by the first line of the message), failed;
-``--cuda-compile-report=FILE`` also writes it as JSON.
+``--cuda-compile-report=FILE`` also writes it as JSON, naming the kernels behind each refusal
+(and one full message) so that a category can be traced to its test.
+
+Comparing two surveys: run both from the same checkout path. The random-layout probes of
+``test_e2e_layouts`` / ``test_e2e_construct`` come from derandomized Hypothesis, whose
+examples differed between two worktrees of one commit (so do the numbers).
 """
 from __future__ import annotations
 
@@ -22,8 +27,10 @@ ARCHS = ("sm_80", "sm_90a")
 class CudaSurvey:
     def __init__(self, report_path: str | None):
         self.report_path = report_path
-        self.compiled: set[tuple[str, str]] = set()
+        self.compiled: set[tuple[str, str]] = set()   # (module.qualname: generated probes differ, arch)
         self.refused: collections.Counter = collections.Counter()
+        self.refused_kernels: dict[str, list[str]] = collections.defaultdict(list)
+        self.refused_example: dict[str, str] = {}   # one full message per category
         self.failed: list[tuple[str, str, str]] = []
         self.seen: set = set()
         self.current_failures: list[str] = []
@@ -48,15 +55,21 @@ class CudaSurvey:
                 if "internal compiler error" in message or "NVRTC" in message:
                     self._fail(name, message)
                 else:
-                    self.refused[message.splitlines()[0][:160]] += 1
+                    self._refuse(name, message)
                 continue
             except TilejitError as err:
-                self.refused[str(err).splitlines()[0][:160]] += 1
+                self._refuse(name, str(err))
                 continue
             except Exception as err:  # a crash of the cuda path: the test fails
                 self._fail(name, f"{type(err).__name__}: {err}")
                 continue
-            self.compiled.add((fn.__qualname__, arch))
+            self.compiled.add((f"{fn.__module__}.{fn.__qualname__}", arch))
+
+    def _refuse(self, name: str, message: str) -> None:
+        why = message.splitlines()[0][:160]
+        self.refused[why] += 1
+        self.refused_kernels[why].append(name)
+        self.refused_example.setdefault(why, message)
 
     def _fail(self, name: str, message: str) -> None:
         self.failed.append((name, message.splitlines()[0][:300], message))
@@ -74,6 +87,8 @@ class CudaSurvey:
             with open(self.report_path, "w") as f:
                 json.dump({"compiled": sorted(self.compiled),
                            "refused": dict(self.refused.most_common()),
+                           "refused_kernels": self.refused_kernels,
+                           "refused_example": self.refused_example,
                            "failed": [{"kernel": n, "error": full} for n, _, full in self.failed]},
                           f, indent=1)
 

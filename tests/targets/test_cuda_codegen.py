@@ -11,6 +11,7 @@ import subprocess
 import textwrap
 
 import pytest
+import torch
 
 import tilejit as tj
 from support.gpu import cuda_available, needs_gpu, needs_nvrtc
@@ -729,6 +730,47 @@ def test_a_fragment_over_threads_lives_in_registers(arch, fresh_cache):
     assert ".local" not in compiled.asm["ptx"] and compiled.metadata["spill_bytes"] == 0
 
 
+# Trainium's partition (P) and free (F) axes are memory: a GPU stores them like m.
+OVER_P_AND_F = TileLayout.parse("(2,1,2,2):(1@m,1@P,2@F,4@m) + 5@P - 3@F + 3@m")
+PRIVATE_OVER_F = TileLayout.parse("(8,1,5,1):(10@m,-1@F,2@m,2@m)")
+
+
+@tj.kernel
+def _transpose_over_memory_axes(x, out, PRIVATE: tj.constexpr):
+    if PRIVATE:   # a thread's own tile; the transposed view leaves the team as a result
+        with tj.thread():
+            t = tj.alloc_local((8, 5), tj.float32, layout=PRIVATE_OVER_F)
+            tj.copy(t, x[0:8, 0:5])
+            v = tj.expand_dims(t.T, 2)
+            tj.copy(out[0:5, 0:8, 0:1], v)
+    else:         # the CTA's fragment: shared memory per thread
+        t = tj.fragment((2, 4), tj.float32, layout=OVER_P_AND_F)
+        tj.copy(t, x[0:2, 0:4])
+        tj.copy(out[0:4, 0:2, 0:1], tj.expand_dims(t.T, 2))
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("private", [False, True])
+def test_tiles_over_memory_axes_beyond_m_compile_and_run_per_thread(arch, private, fresh_cache):
+    from tilejit.ir.storage import storage_elements
+    shape, layout = ((8, 5), PRIVATE_OVER_F) if private else ((2, 4), OVER_P_AND_F)
+    x = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+    out = torch.full((shape[1], shape[0], 1), -1.0)
+    warps = 1 if private else 4
+    _transpose_over_memory_axes[(1,)](x, out, PRIVATE=private, num_warps=warps, simt=True)
+    assert torch.equal(out, x.T[:, :, None])
+    compiled = _transpose_over_memory_axes.compile(
+        _spec(*shape), _spec(shape[1], shape[0], 1), PRIVATE=private, num_warps=warps,
+        target="cuda", arch=arch)
+    stored = storage_elements(shape, layout)   # over m, P and F
+    if private:
+        assert f"float t[{stored}];" in compiled.asm["cuda"]
+    else:
+        assert "tj_smem" in compiled.asm["cuda"] and compiled.metadata["shared_bytes"] >= 4 * stored
+
+
 @needs_nvrtc
 @needs_address_lowering
 @pytest.mark.parametrize("arch", ARCHS)
@@ -750,6 +792,57 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     if name in ("row_softmax", "layer_norm"):   # row reductions: warp shuffles
         assert "shfl.sync.bfly" in ptx
     assert compiled.module._functions == {}    # loading touched no driver
+
+
+SHARED_OVER_THREADS = TileLayout.parse("(2,1,4,1):(2@m,1@warpid,-1@tid_in_wg,1@warpid) "
+                                       "+ 3@tid_in_wg")
+
+
+@tj.kernel
+def _transpose_shared_over_threads(x, out):
+    t = tj.alloc_shared((2, 4), tj.float32, layout=SHARED_OVER_THREADS)
+    tj.copy(t, x[0:2, 0:4])
+    tj.copy(out[0:1, 0:4, 0:2], tj.expand_dims(tj.trans(t), 0))
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_shared_source_laid_out_over_threads_is_read_by_any_thread(arch, fresh_cache):
+    """The transpose's domain is dst's shape; its shared src, laid out over threads but
+    stored over those axes, is read by whichever thread the cyclic split gives an element
+    (only registers need their holder)."""
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    out = torch.full((1, 4, 2), -1.0)
+    _transpose_shared_over_threads[(1,)](x, out, simt=True)
+    assert torch.equal(out, x.T[None])
+    compiled = _transpose_shared_over_threads.compile(_spec(2, 4), _spec(1, 4, 2),
+                                                      target="cuda", arch=arch)
+    (permute,) = [r for r in compiled.dispatch_log if r.primitive == "permute"]
+    assert permute.rule == "scalar" and "tj_smem" in compiled.asm["cuda"]
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_layer_norm_with_a_masked_tail_reduces_in_registers(arch, fresh_cache):
+    """BLOCK > N: the centred rows are masked (``tj.where``) before the sum of squares. The
+    mask (i1) and the centred tile (f32) get different blocked layouts, so the select reads
+    the tile through shared memory; the fused reduce must then not be driven by that shared
+    copy, whose cyclic split gives no thread the mask elements it holds."""
+    from tilejit.examples import kernels as K
+    n, block = 781, 1024
+    x = torch.randn(3, n) + 3
+    weight, bias, out = torch.randn(n), torch.randn(n), torch.empty(3, n)
+    K.layer_norm[(3,)](x, weight, bias, out, 1e-5, N=n, BM=1, BLOCK=block, simt=True)
+    expected = torch.nn.functional.layer_norm(x.double(), (n,), weight.double(), bias.double(),
+                                              1e-5)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-4, atol=1e-4)
+    compiled = K.layer_norm.compile(_spec(3, n), _spec(n), _spec(n), _spec(3, n), 1e-5, N=n,
+                                    BM=1, BLOCK=block, target="cuda", arch=arch)
+    reduces = [r for r in compiled.dispatch_log if r.primitive == "reduce"]
+    assert len(reduces) == 2 and all(r.rule == "shuffle" for r in reduces)
+    assert "shfl.sync.bfly" in compiled.asm["ptx"] and compiled.metadata["spill_bytes"] == 0
 
 
 @pytest.mark.gpu

@@ -29,7 +29,8 @@ of its run's first and last elements); targets print it where their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
 elements or more, which only a CPU's private arrays may). Shared memory is stored over
 every axis its layout reaches, thread axes too, on every target; private memory laid out
-over threads without its thread axes (its offsets drop their digits). Left as they
+over threads without its thread axes (its offsets drop their digits); memory axes other
+than ``m`` (Trainium's ``P`` and ``F``) are stored like ``m`` in both. Left as they
 are: accesses of fragments laid out over threads that ``place-fragments`` did not place,
 and of views of tensors. Emitters print the result; they never derive an address.
 """
@@ -44,7 +45,7 @@ from ..ir.core import KernelIR, Operation, Value
 from ..ir.ops_native import (ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS_OPS, run_length,
                              stored_values)
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
-from ..ir.storage import held_per_thread, on_threads, reaches_threads, storage_elements
+from ..ir.storage import held_per_thread, on_threads, storage_elements
 from ..ir.types import MemScope, TeamKind, i32, i64
 from ..layout import TileLayout
 from .dispatch import PER_THREAD
@@ -73,8 +74,6 @@ def place_fragments(kernel: KernelIR) -> KernelIR:
         # threads gives each thread its own elements (the layout stays: it says which).
         if team is TeamKind.THREAD or on_threads(op.attrs["layout"]):
             new = op.replace(attrs={**op.attrs, "scope": MemScope.LOCAL})
-        elif reaches_threads(op.attrs["layout"]):
-            return None   # over Trainium's partitions: stored by the target
         elif team in (TeamKind.WARP, TeamKind.WARPGROUP, TeamKind.CTA):
             per_team = None if team is TeamKind.CTA else team
             new = op.replace(attrs={**op.attrs, "scope": MemScope.SHARED, "per_team": per_team})
@@ -195,13 +194,13 @@ def buffer_addressing(buf: Value) -> Addressing | None:
     """The addressing of an on-chip buffer or view in storage every target lays out alike:
     shared memory (over all the axes its layout reaches: the CTA's threads share it), or
     private memory (without thread axes: a thread holds only its own elements of a layout
-    over threads). None: other memory laid out beyond ``m`` (a fragment over Trainium's
-    partitions, one over threads that ``place-fragments`` did not place); a buffer reached
+    over threads); Trainium's partition and free axes, memory, are stored like ``m``.
+    None: a fragment over threads that ``place-fragments`` did not place; a buffer reached
     through a loop-carried value; or a layout-less view of a buffer not stored row-major,
     which :func:`_offset` re-splits."""
     t, name = buf.type, _owner_name(buf)
     private = held_per_thread(t.scope, t.layout)
-    if t.scope is not MemScope.SHARED and reaches_threads(t.layout) and not private:
+    if t.scope is not MemScope.SHARED and on_threads(t.layout) and not private:
         return None
     if name == "alloc":
         return (Addressing.row_major(t.shape) if t.layout is None

@@ -408,7 +408,9 @@ def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
             owned.one_copy = lead is not call.operands[0] \
                 or lead.role not in (MemScope.FRAGMENT, MemScope.LOCAL)
         return owned
-    spread = [o.name for o in call.tiles if o.thread_axes]
+    # Registers laid out over threads are read and written by their holders alone; shared
+    # memory laid out over threads is stored over those axes, so any thread reaches it.
+    spread = [o.name for o in call.tiles if o.thread_axes and o.role is not MemScope.SHARED]
     if spread:
         return Decline(f"{', '.join(spread)} is distributed over threads but does not "
                        "span the iteration space, so no thread owns a whole instance")

@@ -31,7 +31,8 @@ fusion is an optimization):
   has that layout and its shape (the consumer's threads keep holding its elements);
 * a reduce consumer gets ``P``'s chain only when it is ``ARITHMETIC`` over on-chip tiles
   (the reduce rules read fused elements without bounds checks, and vectorize only those
-  ops), one of them with ``T``'s shape and dtype to drive it;
+  ops), one of them with ``T``'s shape and dtype, placed on threads as ``T`` is, to drive
+  it;
 * with more than one consumer, each recomputes ``P``'s chain: only when that chain is
   at most ``RECOMPUTE_STEPS`` ``ARITHMETIC`` steps over on-chip tiles (recomputing beats a
   pass through memory only when it is cheap and the sources are close).
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.ops_tile import COMMON_ATTRS, FUSED
+from ..ir.storage import on_threads
 from ..ir.types import BufferType, MemScope, RegionType, ScalarType
 from .effects import root_buffer
 
@@ -281,10 +283,16 @@ class _Plan:
 
 
 def _drives(source: Value, temp: Value) -> bool:
-    """Whether ``source`` can stand for ``temp`` as a reduce's src (same shape and dtype)."""
+    """Whether ``source`` can stand for ``temp`` as a reduce's src: same shape and dtype,
+    and placed on threads as ``temp`` is (a per-thread reduce splits over its src's
+    placement, and the threads that held ``temp``'s elements hold the chain's other
+    sources; a mask laid out over threads is not read through a shared src's split)."""
     t = source.type
-    return tuple(t.shape) == tuple(temp.type.shape) and \
-        (t.buffer if isinstance(t, RegionType) else t).dtype == temp.type.dtype
+    buffer = t.buffer if isinstance(t, RegionType) else t
+    placed_alike = buffer.layout == temp.type.layout if on_threads(temp.type.layout) \
+        else not on_threads(buffer.layout)
+    return tuple(t.shape) == tuple(temp.type.shape) and buffer.dtype == temp.type.dtype \
+        and placed_alike
 
 
 def _holds_like(source: Value, temp: Value) -> bool:

@@ -331,6 +331,11 @@ def print_unflattened(p: CudaPrinter, op: Operation) -> None:
 
 
 def print_view_or_region(p: CudaPrinter, op: Operation) -> None:
+    if op.name == "view" and op.result.type.scope is not MemScope.GLOBAL:
+        # Only handed on (a team's or a loop's yield): lower-addresses made every access
+        # through it flat on its root, and its facts are static, so it names the storage.
+        p.names[op.result] = p[op.operands[0]]
+        return
     raise CompilationError(f"a '{op.name}' is still used when the cuda printer runs: the "
                            "lower-addresses pass turns its accesses into flat ones", op.loc)
 

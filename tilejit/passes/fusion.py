@@ -31,8 +31,8 @@ fusion is an optimization):
   has that layout and its shape (the consumer's threads keep holding its elements);
 * a reduce consumer gets ``P``'s chain only when it is ``ARITHMETIC`` over on-chip tiles
   (the reduce rules read fused elements without bounds checks, and vectorize only those
-  ops), one of them with ``T``'s shape and dtype, placed on threads as ``T`` is, to drive
-  it;
+  ops), one of them with ``T``'s shape and dtype (and, where ``T`` is placed on threads,
+  placed as ``T`` is) to drive it;
 * with more than one consumer, each recomputes ``P``'s chain: only when that chain is
   at most ``RECOMPUTE_STEPS`` ``ARITHMETIC`` steps over on-chip tiles (recomputing beats a
   pass through memory only when it is cheap and the sources are close).
@@ -289,8 +289,8 @@ def _drives(source: Value, temp: Value) -> bool:
     sources; a mask laid out over threads is not read through a shared src's split)."""
     t = source.type
     buffer = t.buffer if isinstance(t, RegionType) else t
-    placed_alike = buffer.layout == temp.type.layout if on_threads(temp.type.layout) \
-        else not on_threads(buffer.layout)
+    # a temp not placed on threads (the CPU's own lowering) constrains no source
+    placed_alike = buffer.layout == temp.type.layout if on_threads(temp.type.layout) else True
     return tuple(t.shape) == tuple(temp.type.shape) and buffer.dtype == temp.type.dtype \
         and placed_alike
 

@@ -119,6 +119,11 @@ class Block:
         names = tuple(names) + ("",) * (len(types) - len(names))
         return cls(tuple(Value(t, n) for t, n in zip(types, names)))
 
+    @classmethod
+    def like(cls, block: "Block") -> "Block":
+        """An empty block with fresh arguments of ``block``'s types and names."""
+        return cls.with_arg_types([a.type for a in block.args], [a.name_hint for a in block.args])
+
     @property
     def terminator(self) -> Operation | None:
         last = self.ops[-1] if self.ops else None

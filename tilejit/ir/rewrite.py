@@ -112,7 +112,7 @@ class Rewriter:
         return kernel.replace(body=self._block(kernel.body, {}, ()))
 
     def _block(self, block: Block, value_map: dict, parents: tuple) -> Block:
-        new = Block.with_arg_types([a.type for a in block.args], [a.name_hint for a in block.args])
+        new = Block.like(block)
         value_map.update(zip(block.args, new.args))
         builder = Builder()
         with builder.insert_into(new):

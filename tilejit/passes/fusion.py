@@ -322,7 +322,7 @@ def _leaves_alone(op: Operation, chain: Chain) -> bool:
 
 
 def _rebuild(block: Block, plan: _Plan, values: dict) -> Block:
-    new = Block.with_arg_types([a.type for a in block.args], [a.name_hint for a in block.args])
+    new = Block.like(block)
     values.update(zip(block.args, new.args))
     for op in block.ops:
         if id(op) in plan.erased:

@@ -249,8 +249,7 @@ class _Rewrite:
         else:
             regions = []
             for region in op.regions:
-                fresh = Block.with_arg_types([a.type for a in region.args],
-                                             [a.name_hint for a in region.args])
+                fresh = Block.like(region)
                 values.update(zip(region.args, fresh.args))
                 self.block(region, fresh, values)
                 regions.append(fresh)

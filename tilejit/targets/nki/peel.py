@@ -76,8 +76,7 @@ def _clone(block: Block, values: dict) -> list[Operation]:
         else:
             regions = []
             for region in op.regions:
-                fresh = Block.with_arg_types([a.type for a in region.args],
-                                             [a.name_hint for a in region.args])
+                fresh = Block.like(region)
                 values.update(zip(region.args, fresh.args))
                 fresh.ops = _clone(region, values)
                 regions.append(fresh)

@@ -25,9 +25,11 @@ import torch
 
 from tilejit.kernels import hopper_gemm
 
-# (hidden, intermediate, query heads, key/value heads, head dim) from each model's published
-# config.json, as recalled when this script was written -- check them against the configs
-# before quoting a figure. gate and up are separate GEMMs of N = intermediate (not fused).
+# (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim) of
+# each model's Hugging Face config.json, checked field by field on 2026-12-03 against copies
+# of those configs (head_dim where the config omits it: hidden_size / num_attention_heads).
+# Gemma-2-27B's head_dim is 128 although 32 x 128 != 4608. gate and up are separate GEMMs of
+# N = intermediate (not fused).
 MODELS = {
     "llama-3.1-8b": (4096, 14336, 32, 8, 128),
     "llama-3.1-70b": (8192, 28672, 64, 8, 128),

@@ -31,8 +31,8 @@ class FakeFunction:
     def set_max_dynamic_shared(self, nbytes):
         self.max_shared = nbytes
 
-    def __call__(self, *args, grid, block, shared_mem, stream):
-        self.calls.append((args, grid, block, shared_mem, stream))
+    def __call__(self, *args, grid, block, shared_mem, stream, cluster):
+        self.calls.append((args, grid, block, shared_mem, stream, cluster))
 
 
 @pytest.fixture
@@ -61,8 +61,8 @@ def test_launch_flattens_records_without_a_gpu(fake_driver):
     launch((3, 1, 1), [(4096, 10, 20, 20, 1), 7, 2.5])
     launch_on_stream((1, 1, 1), [(8192, 5, 1)], "stream")
     assert fake_driver.calls == [
-        ((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None),
-        ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream")]
+        ((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None, (1, 1, 1)),
+        ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream", (1, 1, 1))]
     (fn,) = m._functions.values()
     assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
     assert fake_driver.loaded == [0]   # no tensor told the device: the current one
@@ -113,7 +113,8 @@ def test_a_compiled_kernel_called_directly_launches_on_its_tensors_device(fake_d
     m = load()
     m.launch((2, 1, 1), [fake_tensor("cuda:1", address=8192), 10])
     assert fake_driver.loaded == [1]
-    assert fake_driver.calls == [((8192, 10, 1, 10), (2, 1, 1), (256, 1, 1), 0, None)]
+    assert fake_driver.calls == [((8192, 10, 1, 10), (2, 1, 1), (256, 1, 1), 0, None,
+                                  (1, 1, 1))]
     with pytest.raises(LaunchError, match="'x' is a tensor on cpu"):
         m.launch((2, 1, 1), [fake_tensor("cpu"), 10])
 

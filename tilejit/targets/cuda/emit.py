@@ -25,11 +25,14 @@ from tilejit.ir.storage import held_per_thread, reaches_threads, storage_element
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
 
 from . import emit_scalar
+from .driver import MAX_PORTABLE_CLUSTER
 from .emit_prelude import FP8_PRELUDE, PRELUDE
 from .emit_scalar import C_TYPES, literal, storage_type, value_type
 from .tensor_map import STRUCT as TENSOR_MAP_STRUCT
 
 __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
+
+CLUSTER_MIN_SM = 90   # thread-block clusters arrived with Hopper
 
 # ------------------------------------------------------------------------------ liveness
 # Ops without side effects: printed only when a printed op uses their results.
@@ -205,6 +208,23 @@ class CudaPrinter:
                                        self.kernel.loc)
         return params
 
+    def cluster_dims(self) -> str:
+        """`` __cluster_dims__(x, y, z)`` for a kernel launched in clusters, else nothing: the
+        shape compiled in (PTX ``.reqnctapercluster``) is the one every launch uses."""
+        cluster = tuple(self.kernel.attrs["cluster"])
+        if cluster == (1, 1, 1):
+            return ""
+        if self.sm < CLUSTER_MIN_SM:
+            raise CompilationError(f"cluster={cluster}: thread-block clusters need "
+                                   f"sm_{CLUSTER_MIN_SM} or later; compiling for {self.arch}",
+                                   self.kernel.loc)
+        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
+            raise CompilationError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above "
+                                   f"the portable maximum of {MAX_PORTABLE_CLUSTER}; the cuda "
+                                   "target does not opt in to non-portable cluster sizes",
+                                   self.kernel.loc)
+        return f" __cluster_dims__({', '.join(map(str, cluster))})"
+
     def print(self) -> str:
         k = self.kernel
         threads = 32 * self.num_warps
@@ -215,8 +235,8 @@ class CudaPrinter:
         if self.uses_shared:
             body = ["  extern __shared__ __align__(1024) unsigned char tj_smem[];", *body]
         params += [f"const __grid_constant__ tj_tensor_map {name}" for _, name in self.tensor_maps]
-        head = (f'extern "C" __global__ void __launch_bounds__({threads}) {name}(\n    '
-                + ",\n    ".join(params) + ") {")
+        head = (f'extern "C" __global__ void __launch_bounds__({threads}){self.cluster_dims()} '
+                f'{name}(\n    ' + ",\n    ".join(params) + ") {")
         prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "") \
             + (TENSOR_MAP_STRUCT + "\n" if self.tensor_maps else "")
         source = f"// {k.name}: printed by tilejit for {self.arch} from {k.loc}"

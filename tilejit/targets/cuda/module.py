@@ -67,6 +67,7 @@ class CudaKernelModule:
     params: tuple[str, ...]           # the runtime parameters' names, for errors
     location: object = None           # for errors of ``compiled[grid](...)``
     tensor_maps: tuple = ()           # per TMA tensor map: {"param", "box", "swizzle", "dtype"}
+    cluster: tuple = (1, 1, 1)        # CTAs per cluster (the kernel's __cluster_dims__)
     _functions: dict = field(default_factory=dict, repr=False)
     _encoded: dict = field(default_factory=dict, repr=False)   # (map, record) -> 128 bytes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -89,8 +90,8 @@ class CudaKernelModule:
         """Queue the kernel on ``device`` (None: torch's current one) and ``stream`` (None:
         torch's current stream of that device). The caller vouches for the records and the
         device (the runtime took both from arguments of the signature it compiled for). An
-        empty grid launches nothing, as on the CPU; one past CUDA's limits is a
-        LaunchError."""
+        empty grid launches nothing, as on the CPU; one past CUDA's limits, or not a
+        multiple of the cluster (checked by the driver's launch), is a LaunchError."""
         for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
             if extent > limit:
                 raise LaunchError(f"grid {'xyz'[axis]} extent {extent} is above CUDA's limit "
@@ -106,7 +107,7 @@ class CudaKernelModule:
         args += self.encoded_maps(records)
         fn = self.function(_current_device() if device is None else device)
         fn(*args, grid=grid, block=(self.threads, 1, 1), shared_mem=self.shared_bytes,
-           stream=stream)
+           stream=stream, cluster=self.cluster)
 
     def encoded_maps(self, records) -> list[bytes]:
         """The kernel's tensor maps, from the launch records of their tensors: encoded once

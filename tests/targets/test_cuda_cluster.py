@@ -1,0 +1,100 @@
+"""Thread-block clusters (``kernel[grid](..., cluster=(x, y, z))``) on the cuda target.
+
+The CPU gives ``cta_id_in_cluster`` its meaning (``cta_id % cluster`` per dimension); the
+printer compiles the shape in (``__cluster_dims__``: PTX ``.explicitcluster`` and
+``.reqnctapercluster``), refuses it before sm_90 and above the portable 8 CTAs at the
+kernel's line; the launch goes through cuLaunchKernelEx in those clusters and a grid that
+does not split into them is a LaunchError. Without a GPU against a stand-in for the driver
+(tests/support/fake_cuda_driver.py); on a GPU (``-m gpu``) the ranks are read back."""
+import numpy as np
+import pytest
+import torch
+
+import tilejit as tj
+from support.fake_cuda_driver import fake_driver
+from support.gpu import needs_gpu, needs_nvrtc
+from tilejit.errors import CompilationError, LaunchError
+
+
+@tj.kernel
+def cluster_ranks(out):
+    """out[y, x] = the rank of CTA (x, y) in its cluster: x rank + 10 * y rank."""
+    with tj.thread():
+        if tj.thread_id() == 0:
+            out[tj.cta_id(1), tj.cta_id(0)] = tj.cta_id_in_cluster(0) + 10 * tj.cta_id_in_cluster(1)
+
+
+def expected_ranks(grid, cluster) -> np.ndarray:
+    x, y = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]))
+    return (x % cluster[0] + 10 * (y % cluster[1])).astype(np.int32)
+
+
+def _compile(arch="sm_90a", cluster=(3, 2)):
+    spec = tj.TensorSpec((4, 6), tj.int32, device="cuda")
+    return cluster_ranks.compile(spec, cluster=cluster, target="cuda", arch=arch)
+
+
+def test_the_cpu_gives_cluster_ranks_their_meaning():
+    out = torch.full((4, 6), -1, dtype=torch.int32)
+    cluster_ranks[(6, 4)](out, cluster=(3, 2), target="cpu")
+    np.testing.assert_array_equal(out.numpy(), expected_ranks((6, 4), (3, 2)))
+
+
+@needs_nvrtc
+def test_the_cluster_shape_is_compiled_in(fresh_cache):
+    compiled = _compile()
+    (head,) = [line for line in compiled.asm["cuda"].splitlines() if "__global__" in line]
+    assert "__launch_bounds__(128) __cluster_dims__(3, 2, 1) cluster_ranks(" in head
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    assert ".explicitcluster" in ptx and ".reqnctapercluster 3, 2, 1" in ptx
+    assert compiled.metadata["cluster"] == [3, 2, 1] and compiled.module.cluster == (3, 2, 1)
+    plain = _compile(cluster=(1, 1, 1))
+    assert "__cluster_dims__" not in plain.asm["cuda"]
+    assert ".explicitcluster" not in plain.asm["ptx"]
+    assert ".reqnctapercluster" not in plain.asm["ptx"]
+
+
+@needs_nvrtc
+def test_clusters_before_sm_90_or_above_8_ctas_are_refused_at_the_kernel(fresh_cache):
+    with pytest.raises(CompilationError, match=r"cluster=\(2, 1, 1\): thread-block clusters "
+                                               "need sm_90 or later; compiling for sm_80") as info:
+        _compile(arch="sm_80", cluster=(2, 1))
+    assert info.value.loc.line == cluster_ranks.fn.__code__.co_firstlineno + 1
+    assert "def cluster_ranks(out):" in str(info.value)
+    with pytest.raises(CompilationError, match=r"cluster=\(4, 4, 1\) has 16 CTAs, above the "
+                                               "portable maximum of 8"):
+        _compile(cluster=(4, 4))
+
+
+@needs_nvrtc
+def test_a_launch_runs_in_the_compiled_clusters(monkeypatch, fresh_cache):
+    """The runtime's launch reaches cuLaunchKernelEx with the grid in CTAs; the compiled-in
+    shape makes it a cluster launch (no contradicting attribute); a grid that does not
+    split into clusters never reaches the driver."""
+    compiled = _compile()
+    fake = fake_driver(monkeypatch, (8, 8, 8, 8, 8), functions=(b"cluster_ranks",),
+                       required_cluster=(3, 2, 1))
+    record = (0x7000, 4, 6, 6, 1)
+    compiled.launch((6, 4, 1), [record])
+    (launch,) = fake.launches
+    assert (launch.grid, launch.block, launch.shared, launch.cluster) == \
+        ((6, 4, 1), (128, 1, 1), 0, None)
+    with pytest.raises(LaunchError, match=r"grid \(5, 4, 1\) is not a multiple of the cluster "
+                                          r"\(3, 2, 1\): 5 CTAs in x"):
+        compiled.launch((5, 4, 1), [record])
+    assert len(fake.launches) == 1
+
+
+# --------------------------------------------------------------------------- on a GPU
+@pytest.mark.gpu
+@needs_gpu
+@needs_nvrtc
+def test_cluster_ranks_on_the_gpu():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    out = torch.full((4, 6), -1, dtype=torch.int32, device="cuda")
+    cluster_ranks[(6, 4)](out, cluster=(3, 2))
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), expected_ranks((6, 4), (3, 2)))
+    with pytest.raises(LaunchError, match="is not a multiple of the cluster"):
+        cluster_ranks[(5, 4)](out, cluster=(3, 2))

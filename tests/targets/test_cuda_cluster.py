@@ -6,6 +6,8 @@ printer compiles the shape in (``__cluster_dims__``: PTX ``.explicitcluster`` an
 kernel's line; the launch goes through cuLaunchKernelEx in those clusters and a grid that
 does not split into them is a LaunchError. Without a GPU against a stand-in for the driver
 (tests/support/fake_cuda_driver.py); on a GPU (``-m gpu``) the ranks are read back."""
+import struct
+
 import numpy as np
 import pytest
 import torch
@@ -79,6 +81,7 @@ def test_a_launch_runs_in_the_compiled_clusters(monkeypatch, fresh_cache):
     (launch,) = fake.launches
     assert (launch.grid, launch.block, launch.shared, launch.cluster) == \
         ((6, 4, 1), (128, 1, 1), 0, None)
+    assert launch.params == [struct.pack("<Q", 0x7000), *(struct.pack("<q", v) for v in record[1:])]
     with pytest.raises(LaunchError, match=r"grid \(5, 4, 1\) is not a multiple of the cluster "
                                           r"\(3, 2, 1\): 5 CTAs in x"):
         compiled.launch((5, 4, 1), [record])

@@ -84,6 +84,7 @@ class CudaBackend(Backend):
             "static_shared_bytes": usage.shared_bytes if usage else None,
             "stack_frame_bytes": usage.stack_frame_bytes if usage else None,
             "cluster": list(lowered.attrs["cluster"]),   # printed as __cluster_dims__
+            "param_formats": printer.param_formats,   # how a launch packs the parameters
             # the TMA tensor maps the launcher encodes after the kernel's own arguments
             "tensor_maps": [{"param": param, "box": list(box), "swizzle": swizzle,
                              "dtype": dtype} for (param, box, swizzle, dtype), _ in
@@ -97,7 +98,8 @@ class CudaBackend(Backend):
                                 meta.get("shared_bytes") or 0, meta["cuda_arch"],
                                 tuple(meta["runtime_params"]),
                                 tensor_maps=tuple(meta.get("tensor_maps", ())),
-                                cluster=tuple(meta.get("cluster", (1, 1, 1))))
+                                cluster=tuple(meta.get("cluster", (1, 1, 1))),
+                                param_formats=meta.get("param_formats"))
 
     def launchers(self, module, arguments=None):
         # The launch signature fixes the tensors' device (torch's get_device() is in it):

@@ -16,9 +16,9 @@ import threading
 from ...errors import LaunchError
 
 __all__ = [
-    "CudaModule", "CudaFunction", "PackedArgs", "pack_args", "load_module", "launch",
-    "driver_unavailable_reason", "driver_version", "device_capability", "device_arch",
-    "MAX_PORTABLE_CLUSTER",
+    "CudaModule", "CudaFunction", "PackedArgs", "ParamStruct", "pack_args", "load_module",
+    "launch", "driver_unavailable_reason", "driver_version", "device_capability",
+    "device_arch", "MAX_PORTABLE_CLUSTER",
 ]
 
 _MAX_STATIC_SHARED = 48 * 1024  # above this a block needs an opt-in (cuFuncSetAttribute)
@@ -115,12 +115,14 @@ _contexts: dict[int, object] = {}
 def _ensure_context(device: int):
     """Make ``device``'s primary context current on this thread (torch uses the same one)."""
     drv = _driver()
-    with _lock:
-        ctx = _contexts.get(device)
-        if ctx is None:
-            dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
-            ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-            _contexts[device] = ctx
+    ctx = _contexts.get(device)   # retained once: launches need no lock
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(device)
+            if ctx is None:
+                dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
+                ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                _contexts[device] = ctx
     cur = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if cur is None or int(cur) != int(ctx):
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -168,6 +170,35 @@ class PackedArgs:
     def address(self) -> int:
         """The void** to pass as kernelParams (0 for a kernel without parameters)."""
         return ctypes.addressof(self._ptrs) if self.raw else 0
+
+
+class ParamStruct:
+    """A kernel's parameters packed by one ``struct.pack_into`` per launch: ``formats`` is
+    each parameter's struct format ('Q', 'i', 'f', '128s'), in order. The pointer array
+    cuLaunchKernelEx reads points into one buffer at fixed offsets, so a launch allocates
+    nothing. Each thread fills a buffer of its own; the driver copies the parameters
+    before cuLaunchKernelEx returns, so the next launch may refill it."""
+
+    def __init__(self, formats):
+        self.sizes = tuple(struct.calcsize("<" + f) for f in formats)
+        self.struct = struct.Struct("<" + "".join(formats))
+        self._offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self._local = threading.local()
+
+    def pack(self, values) -> int:
+        """The void** to pass as kernelParams, to this thread's buffer filled with
+        ``values`` (struct.error or OverflowError when one does not fit its format)."""
+        try:
+            buffer, _, address = self._local.slots
+        except AttributeError:
+            buffer = ctypes.create_string_buffer(max(self.struct.size, 1))
+            base = ctypes.addressof(buffer)
+            pointers = (ctypes.c_void_p * max(len(self.sizes), 1))(
+                *[base + offset for offset in self._offsets])
+            address = ctypes.addressof(pointers) if self.sizes else 0
+            self._local.slots = buffer, pointers, address
+        self.struct.pack_into(buffer, 0, *values)
+        return address
 
 
 def _device_pointer(i: int, arg, device: int | None) -> int | None:
@@ -351,8 +382,17 @@ class CudaFunction:
 
         The launch configuration is built once per (grid, block, shared_mem, stream,
         cluster) and kept: a repeated launch packs its arguments and looks the shape up."""
+        packed = pack_args(args, self.param_sizes, self.module.device)
+        self._launch(packed.address, grid, block, shared_mem, stream, cluster)
+
+    def launch_struct(self, params: ParamStruct, values, *, grid, block, shared_mem: int = 0,
+                      stream=None, cluster=None) -> None:
+        """Launch as ``__call__`` does with ``values`` (plain ints, floats and bytes, one per
+        parameter) packed by ``params``: the runtime's path, one pack_into per launch."""
+        self._launch(params.pack(values), grid, block, shared_mem, stream, cluster)
+
+    def _launch(self, params: int, grid, block, shared_mem, stream, cluster) -> None:
         device = self.module.device
-        packed = pack_args(args, self.param_sizes, device)
         drv = _driver()
         _ensure_context(device)
         shape = (grid, block, shared_mem, _stream_handle(stream, device), cluster)
@@ -364,7 +404,7 @@ class CudaFunction:
             config, what = self._configs[shape] = self._configure(drv, *shape)
         except TypeError:  # dimensions given as lists: configured each time
             config, what = self._configure(drv, *shape)
-        _check(drv.cuLaunchKernelEx(config, self.handle, packed.address, 0), what)
+        _check(drv.cuLaunchKernelEx(config, self.handle, params, 0), what)
 
     def _configure(self, drv, grid, block, shared_mem: int, stream: int, cluster):
         """(CUlaunchConfig, its description for errors) of a launch shape, checked."""

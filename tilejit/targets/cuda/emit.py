@@ -27,7 +27,8 @@ from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m
 from . import emit_scalar
 from .driver import MAX_PORTABLE_CLUSTER
 from .emit_prelude import FP8_PRELUDE, PRELUDE
-from .emit_scalar import C_TYPES, literal, storage_type, value_type
+from .emit_scalar import C_TYPES, PARAM_FORMATS, literal, storage_type, value_type
+from .tensor_map import MAP_BYTES
 from .tensor_map import STRUCT as TENSOR_MAP_STRUCT
 
 __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
@@ -92,6 +93,8 @@ class CudaPrinter:
     entry: str = ""
     # ((tensor parameter, box, swizzle, dtype name), C name) per TMA tensor map (emit_tma)
     tensor_maps: list = field(default_factory=list)
+    # the struct format of each parameter as declared, for the launcher (None: one has none)
+    param_formats: list | None = field(default_factory=list)
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
@@ -187,6 +190,13 @@ class CudaPrinter:
             raise err.with_location(op.loc) from None
 
     # ---------------------------------------------------------------- the kernel
+    def add_formats(self, *formats: str | None) -> None:
+        """Note the next parameters' struct formats; one without makes the kernel's None."""
+        if None in formats:
+            self.param_formats = None
+        elif self.param_formats is not None:
+            self.param_formats.extend(formats)
+
     def parameters(self) -> list[str]:
         params = []
         for value, pname in zip(self.kernel.params, self.kernel.param_names):
@@ -196,13 +206,16 @@ class CudaPrinter:
             if isinstance(t, BufferType):
                 self.uses_fp8 |= t.dtype in (f8e4m3, f8e5m2)
                 params.append(f"{storage_type(t.dtype)}* __restrict__ {name}")
+                self.add_formats("Q")
                 for kind in ("shape", "stride"):
                     for d in range(t.rank):
                         self.taken.add(f"{name}_{kind}{d}")
                         params.append(f"long long {name}_{kind}{d}")
+                        self.add_formats("q")
             elif isinstance(t, ScalarType):
                 self.uses_fp8 |= t in (f8e4m3, f8e5m2)
                 params.append(f"{C_TYPES[t]} {name}")
+                self.add_formats(PARAM_FORMATS.get(t))
             else:
                 raise CompilationError(f"the cuda target cannot take a parameter of type {t}",
                                        self.kernel.loc)
@@ -235,6 +248,7 @@ class CudaPrinter:
         if self.uses_shared:
             body = ["  extern __shared__ __align__(1024) unsigned char tj_smem[];", *body]
         params += [f"const __grid_constant__ tj_tensor_map {name}" for _, name in self.tensor_maps]
+        self.add_formats(*[f"{MAP_BYTES}s"] * len(self.tensor_maps))
         head = (f'extern "C" __global__ void __launch_bounds__({threads}){self.cluster_dims()} '
                 f'{name}(\n    ' + ",\n    ".join(params) + ") {")
         prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "") \

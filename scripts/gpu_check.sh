@@ -9,7 +9,8 @@
 # - Else, each step with its own time limit:
 #   1. scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch; a tilejit kernel
 #      compiled for the cuda target and launched through the runtime);
-#   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others);
+#   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others;
+#      tests/targets/test_cuda_cluster.py launches in clusters and reads the ranks back);
 #   2b. `python3 -m pytest --cuda-run tests/e2e/...` (tests/support/cuda_run.py): the e2e
 #      tests of $GPU_CHECK_E2E_FILES, each launch on CPU tensors run again on the GPU and
 #      compared with the CPU's results (which the tests compare with torch); interrupted

@@ -36,10 +36,12 @@ class Launch:
 
 class FakeDriver:
     """The calls driver.py makes; ``required_cluster`` is what cuFuncGetAttribute reports
-    as the kernel's compiled-in cluster (0s: none), ``functions`` the kernels a module has."""
+    as the kernel's compiled-in cluster (0s: none; None: the query fails, as it may on a
+    device without clusters), ``functions`` the kernels a module has."""
 
     class CUresult(enum.IntEnum):
         CUDA_SUCCESS = 0
+        CUDA_ERROR_INVALID_VALUE = 1
         CUDA_ERROR_NOT_FOUND = 500
 
     class CUfunction_attribute(enum.IntEnum):
@@ -91,6 +93,8 @@ class FakeDriver:
     def cuFuncGetAttribute(self, attrib, hfunc):
         self.got_attrs.append(attrib.name)
         name = attrib.name.removeprefix("CU_FUNC_ATTRIBUTE_")
+        if name.startswith("REQUIRED_CLUSTER_") and self.required_cluster is None:
+            return (self.CUresult.CUDA_ERROR_INVALID_VALUE, None)
         if name.startswith("REQUIRED_CLUSTER_"):
             axis = ("WIDTH", "HEIGHT", "DEPTH").index(name.removeprefix("REQUIRED_CLUSTER_"))
             return (*self.OK, self.required_cluster[axis])

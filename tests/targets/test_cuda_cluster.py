@@ -1,6 +1,7 @@
 """Thread-block clusters (``kernel[grid](..., cluster=(x, y, z))``) on the cuda target.
 
-The CPU gives ``cta_id_in_cluster`` its meaning (``cta_id % cluster`` per dimension); the
+The CPU gives ``cta_id_in_cluster`` its meaning (``cta_id % cluster`` per dimension) and
+refuses a grid that does not split into clusters, as CUDA does; the
 printer compiles the shape in (``__cluster_dims__``: PTX ``.explicitcluster`` and
 ``.reqnctapercluster``), refuses it before sm_90 and above the portable 8 CTAs at the
 kernel's line; the launch goes through cuLaunchKernelEx in those clusters and a grid that
@@ -40,6 +41,11 @@ def test_the_cpu_gives_cluster_ranks_their_meaning():
     out = torch.full((4, 6), -1, dtype=torch.int32)
     cluster_ranks[(6, 4)](out, cluster=(3, 2), target="cpu")
     np.testing.assert_array_equal(out.numpy(), expected_ranks((6, 4), (3, 2)))
+    with pytest.raises(LaunchError, match=r"kernel 'cluster_ranks': grid \(6, 3, 1\) is not "
+                                          r"a multiple of the cluster \(3, 2, 1\): 3 CTAs in y "
+                                          "do not split into clusters of 2") as info:
+        cluster_ranks[(6, 3)](out, cluster=(3, 2), target="cpu")
+    assert info.value.loc.line == cluster_ranks.fn.__code__.co_firstlineno + 1
 
 
 @needs_nvrtc

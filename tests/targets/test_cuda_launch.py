@@ -162,6 +162,13 @@ def test_a_cluster_launch_sets_the_cluster_dimension_attribute(monkeypatch):
     assert fake.launches[0].grid == (4, 3, 1)   # the grid still counts CTAs, not clusters
 
 
+def test_a_device_that_does_not_answer_the_cluster_query_has_none_compiled_in(monkeypatch):
+    fake, f, tensors = _axpb(monkeypatch, required_cluster=None)
+    assert f.compiled_cluster is None
+    f(*tensors, 1.0, 1, grid=2, block=128, cluster=2)
+    assert fake.launches[0].cluster == (2, 1, 1)
+
+
 def test_cluster_launch_errors_name_the_argument(monkeypatch):
     fake, f, tensors = _axpb(monkeypatch)
     with pytest.raises(LaunchError, match=r"grid \(4, 3, 1\) is not a multiple of the cluster "

@@ -14,6 +14,7 @@ import sys
 import threading
 
 from ...errors import LaunchError
+from ..backend import cluster_grid_error
 
 __all__ = [
     "CudaModule", "CudaFunction", "PackedArgs", "ParamStruct", "pack_args", "load_module",
@@ -371,8 +372,11 @@ class CudaFunction:
     @functools.cached_property
     def compiled_cluster(self) -> tuple[int, int, int] | None:
         """The cluster shape compiled into the kernel (``__cluster_dims__``); None without."""
-        dims = tuple(self.attribute(f"REQUIRED_CLUSTER_{axis}")
-                     for axis in ("WIDTH", "HEIGHT", "DEPTH"))
+        try:
+            dims = tuple(self.attribute(f"REQUIRED_CLUSTER_{axis}")
+                         for axis in ("WIDTH", "HEIGHT", "DEPTH"))
+        except LaunchError:   # a device without clusters need not answer: none compiled in
+            return None
         return dims if all(dims) else None  # type: ignore[return-value]
 
     def __call__(self, *args, grid, block, shared_mem: int = 0, stream=None,
@@ -413,11 +417,9 @@ class CudaFunction:
             raise LaunchError(f"block {block[0]}x{block[1]}x{block[2]} has more than 1024 "
                               "threads")
         cluster = self._cluster(cluster)
-        for axis, (extent, size) in enumerate(zip(grid, cluster)):
-            if extent % size:
-                raise LaunchError(f"grid {grid} is not a multiple of the cluster {cluster}: "
-                                  f"{extent} CTAs in {'xyz'[axis]} do not split into clusters "
-                                  f"of {size}")
+        split = cluster_grid_error(grid, cluster)
+        if split:
+            raise LaunchError(split)
         if shared_mem > self._max_dynamic_shared:
             self.set_max_dynamic_shared(shared_mem)
         config = drv.CUlaunchConfig()

@@ -94,13 +94,77 @@ def test_a_launch_runs_in_the_compiled_clusters(monkeypatch, fresh_cache):
     assert len(fake.launches) == 1
 
 
+# The hardware's own view: the CTA's rank in its cluster and the cluster's size, from the
+# special registers (not from blockIdx), with and without a compiled-in shape.
+HARDWARE_RANKS = r"""
+__device__ int rank_and_size() {
+  unsigned rank, size;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
+  return rank + 100 * size;
+}
+extern "C" __global__ void launch_shaped(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = rank_and_size();
+}
+extern "C" __global__ void __cluster_dims__(2, 1, 1) compiled_in(int* out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = rank_and_size();
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def hardware_ranks():
+    from tilejit.targets.cuda.nvrtc import compile_cuda
+    return compile_cuda(HARDWARE_RANKS, "sm_90a", name="cluster_ranks.cu")
+
+
+@needs_nvrtc
+def test_only_the_compiled_in_kernel_requires_its_cluster(hardware_ranks):
+    entries = {text.split("(")[0]: text for text in hardware_ranks.ptx.split(".entry ")[1:]}
+    assert ".reqnctapercluster" not in entries["launch_shaped"]
+    assert ".explicitcluster" not in entries["launch_shaped"]
+    assert ".reqnctapercluster 2, 1, 1" in entries["compiled_in"]
+    assert ".explicitcluster" in entries["compiled_in"]
+
+
 # --------------------------------------------------------------------------- on a GPU
+def _sm90():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@needs_nvrtc
+def test_the_hardware_sees_the_launchs_clusters(hardware_ranks):
+    """cluster= on a kernel without __cluster_dims__ travels as the launch attribute; a
+    compiled-in shape holds without it, and a launch contradicting it never starts."""
+    from tilejit.targets.cuda.driver import load_module
+    _sm90()
+    module = load_module(hardware_ranks)
+    out = torch.full((8,), -1, dtype=torch.int32, device="cuda")
+    module["launch_shaped"](out, grid=8, block=32, cluster=4)
+    torch.cuda.synchronize()
+    assert out.tolist() == [i % 4 + 400 for i in range(8)]
+    out.fill_(-1)
+    module["launch_shaped"](out, grid=8, block=32)    # no cluster: each CTA its own
+    torch.cuda.synchronize()
+    assert out.tolist() == [100] * 8
+    fixed = module["compiled_in"]
+    assert fixed.compiled_cluster == (2, 1, 1)
+    out.fill_(-1)
+    fixed(out, grid=8, block=32)
+    torch.cuda.synchronize()
+    assert out.tolist() == [i % 2 + 200 for i in range(8)]
+    with pytest.raises(LaunchError, match="contradicts it"):
+        fixed(out, grid=8, block=32, cluster=4)
+
+
 @pytest.mark.gpu
 @needs_gpu
 @needs_nvrtc
 def test_cluster_ranks_on_the_gpu():
-    if torch.cuda.get_device_capability() < (9, 0):
-        pytest.skip("thread-block clusters need sm_90")
+    _sm90()
     out = torch.full((4, 6), -1, dtype=torch.int32, device="cuda")
     cluster_ranks[(6, 4)](out, cluster=(3, 2))
     torch.cuda.synchronize()

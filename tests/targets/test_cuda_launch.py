@@ -41,7 +41,7 @@ def test_pack_scalars_at_the_parameters_sizes():
     assert p.raw == [struct.pack("<i", 1), struct.pack("<f", 2.5), struct.pack("<d", 3.0),
                      b"\x01\x02", struct.pack("<q", -1), struct.pack("<I", 3_000_000_000),
                      struct.pack("<h", 7)]
-    # The void** really points at those bytes (what cuLaunchKernel reads).
+    # The void** really points at those bytes (what cuLaunchKernelEx reads).
     ptrs = (ctypes.c_void_p * len(p.raw)).from_address(p.address)
     for ptr, raw in zip(ptrs, p.raw):
         assert ctypes.string_at(ptr, len(raw)) == raw

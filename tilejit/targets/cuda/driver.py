@@ -396,6 +396,7 @@ class CudaFunction:
         self._launch(params.pack(values), grid, block, shared_mem, stream, cluster)
 
     def _launch(self, params: int, grid, block, shared_mem, stream, cluster) -> None:
+        """cuLaunchKernelEx with the packed ``params`` (a void**) and the shape's config."""
         device = self.module.device
         drv = _driver()
         _ensure_context(device)

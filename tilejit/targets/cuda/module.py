@@ -9,7 +9,9 @@ device's stream. It flattens the launch records (``(address, *shape, *strides)``
 tensor, the value per scalar) into the kernel's parameters, which the printer declares in
 that order (emit.py), then appends the kernel's TMA tensor maps, each encoded from its
 tensor's record (``tensor_map.encode``) once per (map, address, shape, strides): a
-repeated launch looks it up.
+repeated launch looks it up. The values are packed by one ``driver.ParamStruct`` built
+from the struct formats the printer recorded (``param_formats``), and the launch runs in
+the kernel's clusters (``cluster``, compiled in as ``__cluster_dims__``).
 """
 from __future__ import annotations
 

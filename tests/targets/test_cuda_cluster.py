@@ -89,8 +89,9 @@ def test_a_launch_runs_in_the_compiled_clusters(monkeypatch, fresh_cache):
         ((6, 4, 1), (128, 1, 1), 0, None)
     assert launch.params == [struct.pack("<Q", 0x7000), *(struct.pack("<q", v) for v in record[1:])]
     with pytest.raises(LaunchError, match=r"grid \(5, 4, 1\) is not a multiple of the cluster "
-                                          r"\(3, 2, 1\): 5 CTAs in x"):
+                                          r"\(3, 2, 1\): 5 CTAs in x") as info:
         compiled.launch((5, 4, 1), [record])
+    assert info.value.loc.line == cluster_ranks.fn.__code__.co_firstlineno + 1
     assert len(fake.launches) == 1
 
 

@@ -114,16 +114,19 @@ class CudaKernelModule:
             args += self.encoded_maps(records)
         fn = self.function(_current_device() if device is None else device)
         block = (self.threads, 1, 1)
-        if self._param_struct is None:   # a bf16 or fp8 scalar parameter: packed one by one
-            fn(*args, grid=grid, block=block, shared_mem=self.shared_bytes, stream=stream,
-               cluster=self.cluster)
-            return
         try:
-            fn.launch_struct(self._param_struct, args, grid=grid, block=block,
-                             shared_mem=self.shared_bytes, stream=stream, cluster=self.cluster)
+            if self._param_struct is None:   # a bf16 or fp8 scalar parameter: one by one
+                fn(*args, grid=grid, block=block, shared_mem=self.shared_bytes, stream=stream,
+                   cluster=self.cluster)
+            else:
+                fn.launch_struct(self._param_struct, args, grid=grid, block=block,
+                                 shared_mem=self.shared_bytes, stream=stream,
+                                 cluster=self.cluster)
         except (struct.error, OverflowError) as error:   # e.g. a float beyond the f32 range
             raise LaunchError(f"kernel {self.entry!r}: cannot pass the launch's values "
                               f"{args!r}: {error}", self.location) from None
+        except LaunchError as error:   # the driver's (a grid the clusters do not split)
+            raise error.with_location(self.location) from None
 
     def _grid_error(self, grid) -> LaunchError:
         axis = next(axis for axis in range(3) if grid[axis] > MAX_GRID[axis])

@@ -93,6 +93,32 @@ def test_a_launch_packs_its_values_by_the_kernels_parameter_formats(fake_driver,
         get_backend("cuda").launchers(other)[0]((2, 1, 1), [(4096, 10, 1), 2.5])
 
 
+@needs_nvrtc
+def test_the_packed_parameters_are_the_ones_the_cubin_takes(fresh_cache):
+    """The printer's struct formats give the sizes the CUBIN's .nv.info lists: tensors
+    (address, shape, strides) and scalars of several types."""
+    from tilejit.examples.kernels import vector_add
+    from tilejit.targets.cuda.nvrtc import resource_usage
+
+    @tj.kernel
+    def scalars(out, a, b, c):
+        with tj.thread():
+            if tj.thread_id() == 0:
+                out[0] = a + b + c
+
+    v = tj.TensorSpec((1000,), tj.float32, device="cuda")
+    out = tj.TensorSpec((1,), tj.float64, device="cuda")
+    for compiled, formats in [
+            (vector_add.compile(v, v, v, BLOCK=256, target="cuda", arch="sm_90a"),
+             ["Q", "q", "q"] * 3),
+            (scalars.compile(out, 1.5, 7, 2 ** 40, target="cuda", arch="sm_90a"),
+             ["Q", "q", "q", "f", "i", "q"])]:
+        module = compiled.module
+        assert module.param_formats == formats
+        assert module._param_struct.sizes == \
+            resource_usage(module.cubin)[module.entry].param_sizes
+
+
 def test_a_grid_past_cudas_limits_is_a_launch_error_and_an_empty_one_launches_nothing(
         fake_driver):
     launch, _ = get_backend("cuda").launchers(load())

@@ -9,16 +9,18 @@
 # - Else, each step with its own time limit:
 #   1. scripts/gpu_smoke.py (NVRTC -> CUBIN -> driver launch vs torch; a tilejit kernel
 #      compiled for the cuda target and launched through the runtime);
-#   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others);
+#   2. `python3 -m pytest -m gpu -q tests` (tests/e2e/test_e2e_cuda.py and the others;
+#      tests/targets/test_cuda_cluster.py launches in clusters and reads the ranks back);
 #   2b. `python3 -m pytest --cuda-run tests/e2e/...` (tests/support/cuda_run.py): the e2e
 #      tests of $GPU_CHECK_E2E_FILES, each launch on CPU tensors run again on the GPU and
 #      compared with the CPU's results (which the tests compare with torch); interrupted
 #      (SIGINT: pytest still reports) when its time is up -- a partial run, not a failure;
 #   3. scripts/gpu_bench.py: vector add and row softmax against the device's copy bandwidth,
 #      the matmul against torch.matmul (CUDA events, best of N), in a table of its own;
+#   3b. benchmarks/bench_cuda_launch.py: host µs per cache-hit launch of a 3-tensor kernel;
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
-#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_notebook.log, and the
+#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_notebook.log, and the
 #   benchmark's gpu_bench.json / gpu_bench.md).
 # - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
@@ -26,7 +28,8 @@
 #
 # Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
 #      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
-#      (90), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 480 s in all at worst, inside a 600 s device
+#      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 510 s in all at
+#      worst, inside a 600 s device
 #      call. GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
 #      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix; pytest stops between tests
@@ -150,6 +153,18 @@ case "$bench_rc" in
   1) row "gpu_bench.py" FAIL "${bench_fail:-?} rows failed (gpu_bench.md, gpu_bench.log)" ;;
   124) row "gpu_bench.py" FAIL "timed out after $BENCH_TIMEOUT s (gpu_bench.log)" ;;
   *) row "gpu_bench.py" FAIL "crashed with exit status $bench_rc (gpu_bench.log)" ;;
+esac
+
+# --- 3b. launch overhead ------------------------------------------------------------------------
+echo "== benchmarks/bench_cuda_launch.py =="
+timeout "${GPU_CHECK_LAUNCH_TIMEOUT:-30}" "$PY" benchmarks/bench_cuda_launch.py 2>&1 |
+  tee "$LOGS/gpu_launch.log"
+launch_rc=${PIPESTATUS[0]}
+launch_us="$(grep -o 'kernel on [^:]*: *[0-9.]*' "$LOGS/gpu_launch.log" | head -1)"
+case "$launch_rc" in
+  0) row "bench_cuda_launch.py" PASS "µs per cache-hit launch of a no-op 3-tensor ${launch_us:-kernel: no figure}" ;;
+  124) row "bench_cuda_launch.py" FAIL "timed out after ${GPU_CHECK_LAUNCH_TIMEOUT:-30} s" ;;
+  *) row "bench_cuda_launch.py" FAIL "exit status $launch_rc (gpu_launch.log)" ;;
 esac
 
 # --- 4. the CUDA tutorial, its launch cells included ------------------------------------------

@@ -1,11 +1,12 @@
 """Loading and launching with the CUDA driver API. Argument packing is tested everywhere;
 launches need a GPU (``-m gpu``; run by scripts/gpu_check.sh on a GPU machine)."""
 import ctypes
-import enum
 import struct
+import types
 
 import pytest
 
+from support.fake_cuda_driver import FakeTensor, fake_driver
 from support.gpu import needs_gpu, needs_nvrtc
 from tilejit.errors import LaunchError
 from tilejit.targets.cuda import driver as drv
@@ -40,7 +41,7 @@ def test_pack_scalars_at_the_parameters_sizes():
     assert p.raw == [struct.pack("<i", 1), struct.pack("<f", 2.5), struct.pack("<d", 3.0),
                      b"\x01\x02", struct.pack("<q", -1), struct.pack("<I", 3_000_000_000),
                      struct.pack("<h", 7)]
-    # The void** really points at those bytes (what cuLaunchKernel reads).
+    # The void** really points at those bytes (what cuLaunchKernelEx reads).
     ptrs = (ctypes.c_void_p * len(p.raw)).from_address(p.address)
     for ptr, raw in zip(ptrs, p.raw):
         assert ctypes.string_at(ptr, len(raw)) == raw
@@ -87,100 +88,10 @@ def test_loading_without_a_driver_is_a_launch_error():
 
 # --- the launch path against a fake driver: checks the calls we make, without a GPU ------------
 
-class _Handle:
-    def __init__(self, v):
-        self.v = int(v)
-
-    def __int__(self):
-        return self.v
-
-
-class _FakeDriver:
-    """Mimics the cuda.bindings.driver calls driver.py makes: (CUresult, *values) tuples."""
-
-    class CUresult(enum.IntEnum):
-        CUDA_SUCCESS = 0
-        CUDA_ERROR_NOT_FOUND = 500
-
-    class CUfunction_attribute(enum.IntEnum):
-        CU_FUNC_ATTRIBUTE_NUM_REGS = 4
-        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-
-    OK = (CUresult.CUDA_SUCCESS,)
-
-    def __init__(self, param_sizes):
-        self.param_sizes, self.current, self.launches, self.set_attrs = param_sizes, 0, [], []
-        self.CUstream = _Handle
-
-    def cuInit(self, flags):
-        return self.OK
-
-    def cuDeviceGet(self, ordinal):
-        return (*self.OK, ordinal)
-
-    def cuDevicePrimaryCtxRetain(self, dev):
-        return (*self.OK, _Handle(1000 + dev))
-
-    def cuCtxGetCurrent(self):
-        return (*self.OK, _Handle(self.current))
-
-    def cuCtxSetCurrent(self, ctx):
-        self.current = int(ctx)
-        return self.OK
-
-    def cuModuleLoadData(self, image):
-        assert isinstance(image, int) and ctypes.string_at(image, 4) in (b"\x7fELF", b"fake")
-        return (*self.OK, _Handle(7))
-
-    def cuModuleGetFunction(self, hmod, name):
-        assert isinstance(name, bytes)
-        if name != b"axpb":
-            return (self.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        return (*self.OK, _Handle(8))
-
-    def cuGetErrorString(self, err):
-        return (*self.OK, b"named symbol not found")
-
-    def cuFuncGetAttribute(self, attrib, hfunc):
-        return (*self.OK, 12)
-
-    def cuFuncSetAttribute(self, hfunc, attrib, value):
-        self.set_attrs.append((attrib.name, value))
-        return self.OK
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        assert self.current == 1000, "launch without the primary context current"
-        ptrs = (ctypes.c_void_p * len(self.param_sizes)).from_address(params)
-        raw = [ctypes.string_at(p, n) for p, n in zip(ptrs, self.param_sizes)]
-        self.launches.append(((gx, gy, gz), (bx, by, bz), shared, int(stream), raw, extra))
-        return self.OK
-
-
-class _FakeTensor:
-    is_cuda = True
-
-    class device:
-        index = 0
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-
-    def data_ptr(self):
-        return self.ptr
-
-
-def _fake(monkeypatch, param_sizes):
-    fake = _FakeDriver(param_sizes)
-    monkeypatch.setattr(drv, "_import_driver", lambda: fake)
-    monkeypatch.setattr(drv, "_initialized", [])
-    monkeypatch.setattr(drv, "_contexts", {})
-    return fake
-
-
 @pytest.mark.parametrize("use_cubin", [False, True])
 def test_launch_path_with_a_fake_driver(monkeypatch, use_cubin):
     sizes = (8, 8, 8, 4, 4)
-    fake = _fake(monkeypatch, sizes)
+    fake = fake_driver(monkeypatch, sizes)
     if use_cubin:  # then param sizes come from the CUBIN's .nv.info
         if nvrtc_unavailable_reason() is not None:
             pytest.skip(f"needs NVRTC: {nvrtc_unavailable_reason()}")
@@ -191,12 +102,14 @@ def test_launch_path_with_a_fake_driver(monkeypatch, use_cubin):
     f = mod["axpb"]
     assert f.param_sizes == (sizes if use_cubin else None)
     assert f.attribute("NUM_REGS") == 12
-    a, b, out = _FakeTensor(0x1000), _FakeTensor(0x2000), _FakeTensor(0x3000)
+    a, b, out = FakeTensor(0x1000), FakeTensor(0x2000), FakeTensor(0x3000)
     f(out, a, b, 1.75, 99, grid=(3, 2), block=128, shared_mem=100_000, stream=0x55)
-    grid, block, shared, stream, raw, extra = fake.launches[-1]
-    assert (grid, block, shared, stream, extra) == ((3, 2, 1), (128, 1, 1), 100_000, 0x55, 0)
-    assert raw == [struct.pack("<Q", 0x3000), struct.pack("<Q", 0x1000), struct.pack("<Q", 0x2000),
-                   struct.pack("<f", 1.75), struct.pack("<i", 99)]
+    launch = fake.launches[-1]
+    assert (launch.grid, launch.block, launch.shared, launch.stream, launch.cluster) == \
+        ((3, 2, 1), (128, 1, 1), 100_000, 0x55, None)
+    assert launch.params == [struct.pack("<Q", 0x3000), struct.pack("<Q", 0x1000),
+                             struct.pack("<Q", 0x2000), struct.pack("<f", 1.75),
+                             struct.pack("<i", 99)]
     assert fake.set_attrs == [("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 100_000)]
     f(out, a, b, 1.0, 1, grid=1, block=1, shared_mem=50_000, stream=0x55)
     assert len(fake.set_attrs) == 1  # the opt-in is remembered
@@ -204,6 +117,88 @@ def test_launch_path_with_a_fake_driver(monkeypatch, use_cubin):
         mod.get_function("missing")
     with pytest.raises(LaunchError, match="more than 1024 threads"):
         f(out, a, b, 1.0, 1, grid=1, block=(64, 32))
+
+
+def _axpb(monkeypatch, **options):
+    fake = fake_driver(monkeypatch, (8, 8, 8, 4, 4), **options)
+    f = drv.load_module(b"fake image", device=0)["axpb"]
+    tensors = FakeTensor(0x1000), FakeTensor(0x2000), FakeTensor(0x3000)
+    return fake, f, tensors
+
+
+def test_a_launch_shape_is_configured_once(monkeypatch):
+    """The CUlaunchConfig is built once per (grid, block, shared_mem, stream, cluster) and
+    reused; dimensions given as lists are configured each time (they cannot be kept)."""
+    fake, f, tensors = _axpb(monkeypatch)
+    for n in (1, 2):
+        f(*tensors, 1.0, n, grid=(4, 1, 1), block=(128, 1, 1), stream=0x55)
+    f(*tensors, 1.0, 3, grid=(4, 1, 1), block=(128, 1, 1), stream=0x66)
+    f(*tensors, 1.0, 4, grid=[4], block=[128], stream=0x55)
+    first, again, other_stream, listed = fake.launches
+    assert again.config is first.config and again.params[4] == struct.pack("<i", 2)
+    assert other_stream.config is not first.config and other_stream.stream == 0x66
+    assert listed.config is not first.config and (listed.grid, listed.stream) == ((4, 1, 1), 0x55)
+    assert len(f._configs) == 2
+
+
+def test_the_default_stream_is_torchs_current_one(monkeypatch):
+    torch = pytest.importorskip("torch")
+    fake, f, tensors = _axpb(monkeypatch)
+    current = types.SimpleNamespace(cuda_stream=0x77)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: current)
+    f(*tensors, 1.0, 1, grid=1, block=32)
+    current.cuda_stream = 0x78      # e.g. inside ``with torch.cuda.stream(s)``
+    f(*tensors, 1.0, 1, grid=1, block=32)
+    f(*tensors, 1.0, 1, grid=1, block=32, stream=0x99)
+    assert [launch.stream for launch in fake.launches] == [0x77, 0x78, 0x99]
+
+
+def test_a_cluster_launch_sets_the_cluster_dimension_attribute(monkeypatch):
+    fake, f, tensors = _axpb(monkeypatch)
+    f(*tensors, 1.0, 1, grid=(4, 3), block=128, cluster=(2, 3))
+    f(*tensors, 1.0, 1, grid=(4, 3), block=128, cluster=(1, 1, 1))
+    assert [launch.cluster for launch in fake.launches] == [(2, 3, 1), None]
+    assert fake.launches[0].grid == (4, 3, 1)   # the grid still counts CTAs, not clusters
+
+
+def test_a_device_that_does_not_answer_the_cluster_query_has_none_compiled_in(monkeypatch):
+    fake, f, tensors = _axpb(monkeypatch, required_cluster=None)
+    assert f.compiled_cluster is None
+    f(*tensors, 1.0, 1, grid=2, block=128, cluster=2)
+    assert fake.launches[0].cluster == (2, 1, 1)
+
+
+def test_cluster_launch_errors_name_the_argument(monkeypatch):
+    fake, f, tensors = _axpb(monkeypatch)
+    with pytest.raises(LaunchError, match=r"grid \(4, 3, 1\) is not a multiple of the cluster "
+                                          r"\(1, 2, 1\): 3 CTAs in y do not split"):
+        f(*tensors, 1.0, 1, grid=(4, 3), block=128, cluster=(1, 2))
+    with pytest.raises(LaunchError, match=r"cluster=\(4, 4, 1\) has 16 CTAs, above the "
+                                          "portable maximum of 8"):
+        f(*tensors, 1.0, 1, grid=(4, 4), block=128, cluster=(4, 4))
+    with pytest.raises(LaunchError, match="cluster must be 1 to 3 positive ints"):
+        f(*tensors, 1.0, 1, grid=4, block=128, cluster=(0, 1))
+    assert fake.launches == [] and f._configs == {}   # nothing launched, nothing kept
+
+
+def test_a_compiled_in_cluster_is_used_and_never_contradicted(monkeypatch):
+    """With ``__cluster_dims__`` the kernel launches in its clusters without the attribute
+    (CUDA lets no launch change them); asking for another shape is a LaunchError."""
+    fake, f, tensors = _axpb(monkeypatch, required_cluster=(2, 1, 1))
+    assert f.compiled_cluster == (2, 1, 1)
+    f(*tensors, 1.0, 1, grid=4, block=128)
+    f(*tensors, 1.0, 1, grid=4, block=128, cluster=(2, 1, 1))
+    assert [launch.cluster for launch in fake.launches] == [None, None]
+    with pytest.raises(LaunchError, match=r"grid \(3, 1, 1\) is not a multiple of the cluster "
+                                          r"\(2, 1, 1\)"):
+        f(*tensors, 1.0, 1, grid=3, block=128)
+    with pytest.raises(LaunchError, match=r"axpb is compiled for clusters of \(2, 1, 1\) CTAs "
+                                          r"\(__cluster_dims__\): cluster=\(4, 1, 1\) "
+                                          "contradicts it"):
+        f(*tensors, 1.0, 1, grid=4, block=128, cluster=4)
+    required = [a for a in fake.got_attrs if "REQUIRED_CLUSTER" in a]
+    assert len(required) == 3   # asked once per function
 
 
 # --- on a GPU -------------------------------------------------------------------------------

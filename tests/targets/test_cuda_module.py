@@ -25,14 +25,20 @@ def fake_tensor(device: str, address: int = 4096, size: int = 10):
 class FakeFunction:
     """The driver's loaded kernel: records its launches and the dynamic shared opt-in."""
 
+    param_sizes = None   # not read from a CUBIN
+
     def __init__(self, calls: list):
         self.calls, self.max_shared = calls, None
 
     def set_max_dynamic_shared(self, nbytes):
         self.max_shared = nbytes
 
-    def __call__(self, *args, grid, block, shared_mem, stream):
-        self.calls.append((args, grid, block, shared_mem, stream))
+    def __call__(self, *args, grid, block, shared_mem, stream, cluster):
+        self.calls.append((args, grid, block, shared_mem, stream, cluster))
+
+    def launch_struct(self, params, values, **launch):
+        params.pack(values)   # the values fit the kernel's parameters
+        self(*values, **launch)
 
 
 @pytest.fixture
@@ -48,10 +54,10 @@ def fake_driver(monkeypatch):
     return SimpleNamespace(loaded=loaded, calls=calls)
 
 
-def load(shared_bytes=0, params=("x", "n")):
+def load(shared_bytes=0, params=("x", "n"), **meta):
     return get_backend("cuda").load({"cubin": b"\x7fELF"}, {
         "entry": "k", "threads": 256, "shared_bytes": shared_bytes, "cuda_arch": "sm_90a",
-        "runtime_params": list(params)})
+        "runtime_params": list(params), **meta})
 
 
 # --------------------------------------------------------------------------- records, grid
@@ -61,11 +67,56 @@ def test_launch_flattens_records_without_a_gpu(fake_driver):
     launch((3, 1, 1), [(4096, 10, 20, 20, 1), 7, 2.5])
     launch_on_stream((1, 1, 1), [(8192, 5, 1)], "stream")
     assert fake_driver.calls == [
-        ((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None),
-        ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream")]
+        ((4096, 10, 20, 20, 1, 7, 2.5), (3, 1, 1), (256, 1, 1), 65536, None, (1, 1, 1)),
+        ((8192, 5, 1), (1, 1, 1), (256, 1, 1), 65536, "stream", (1, 1, 1))]
     (fn,) = m._functions.values()
     assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
     assert fake_driver.loaded == [0]   # no tensor told the device: the current one
+
+
+def test_a_launch_packs_its_values_by_the_kernels_parameter_formats(fake_driver, monkeypatch):
+    """With the printer's formats one struct packs every launch; a value that does not fit
+    is a LaunchError, and a CUBIN whose parameters differ from them an internal one."""
+    m = load(params=("x", "alpha"), param_formats=["Q", "q", "q", "f"])
+    launch, _ = get_backend("cuda").launchers(m)
+    launch((2, 1, 1), [(4096, 10, 1), 2.5])
+    assert fake_driver.calls == [((4096, 10, 1, 2.5), (2, 1, 1), (256, 1, 1), 0, None,
+                                  (1, 1, 1))]
+    assert m._param_struct.sizes == (8, 8, 8, 4)
+    with pytest.raises(LaunchError, match=r"kernel 'k': cannot pass the launch's values "
+                                          r"\[4096, 10, 1, 1e\+39\]: float too large"):
+        launch((2, 1, 1), [(4096, 10, 1), 1e39])
+    monkeypatch.setattr(FakeFunction, "param_sizes", (8, 8, 8, 8))
+    other = load(params=("x", "alpha"), param_formats=["Q", "q", "q", "f"])
+    with pytest.raises(LaunchError, match=r"internal: k's CUBIN takes parameters of "
+                                          r"\(8, 8, 8, 8\) bytes, the launch packs \(8, 8, 8, 4\)"):
+        get_backend("cuda").launchers(other)[0]((2, 1, 1), [(4096, 10, 1), 2.5])
+
+
+@needs_nvrtc
+def test_the_packed_parameters_are_the_ones_the_cubin_takes(fresh_cache):
+    """The printer's struct formats give the sizes the CUBIN's .nv.info lists: tensors
+    (address, shape, strides) and scalars of several types."""
+    from tilejit.examples.kernels import vector_add
+    from tilejit.targets.cuda.nvrtc import resource_usage
+
+    @tj.kernel
+    def scalars(out, a, b, c):
+        with tj.thread():
+            if tj.thread_id() == 0:
+                out[0] = a + b + c
+
+    v = tj.TensorSpec((1000,), tj.float32, device="cuda")
+    out = tj.TensorSpec((1,), tj.float64, device="cuda")
+    for compiled, formats in [
+            (vector_add.compile(v, v, v, BLOCK=256, target="cuda", arch="sm_90a"),
+             ["Q", "q", "q"] * 3),
+            (scalars.compile(out, 1.5, 7, 2 ** 40, target="cuda", arch="sm_90a"),
+             ["Q", "q", "q", "f", "i", "q"])]:
+        module = compiled.module
+        assert module.param_formats == formats
+        assert module._param_struct.sizes == \
+            resource_usage(module.cubin)[module.entry].param_sizes
 
 
 def test_a_grid_past_cudas_limits_is_a_launch_error_and_an_empty_one_launches_nothing(
@@ -113,7 +164,8 @@ def test_a_compiled_kernel_called_directly_launches_on_its_tensors_device(fake_d
     m = load()
     m.launch((2, 1, 1), [fake_tensor("cuda:1", address=8192), 10])
     assert fake_driver.loaded == [1]
-    assert fake_driver.calls == [((8192, 10, 1, 10), (2, 1, 1), (256, 1, 1), 0, None)]
+    assert fake_driver.calls == [((8192, 10, 1, 10), (2, 1, 1), (256, 1, 1), 0, None,
+                                  (1, 1, 1))]
     with pytest.raises(LaunchError, match="'x' is a tensor on cpu"):
         m.launch((2, 1, 1), [fake_tensor("cpu"), 10])
 

@@ -21,6 +21,7 @@ from tilejit.ir.types import f16, i8
 from tilejit.layout import SwizzleMode, smem_layout
 from tilejit.targets.cuda import tensor_map
 from tilejit.targets.cuda.driver import driver_unavailable_reason
+from tilejit.targets.cuda.nvrtc import resource_usage
 from tilejit.targets.cuda.tensor_map import TensorMap, encode
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
@@ -60,6 +61,10 @@ def test_tma_ptx_holds_bulk_tensor_copies_and_barrier_waits(fresh_cache):
     assert "struct __align__(64) tj_tensor_map { unsigned long long opaque[16]; };" in source
     assert "const __grid_constant__ tj_tensor_map map_x" in source
     assert "const __grid_constant__ tj_tensor_map map_out" in source
+    # the launch packs each map as 128 bytes after the tensors' records, as the CUBIN takes them
+    assert compiled.metadata["param_formats"][-2:] == ["128s", "128s"]
+    assert compiled.module._param_struct.sizes == \
+        resource_usage(compiled.asm["cubin"])["affine"].param_sizes
 
 
 @needs_nvrtc

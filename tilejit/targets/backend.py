@@ -24,8 +24,8 @@ from ..passes.dispatch import PER_THREAD, TEAM_ONCE, DispatchContext, register_t
 from ..passes.shared_plan import register_capacity
 
 __all__ = ["DEFAULT_TARGET", "SHIPPED_TARGETS", "Backend", "Capabilities", "Placeholder",
-           "backends", "get_backend", "register_backend", "target_for_devices",
-           "unregister_backend"]
+           "backends", "cluster_grid_error", "get_backend", "register_backend",
+           "target_for_devices", "unregister_backend"]
 
 SHIPPED_TARGETS = ("cpu", "cuda", "nki")   # packages under tilejit/targets, in this order
 DEFAULT_TARGET = "cpu"   # the embedded default: every kernel runs here (SPEC §1)
@@ -209,3 +209,14 @@ def target_for_devices(devices: set[str]) -> str:
             if backend.device in accelerators:
                 return backend.name
     return DEFAULT_TARGET
+
+
+def cluster_grid_error(grid: tuple[int, int, int], cluster: tuple[int, int, int]) -> str | None:
+    """Why a launch of ``grid`` CTAs cannot run in clusters of ``cluster`` (a dimension it
+    does not split into whole clusters), or None: every target refuses such a launch, as
+    CUDA does, so ``cta_id_in_cluster`` means the same everywhere."""
+    for axis, (extent, size) in enumerate(zip(grid, cluster)):
+        if extent % size:
+            return (f"grid {tuple(grid)} is not a multiple of the cluster {tuple(cluster)}: "
+                    f"{extent} CTAs in {'xyz'[axis]} do not split into clusters of {size}")
+    return None

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from tilejit.errors import LaunchError, SourceLocation
 from tilejit.ir.types import SCALAR_TYPES
+from tilejit.targets.backend import cluster_grid_error
 
 from . import abi
 from .jit import CpuArtifact, load_object
@@ -131,6 +132,8 @@ class CpuModule:
         self._pack_records = _records_packer(struct.Struct(self.meta["struct_format"]).pack,
                                              self._params)
         self._seconds_per_cta = math.inf  # single-thread cost estimate from the last launch
+        cluster = tuple(self.meta.get("cluster", (1, 1, 1)))
+        self._cluster = cluster if cluster != (1, 1, 1) else None   # launches check the grid
 
     @property
     def name(self) -> str:
@@ -161,6 +164,10 @@ class CpuModule:
         total = grid[0] * grid[1] * grid[2]
         if not total:
             return
+        if self._cluster:
+            split = cluster_grid_error(grid, self._cluster)
+            if split:
+                raise LaunchError(f"kernel {self.name!r}: {split}", self.location)
         if not (total == 1 or workers == 1 or (
                 workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS)):
             self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))

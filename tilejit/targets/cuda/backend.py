@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from tilejit.errors import CompilationError
+from tilejit.errors import CompilationError, SourceLocation
 from tilejit.passes.dispatch import PER_THREAD
 
 from ..backend import Backend, Capabilities, register_backend
@@ -83,6 +83,9 @@ class CudaBackend(Backend):
             if usage else None,
             "static_shared_bytes": usage.shared_bytes if usage else None,
             "stack_frame_bytes": usage.stack_frame_bytes if usage else None,
+            "file": lowered.loc.file, "line": lowered.loc.line,   # where launch errors point
+            "cluster": list(lowered.attrs["cluster"]),   # printed as __cluster_dims__
+            "param_formats": printer.param_formats,   # how a launch packs the parameters
             # the TMA tensor maps the launcher encodes after the kernel's own arguments
             "tensor_maps": [{"param": param, "box": list(box), "swizzle": swizzle,
                              "dtype": dtype} for (param, box, swizzle, dtype), _ in
@@ -95,7 +98,11 @@ class CudaBackend(Backend):
         return CudaKernelModule(files["cubin"], meta["entry"], meta["threads"],
                                 meta.get("shared_bytes") or 0, meta["cuda_arch"],
                                 tuple(meta["runtime_params"]),
-                                tensor_maps=tuple(meta.get("tensor_maps", ())))
+                                tensor_maps=tuple(meta.get("tensor_maps", ())),
+                                location=SourceLocation(meta["file"], meta["line"])
+                                if meta.get("file") else None,
+                                cluster=tuple(meta.get("cluster", (1, 1, 1))),
+                                param_formats=meta.get("param_formats"))
 
     def launchers(self, module, arguments=None):
         # The launch signature fixes the tensors' device (torch's get_device() is in it):

@@ -7,18 +7,27 @@ cuda-python is imported inside functions: importing this module needs neither it
 from __future__ import annotations
 
 import ctypes
+import functools
+import math
 import struct
 import sys
 import threading
 
 from ...errors import LaunchError
+from ..backend import cluster_grid_error
 
 __all__ = [
-    "CudaModule", "CudaFunction", "PackedArgs", "pack_args", "load_module", "launch",
-    "driver_unavailable_reason", "driver_version", "device_capability", "device_arch",
+    "CudaModule", "CudaFunction", "PackedArgs", "ParamStruct", "pack_args", "load_module",
+    "launch", "driver_unavailable_reason", "driver_version", "device_capability",
+    "device_arch", "MAX_PORTABLE_CLUSTER",
 ]
 
 _MAX_STATIC_SHARED = 48 * 1024  # above this a block needs an opt-in (cuFuncSetAttribute)
+# CTAs per cluster every sm_90 device runs; more need the function's non-portable opt-in
+# (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), which we do not set.
+MAX_PORTABLE_CLUSTER = 8
+MAX_LAUNCH_CONFIGS = 1024   # launch shapes a function keeps configured (then it starts over)
+NO_CLUSTER = (1, 1, 1)
 
 
 def _import_driver():
@@ -107,12 +116,14 @@ _contexts: dict[int, object] = {}
 def _ensure_context(device: int):
     """Make ``device``'s primary context current on this thread (torch uses the same one)."""
     drv = _driver()
-    with _lock:
-        ctx = _contexts.get(device)
-        if ctx is None:
-            dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
-            ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-            _contexts[device] = ctx
+    ctx = _contexts.get(device)   # retained once: launches need no lock
+    if ctx is None:
+        with _lock:
+            ctx = _contexts.get(device)
+            if ctx is None:
+                dev = _check(drv.cuDeviceGet(device), "cuDeviceGet")
+                ctx = _check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                _contexts[device] = ctx
     cur = _check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if cur is None or int(cur) != int(ctx):
         _check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
@@ -138,7 +149,7 @@ def device_arch(device: int | None = None, arch_specific: bool = True) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument packing. cuLaunchKernel takes an array of pointers, one per parameter, each to the
+# Argument packing. cuLaunchKernelEx takes an array of pointers, one per parameter, each to the
 # parameter's bytes; the driver copies as many bytes as the kernel's parameter has. So a
 # Python int or float must be packed at the parameter's real size: we take the sizes from
 # the CUBIN when known (ResourceUsage.param_sizes) and else assume int32 / float32.
@@ -149,7 +160,7 @@ _FLOAT_FMT = {2: "e", 4: "f", 8: "d"}
 
 
 class PackedArgs:
-    """Kernel arguments as cuLaunchKernel wants them; keep alive until the launch returns."""
+    """Kernel arguments as cuLaunchKernelEx wants them; keep alive until the launch returns."""
 
     def __init__(self, raw: list[bytes]):
         self.raw = raw
@@ -160,6 +171,35 @@ class PackedArgs:
     def address(self) -> int:
         """The void** to pass as kernelParams (0 for a kernel without parameters)."""
         return ctypes.addressof(self._ptrs) if self.raw else 0
+
+
+class ParamStruct:
+    """A kernel's parameters packed by one ``struct.pack_into`` per launch: ``formats`` is
+    each parameter's struct format ('Q', 'i', 'f', '128s'), in order. The pointer array
+    cuLaunchKernelEx reads points into one buffer at fixed offsets, so a launch allocates
+    nothing. Each thread fills a buffer of its own; the driver copies the parameters
+    before cuLaunchKernelEx returns, so the next launch may refill it."""
+
+    def __init__(self, formats):
+        self.sizes = tuple(struct.calcsize("<" + f) for f in formats)
+        self.struct = struct.Struct("<" + "".join(formats))
+        self._offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self._local = threading.local()
+
+    def pack(self, values) -> int:
+        """The void** to pass as kernelParams, to this thread's buffer filled with
+        ``values`` (struct.error or OverflowError when one does not fit its format)."""
+        try:
+            buffer, _, address = self._local.slots
+        except AttributeError:
+            buffer = ctypes.create_string_buffer(max(self.struct.size, 1))
+            base = ctypes.addressof(buffer)
+            pointers = (ctypes.c_void_p * max(len(self.sizes), 1))(
+                *[base + offset for offset in self._offsets])
+            address = ctypes.addressof(pointers) if self.sizes else 0
+            self._local.slots = buffer, pointers, address
+        self.struct.pack_into(buffer, 0, *values)
+        return address
 
 
 def _device_pointer(i: int, arg, device: int | None) -> int | None:
@@ -178,7 +218,7 @@ def _device_pointer(i: int, arg, device: int | None) -> int | None:
 def pack_args(args, param_sizes: tuple[int, ...] | None = None,
               device: int | None = None) -> PackedArgs:
     """Pack tensors (as their data pointers), Python/NumPy scalars, ctypes values and raw
-    bytes (structs passed by value, e.g. a TMA descriptor) for cuLaunchKernel."""
+    bytes (structs passed by value, e.g. a TMA descriptor) for cuLaunchKernelEx."""
     args = list(args)
     if param_sizes is not None and len(args) != len(param_sizes):
         raise LaunchError(f"kernel takes {len(param_sizes)} arguments, got {len(args)}")
@@ -298,6 +338,7 @@ class CudaFunction:
         if self.param_sizes is None:
             self.param_sizes = self._driver_param_sizes()
         self._max_dynamic_shared = _MAX_STATIC_SHARED
+        self._configs: dict[tuple, tuple] = {}   # launch shape -> (CUlaunchConfig, what)
 
     def _driver_param_sizes(self) -> tuple[int, ...] | None:
         # For PTX-loaded kernels; cuFuncGetParamInfo exists from CUDA 12.4 on.
@@ -328,23 +369,90 @@ class CudaFunction:
                f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) for {self.name}")
         self._max_dynamic_shared = int(nbytes)
 
-    def __call__(self, *args, grid, block, shared_mem: int = 0, stream=None) -> None:
-        """Launch asynchronously on ``stream`` (default: torch's current stream)."""
-        gx, gy, gz = _dim3(grid, "grid")
-        bx, by, bz = _dim3(block, "block")
-        if bx * by * bz > 1024:
-            raise LaunchError(f"block {bx}x{by}x{bz} has more than 1024 threads")
+    @functools.cached_property
+    def compiled_cluster(self) -> tuple[int, int, int] | None:
+        """The cluster shape compiled into the kernel (``__cluster_dims__``); None without."""
+        try:
+            dims = tuple(self.attribute(f"REQUIRED_CLUSTER_{axis}")
+                         for axis in ("WIDTH", "HEIGHT", "DEPTH"))
+        except LaunchError:   # a device without clusters need not answer: none compiled in
+            return None
+        return dims if all(dims) else None  # type: ignore[return-value]
+
+    def __call__(self, *args, grid, block, shared_mem: int = 0, stream=None,
+                 cluster=None) -> None:
+        """Launch asynchronously on ``stream`` (default: torch's current stream) in clusters
+        of ``cluster`` CTAs (default: the kernel's ``__cluster_dims__``, else none).
+
+        The launch configuration is built once per (grid, block, shared_mem, stream,
+        cluster) and kept: a repeated launch packs its arguments and looks the shape up."""
+        packed = pack_args(args, self.param_sizes, self.module.device)
+        self._launch(packed.address, grid, block, shared_mem, stream, cluster)
+
+    def launch_struct(self, params: ParamStruct, values, *, grid, block, shared_mem: int = 0,
+                      stream=None, cluster=None) -> None:
+        """Launch as ``__call__`` does with ``values`` (plain ints, floats and bytes, one per
+        parameter) packed by ``params``: the runtime's path, one pack_into per launch."""
+        self._launch(params.pack(values), grid, block, shared_mem, stream, cluster)
+
+    def _launch(self, params: int, grid, block, shared_mem, stream, cluster) -> None:
+        """cuLaunchKernelEx with the packed ``params`` (a void**) and the shape's config."""
         device = self.module.device
-        packed = pack_args(args, self.param_sizes, device)
         drv = _driver()
         _ensure_context(device)
+        shape = (grid, block, shared_mem, _stream_handle(stream, device), cluster)
+        try:
+            config, what = self._configs[shape]
+        except KeyError:
+            if len(self._configs) >= MAX_LAUNCH_CONFIGS:
+                self._configs.clear()
+            config, what = self._configs[shape] = self._configure(drv, *shape)
+        except TypeError:  # dimensions given as lists: configured each time
+            config, what = self._configure(drv, *shape)
+        _check(drv.cuLaunchKernelEx(config, self.handle, params, 0), what)
+
+    def _configure(self, drv, grid, block, shared_mem: int, stream: int, cluster):
+        """(CUlaunchConfig, its description for errors) of a launch shape, checked."""
+        grid, block = _dim3(grid, "grid"), _dim3(block, "block")
+        if math.prod(block) > 1024:
+            raise LaunchError(f"block {block[0]}x{block[1]}x{block[2]} has more than 1024 "
+                              "threads")
+        cluster = self._cluster(cluster)
+        split = cluster_grid_error(grid, cluster)
+        if split:
+            raise LaunchError(split)
         if shared_mem > self._max_dynamic_shared:
             self.set_max_dynamic_shared(shared_mem)
-        h = drv.CUstream(_stream_handle(stream, device))
-        _check(drv.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, int(shared_mem), h,
-                                  packed.address, 0),
-               f"cuLaunchKernel({self.name}, grid=({gx},{gy},{gz}), block=({bx},{by},{bz}), "
-               f"shared_mem={shared_mem})")
+        config = drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = grid
+        config.blockDimX, config.blockDimY, config.blockDimZ = block
+        config.sharedMemBytes = int(shared_mem)
+        config.hStream = drv.CUstream(stream)
+        # A compiled-in __cluster_dims__ already makes the launch a cluster launch, and CUDA
+        # lets no launch change it: the attribute is for kernels compiled without one.
+        if cluster != NO_CLUSTER and cluster != self.compiled_cluster:
+            attribute = drv.CUlaunchAttribute()
+            attribute.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            dims = attribute.value.clusterDim
+            dims.x, dims.y, dims.z = cluster
+            config.attrs, config.numAttrs = [attribute], 1
+        return config, (f"cuLaunchKernelEx({self.name}, grid={grid}, block={block}, "
+                        f"shared_mem={shared_mem}, cluster={cluster})")
+
+    def _cluster(self, requested) -> tuple[int, int, int]:
+        """The cluster shape of a launch that asked for ``requested`` (None: the kernel's)."""
+        compiled = self.compiled_cluster
+        if requested is None:
+            return compiled or NO_CLUSTER
+        cluster = _dim3(requested, "cluster")
+        if compiled is not None and cluster != compiled:
+            raise LaunchError(f"{self.name} is compiled for clusters of {compiled} CTAs "
+                              f"(__cluster_dims__): cluster={cluster} contradicts it")
+        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
+            raise LaunchError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above the "
+                              f"portable maximum of {MAX_PORTABLE_CLUSTER}; tilejit does not "
+                              "opt in to non-portable cluster sizes")
+        return cluster
 
     launch = __call__
 
@@ -353,5 +461,7 @@ def load_module(image, device: int | None = None) -> CudaModule:
     return CudaModule(image, device)
 
 
-def launch(function: CudaFunction, grid, block, args=(), shared_mem: int = 0, stream=None):
-    function(*args, grid=grid, block=block, shared_mem=shared_mem, stream=stream)
+def launch(function: CudaFunction, grid, block, args=(), shared_mem: int = 0, stream=None,
+           cluster=None):
+    function(*args, grid=grid, block=block, shared_mem=shared_mem, stream=stream,
+             cluster=cluster)

@@ -25,11 +25,15 @@ from tilejit.ir.storage import held_per_thread, reaches_threads, storage_element
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
 
 from . import emit_scalar
+from .driver import MAX_PORTABLE_CLUSTER
 from .emit_prelude import FP8_PRELUDE, PRELUDE
-from .emit_scalar import C_TYPES, literal, storage_type, value_type
+from .emit_scalar import C_TYPES, PARAM_FORMATS, literal, storage_type, value_type
+from .tensor_map import MAP_BYTES
 from .tensor_map import STRUCT as TENSOR_MAP_STRUCT
 
 __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
+
+CLUSTER_MIN_SM = 90   # thread-block clusters arrived with Hopper
 
 # ------------------------------------------------------------------------------ liveness
 # Ops without side effects: printed only when a printed op uses their results.
@@ -89,6 +93,8 @@ class CudaPrinter:
     entry: str = ""
     # ((tensor parameter, box, swizzle, dtype name), C name) per TMA tensor map (emit_tma)
     tensor_maps: list = field(default_factory=list)
+    # the struct format of each parameter as declared, for the launcher (None: one has none)
+    param_formats: list | None = field(default_factory=list)
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
@@ -184,6 +190,13 @@ class CudaPrinter:
             raise err.with_location(op.loc) from None
 
     # ---------------------------------------------------------------- the kernel
+    def add_formats(self, *formats: str | None) -> None:
+        """Note the next parameters' struct formats; one without makes the kernel's None."""
+        if None in formats:
+            self.param_formats = None
+        elif self.param_formats is not None:
+            self.param_formats.extend(formats)
+
     def parameters(self) -> list[str]:
         params = []
         for value, pname in zip(self.kernel.params, self.kernel.param_names):
@@ -193,17 +206,37 @@ class CudaPrinter:
             if isinstance(t, BufferType):
                 self.uses_fp8 |= t.dtype in (f8e4m3, f8e5m2)
                 params.append(f"{storage_type(t.dtype)}* __restrict__ {name}")
+                self.add_formats("Q")
                 for kind in ("shape", "stride"):
                     for d in range(t.rank):
                         self.taken.add(f"{name}_{kind}{d}")
                         params.append(f"long long {name}_{kind}{d}")
+                        self.add_formats("q")
             elif isinstance(t, ScalarType):
                 self.uses_fp8 |= t in (f8e4m3, f8e5m2)
                 params.append(f"{C_TYPES[t]} {name}")
+                self.add_formats(PARAM_FORMATS.get(t))
             else:
                 raise CompilationError(f"the cuda target cannot take a parameter of type {t}",
                                        self.kernel.loc)
         return params
+
+    def cluster_dims(self) -> str:
+        """`` __cluster_dims__(x, y, z)`` for a kernel launched in clusters, else nothing: the
+        shape compiled in (PTX ``.reqnctapercluster``) is the one every launch uses."""
+        cluster = tuple(self.kernel.attrs["cluster"])
+        if cluster == (1, 1, 1):
+            return ""
+        if self.sm < CLUSTER_MIN_SM:
+            raise CompilationError(f"cluster={cluster}: thread-block clusters need "
+                                   f"sm_{CLUSTER_MIN_SM} or later; compiling for {self.arch}",
+                                   self.kernel.loc)
+        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
+            raise CompilationError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above "
+                                   f"the portable maximum of {MAX_PORTABLE_CLUSTER}; the cuda "
+                                   "target does not opt in to non-portable cluster sizes",
+                                   self.kernel.loc)
+        return f" __cluster_dims__({', '.join(map(str, cluster))})"
 
     def print(self) -> str:
         k = self.kernel
@@ -215,8 +248,9 @@ class CudaPrinter:
         if self.uses_shared:
             body = ["  extern __shared__ __align__(1024) unsigned char tj_smem[];", *body]
         params += [f"const __grid_constant__ tj_tensor_map {name}" for _, name in self.tensor_maps]
-        head = (f'extern "C" __global__ void __launch_bounds__({threads}) {name}(\n    '
-                + ",\n    ".join(params) + ") {")
+        self.add_formats(*[f"{MAP_BYTES}s"] * len(self.tensor_maps))
+        head = (f'extern "C" __global__ void __launch_bounds__({threads}){self.cluster_dims()} '
+                f'{name}(\n    ' + ",\n    ".join(params) + ") {")
         prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "") \
             + (TENSOR_MAP_STRUCT + "\n" if self.tensor_maps else "")
         source = f"// {k.name}: printed by tilejit for {self.arch} from {k.loc}"

@@ -17,7 +17,7 @@ from tilejit.ir.types import (BarrierType, BufferType, ScalarType, bf16, f8e4m3,
 if TYPE_CHECKING:
     from .emit import CudaPrinter
 
-__all__ = ["C_TYPES", "HANDLERS", "NARROW_FLOATS", "cast_expr", "literal", "narrow",
+__all__ = ["C_TYPES", "HANDLERS", "NARROW_FLOATS", "PARAM_FORMATS", "cast_expr", "literal", "narrow",
            "storage_type", "value_type", "wide"]
 
 C_TYPES: dict[ScalarType, str] = {
@@ -25,6 +25,12 @@ C_TYPES: dict[ScalarType, str] = {
     u8: "unsigned char", u16: "unsigned short", u32: "unsigned int", u64: "unsigned long long",
     f16: "__half", bf16: "__nv_bfloat16", f32: "float", f64: "double",
     f8e4m3: "__nv_fp8_e4m3", f8e5m2: "__nv_fp8_e5m2",
+}
+# How the launcher packs a scalar parameter (Python's struct formats); bf16 and the fp8
+# types have none, and a kernel taking one packs its arguments one by one (driver.pack_args).
+PARAM_FORMATS: dict[ScalarType, str] = {
+    i1: "?", i8: "b", i16: "h", i32: "i", i64: "q", u8: "B", u16: "H", u32: "I", u64: "Q",
+    f16: "e", f32: "f", f64: "d",
 }
 NARROW_FLOATS = (f16, bf16, f8e4m3, f8e5m2)   # computed in f32, rounded once per op
 _NARROW = {f16: "__float2half_rn", bf16: "__float2bfloat16_rn", f8e4m3: "tj_to_e4m3",

@@ -9,11 +9,14 @@ device's stream. It flattens the launch records (``(address, *shape, *strides)``
 tensor, the value per scalar) into the kernel's parameters, which the printer declares in
 that order (emit.py), then appends the kernel's TMA tensor maps, each encoded from its
 tensor's record (``tensor_map.encode``) once per (map, address, shape, strides): a
-repeated launch looks it up.
+repeated launch looks it up. The values are packed by one ``driver.ParamStruct`` built
+from the struct formats the printer recorded (``param_formats``), and the launch runs in
+the kernel's clusters (``cluster``, compiled in as ``__cluster_dims__``).
 """
 from __future__ import annotations
 
 import functools
+import struct
 import sys
 import threading
 from collections.abc import Mapping
@@ -67,6 +70,8 @@ class CudaKernelModule:
     params: tuple[str, ...]           # the runtime parameters' names, for errors
     location: object = None           # for errors of ``compiled[grid](...)``
     tensor_maps: tuple = ()           # per TMA tensor map: {"param", "box", "swizzle", "dtype"}
+    cluster: tuple = (1, 1, 1)        # CTAs per cluster (the kernel's __cluster_dims__)
+    param_formats: list | None = None  # each parameter's struct format (None: packed one by one)
     _functions: dict = field(default_factory=dict, repr=False)
     _encoded: dict = field(default_factory=dict, repr=False)   # (map, record) -> 128 bytes
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -80,6 +85,10 @@ class CudaKernelModule:
                 fn = self._functions.get(device)
                 if fn is None:
                     fn = load_module(self.cubin, device).get_function(self.entry)
+                    packs = self._param_struct and self._param_struct.sizes
+                    if packs and fn.param_sizes and packs != fn.param_sizes:
+                        raise LaunchError(f"internal: {self.entry}'s CUBIN takes parameters of "
+                                          f"{fn.param_sizes} bytes, the launch packs {packs}")
                     if self.shared_bytes > 48 * 1024:
                         fn.set_max_dynamic_shared(self.shared_bytes)
                     self._functions[device] = fn
@@ -89,12 +98,10 @@ class CudaKernelModule:
         """Queue the kernel on ``device`` (None: torch's current one) and ``stream`` (None:
         torch's current stream of that device). The caller vouches for the records and the
         device (the runtime took both from arguments of the signature it compiled for). An
-        empty grid launches nothing, as on the CPU; one past CUDA's limits is a
-        LaunchError."""
-        for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID)):
-            if extent > limit:
-                raise LaunchError(f"grid {'xyz'[axis]} extent {extent} is above CUDA's limit "
-                                  f"of {limit} CTAs in {'xyz'[axis]}", self.location)
+        empty grid launches nothing, as on the CPU; one past CUDA's limits, or not a
+        multiple of the cluster (checked by the driver's launch), is a LaunchError."""
+        if grid[0] > MAX_GRID[0] or grid[1] > MAX_GRID[1] or grid[2] > MAX_GRID[2]:
+            raise self._grid_error(grid)
         if 0 in grid:
             return
         args = []
@@ -103,10 +110,35 @@ class CudaKernelModule:
                 args.extend(record)      # a tensor: address, shape, strides
             else:
                 args.append(record)      # a scalar
-        args += self.encoded_maps(records)
+        if self.tensor_maps:
+            args += self.encoded_maps(records)
         fn = self.function(_current_device() if device is None else device)
-        fn(*args, grid=grid, block=(self.threads, 1, 1), shared_mem=self.shared_bytes,
-           stream=stream)
+        block = (self.threads, 1, 1)
+        try:
+            if self._param_struct is None:   # a bf16 or fp8 scalar parameter: one by one
+                fn(*args, grid=grid, block=block, shared_mem=self.shared_bytes, stream=stream,
+                   cluster=self.cluster)
+            else:
+                fn.launch_struct(self._param_struct, args, grid=grid, block=block,
+                                 shared_mem=self.shared_bytes, stream=stream,
+                                 cluster=self.cluster)
+        except (struct.error, OverflowError) as error:   # e.g. a float beyond the f32 range
+            raise LaunchError(f"kernel {self.entry!r}: cannot pass the launch's values "
+                              f"{args!r}: {error}", self.location) from None
+        except LaunchError as error:   # the driver's (a grid the clusters do not split)
+            raise error.with_location(self.location) from None
+
+    def _grid_error(self, grid) -> LaunchError:
+        axis = next(axis for axis in range(3) if grid[axis] > MAX_GRID[axis])
+        return LaunchError(f"grid {'xyz'[axis]} extent {grid[axis]} is above CUDA's limit of "
+                           f"{MAX_GRID[axis]} CTAs in {'xyz'[axis]}", self.location)
+
+    @functools.cached_property
+    def _param_struct(self):
+        """What packs a launch's parameters: one struct per kernel (None: one parameter has
+        no struct format)."""
+        from .driver import ParamStruct
+        return None if self.param_formats is None else ParamStruct(self.param_formats)
 
     def encoded_maps(self, records) -> list[bytes]:
         """The kernel's tensor maps, from the launch records of their tensors: encoded once

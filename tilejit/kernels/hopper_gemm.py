@@ -12,7 +12,8 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
   ``128 * CONSUMERS`` arrivals).
 - the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, into
-  its own swizzled shared tile, fences it for the asynchronous proxy
+  its own rows of one swizzled shared tile [BM, BN] (slices at constant rows: the race
+  check sees them apart), fences it for the asynchronous proxy
   (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
   clipped at C's edges by the hardware) and waits for its bulk group.
@@ -65,11 +66,10 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                               barrier=full[s], dispatch="tma")
     else:
         rows = BM // CONSUMERS
+        c_stage = tj.alloc_shared((BM, BN), C.dtype, layout=LC)   # a slice per consumer
         for c in tj.static_range(CONSUMERS):    # c known at compile time: wgmma's operand
-            # C's staging tile, an allocation per consumer: the race check orders accesses
-            # per buffer, so two consumers' slices of one buffer would read as a race
-            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)
-            if tj.warpgroup_id() == c + 1:      # descriptors start at a constant row
+            c_tile = c_stage[c * rows:(c + 1) * rows, :]
+            if tj.warpgroup_id() == c + 1:      # descriptors and C's slice: constant rows
                 with tj.warpgroup():
                     acc = tj.fragment((rows, BN), tj.float32)
                     tj.fill(acc, 0.0)
@@ -121,7 +121,7 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, a.dtype),
                    LB=ring_layout(stages, block_k, block_n, b.dtype),
-                   LC=ring_layout(None, block_m // consumers, block_n, out_dtype or a.dtype),
+                   LC=ring_layout(None, block_m, block_n, out_dtype or a.dtype),
                    num_warps=4 * (1 + consumers))
     return grid, options
 

@@ -19,6 +19,10 @@ the whole warpgroup must be active (a compile error otherwise).
 ``wgmma_fence``, ``wgmma_commit_group`` and ``wgmma_wait_group`` order nothing more on a
 CPU (the multiply's values are final when it returns): they hand their accumulators on.
 That a wait is missing is the verifier's refusal, before any target (``IN_FLIGHT``).
+
+``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
+count, whole warpgroups at team warpgroup) are the verifier's and scope analysis's, so a
+kernel that breaks them fails on the CPU as it would for the GPU.
 """
 from __future__ import annotations
 
@@ -40,12 +44,7 @@ _SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
 
 def _require_whole_warpgroup(em) -> None:
     active = em.state.active
-    warps = set(active.warp_ids) if active is not None else set()
-    whole = active is not None and not active.elected \
-        and tuple(active.lanes) == (0, LANES_PER_WARP) \
-        and all({w - w % WARPS_PER_WARPGROUP + i for i in range(WARPS_PER_WARPGROUP)} <= warps
-                for w in warps)
-    if not whole:
+    if active is None or not active.whole_warpgroups:
         where = "not known here" if active is None else active.describe()
         raise CompilationError(f"wgmma_mma_async needs every thread of its warpgroup (128); "
                                f"the active threads are {where}")
@@ -150,5 +149,10 @@ def _hand_on(em, op):
     return list(em.operands(op))
 
 
+def _no_op(em, op):
+    return []
+
+
 HANDLERS = {"wgmma_desc": emit_wgmma_desc, "wgmma_mma_async": emit_wgmma_mma_async,
-            "wgmma_fence": _hand_on, "wgmma_commit_group": _hand_on, "wgmma_wait_group": _hand_on}
+            "wgmma_fence": _hand_on, "wgmma_commit_group": _hand_on, "wgmma_wait_group": _hand_on,
+            "setmaxnreg": _no_op}

@@ -80,7 +80,8 @@ def _print_passthrough(instruction: str):
 
 def print_setmaxnreg(p: CudaPrinter, op: Operation) -> None:
     _needs_sm90a(p, op)
-    p.emit(f'asm volatile("setmaxnreg.{op.attrs["action"]}.sync.aligned.u32 {op.attrs["count"]};");')
+    action, count = op.attrs["action"], op.attrs["count"]
+    p.emit(f'asm volatile("setmaxnreg.{action}.sync.aligned.u32 {count};");')
 
 
 HANDLERS = {"wgmma_desc": print_wgmma_desc, "wgmma_mma_async": print_wgmma_mma_async,

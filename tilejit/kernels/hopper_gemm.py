@@ -14,8 +14,9 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   ``full[s]``, run ``gemm_async`` family ``wgmma`` into an f32 accumulator (wgmma's fragment
   layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
   ``128 * CONSUMERS`` arrivals).
-- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, into
-  its own rows of one swizzled shared tile [BM, BN] (slices at constant rows: the race
+- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, two
+  columns at a time (dispatch ``copy -> vec``: ``st.shared.v2``), into its own rows of
+  one swizzled shared tile [BM, BN] (slices at constant rows: the race
   check sees them apart), fences it for the asynchronous proxy
   (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
@@ -27,9 +28,11 @@ IR the cuda target prints, with the race detector).
 Left out, because the IR cannot express them yet (issue 14 lists them): thread-block
 clusters and TMA multicast, persistent tile scheduling, autotuned tile configs, and wgmma
 groups in flight across K steps (each ``gemm_async`` waits for its own group before the
-consumer releases the stage: the DSL has no ``tj.wgmma_wait(n)`` yet). The accumulator
-reaches its shared tile element by element (dispatch ``copy -> scalar``; no stmatrix into
-a swizzled tile yet).
+consumer releases the stage: the DSL has no ``tj.wgmma_wait(n)`` yet; the CPU already
+completes a multiply's shared reads at the wait that retires it, so a stage released
+before that wait is a data race there). The accumulator reaches its shared tile one pair
+of converted values per store, not by stmatrix (which takes 16-bit values: a cast into
+another register tile would come first).
 """
 import torch
 

@@ -23,8 +23,8 @@ closes the group and ``wgmma_wait_group {pending = N}`` records, for the race de
 the reads of the whole 64 x 16 block of A and 16 x N block of B of each multiply in the
 groups before the N most recent, then drops them. A kernel that lets another thread
 overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
-multiply is a race there, as the hardware may still read it. (A full queue retires its
-oldest multiplies early: that can hide such a race, never invent one.) The values
+multiply is a race there, as the hardware may still read it. (A full queue drops its
+multiplies without recording their reads: that can hide such a race, never invent one.) The values
 themselves are computed at the issue, a legal schedule; fence, commit and wait hand the
 accumulators on. That a wait is missing before a read of the accumulators is the
 verifier's refusal, before any target (``IN_FLIGHT``).
@@ -52,7 +52,7 @@ __all__ = ["HANDLERS"]
 
 _SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
 _ITEMSIZE = 2                       # f16 and bf16, the verifier's WGMMA_INPUT_TYPES
-QUEUE = 64                          # multiplies a unit keeps in flight
+QUEUE = 32                          # multiplies a unit keeps in flight (8 K steps of 4)
 # A queued multiply: its descriptors, A's and B's buffers, their race sites, N, whether A
 # and B are read MN-major, its group; a unit's queue: length, groups committed, entries.
 ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32])
@@ -169,7 +169,8 @@ def emit_wgmma_mma_async(em, op):
 
 
 def _retire(b, mc, state, i) -> None:
-    """A multiply leaves the queue: its reads were recorded at the wait (emit_wgmma_wait)."""
+    """A multiply leaves the queue: its reads were recorded at the wait that retired it
+    (emit_wgmma_wait_group), or, from a full queue, are not."""
 
 
 MULTIPLIES = DeferredQueue("wgmma", STATE, STATE_BYTES, ENTRY_BYTES, QUEUE, LENGTH, COMMITTED,

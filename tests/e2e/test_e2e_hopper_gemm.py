@@ -11,7 +11,7 @@ from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.kernels import hopper_gemm
-from tilejit.kernels.hopper_gemm import hopper_gemm_config, hopper_gemm_kernel
+from tilejit.kernels.hopper_gemm import hopper_gemm_config, hopper_gemm_kernel, register_split
 
 # small tiles keep the CPU runs short; K = 200 leaves a partial last K step
 SMALL = dict(block_m=64, block_n=32, block_k=32, stages=3)
@@ -59,6 +59,7 @@ def test_the_dispatch_picks_tma_and_wgmma():
     rules = [(r.primitive, r.rule) for r in compiled.dispatch_log]
     assert rules.count(("copy_async", "tma")) == 3      # A, B loads; C's store
     assert rules.count(("gemm_async", "wgmma")) == 1
+    assert rules.count(("copy", "vec")) == 1    # the accumulator staged in column pairs
     assert grid == (1, 1) and options["num_warps"] == 8
 
 
@@ -70,6 +71,10 @@ def test_the_dispatch_picks_tma_and_wgmma():
      dict(block_m=96, consumers=2), ValueError, r"multiple of 64 rows"),
     ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
      dict(block_k=8), ValueError, r"16 bytes: the shared ring needs a multiple of 32"),
+    ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
+     dict(block_m=192, consumers=3), ValueError,
+     r"3 consumer warpgroups at 232 registers a thread and a producer at 40 need 94208 "
+     r"registers: the CTA's pool holds 65536"),
 ])
 def test_bad_arguments_are_explained(args, options, error, message):
     with pytest.raises(error, match=message):
@@ -95,11 +100,33 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     assert ptx.count("fence.proxy.async.shared::cta;") == 2
     assert any(line.startswith("mbarrier.try_wait") for line in ptx)
     assert any(line.startswith("wgmma.fence") for line in ptx)
+    # the accumulator staged for the TMA store two columns at a time: 2 consumers x 32
+    # pairs of a thread's 64 values, no element stores
+    staging = [line.split()[0] for line in ptx if line.startswith("st.shared")]
+    assert staging == ["st.shared.v2.u16"] * 64
+    # the producer gives registers back, each consumer claims them
+    assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
+    assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 2
     meta = compiled.metadata
     assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
-    assert 0 < meta["registers"] <= 255
+    # launched with the SM's registers shared out over 384 threads (ptxas gives a kernel
+    # using setmaxnreg all its launch bounds allow): the CTA's pool, in which setmaxnreg
+    # moves registers, holds the limits (else the consumers' inc would wait forever)
+    producer, consumer = register_split(2)
+    assert meta["registers"] == 168
+    assert 128 * (producer + 2 * consumer) <= 384 * meta["registers"]
     assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
         ("A", [128, 64], 128), ("B", [64, 64], 128), ("C", [64, 64], 128)]
+
+
+@needs_nvrtc
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+def test_an_f32_c_is_staged_by_st_shared_v2_f32():
+    compiled = _sm90a_build(torch.bfloat16, out=torch.float32)
+    staging = [line.strip().split()[0] for line in compiled.asm["ptx"].splitlines()
+               if line.strip().startswith("st.shared")]
+    assert staging == ["st.shared.v2.f32"] * 64
+    assert compiled.metadata["spill_bytes"] == 0
 
 
 @needs_nvrtc
@@ -110,10 +137,11 @@ def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text and "UTMASTG" in text
 
 
-def _sm90a_build(dtype):
+def _sm90a_build(dtype, out=None):
     m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
     _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
-                                    torch.empty(k, n, dtype=dtype, device="meta"))
+                                    torch.empty(k, n, dtype=dtype, device="meta"), out_dtype=out)
     dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
-    specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n), (m, n))]
+    specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n))]
+    specs.append(tj.TensorSpec((m, n), tj.float32 if out == torch.float32 else dt, device="cuda"))
     return hopper_gemm_kernel.compile(*specs, k, target="cuda", arch="sm_90a", **options)

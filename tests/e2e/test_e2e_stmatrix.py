@@ -88,17 +88,18 @@ def test_stmatrix_takes_any_shared_layout_that_keeps_16_byte_rows(lowering, c_la
     assert (store.rule == "stmatrix") == (lowering == "per_thread")
 
 
-def test_rows_off_16_byte_alignment_are_stored_element_by_element(lowering):
+def test_rows_off_16_byte_alignment_are_stored_in_pairs(lowering):
+    """Rows 72 bytes apart: no stmatrix, but a lane's two columns are 4-byte aligned."""
     store = run(32, 32, 32, torch.float16, c_layout=TileLayout(S[(32, 32):(36, 1)]))
     if lowering == "per_thread":
-        assert store.rule == "scalar"
+        assert (store.rule, store.shape) == ("vec", (2,))
         assert dict(store.rejected)["stmatrix"] == "dst's rows do not start 16-byte aligned"
 
 
-def test_an_f32_fragment_is_stored_element_by_element(lowering):
+def test_an_f32_fragment_is_stored_in_pairs(lowering):
     store = run(32, 32, 32, torch.float16, cast=False)
     if lowering == "per_thread":
-        assert store.rule == "scalar"
+        assert (store.rule, store.shape) == ("vec", (2,))
         assert "src and dst are f32 and f32: stmatrix stores f16 or bf16 values without " \
             "conversion" in dict(store.rejected)["stmatrix"]
 
@@ -124,9 +125,9 @@ def test_the_kernel_compiles_for_sm_90a_with_stmatrix(fresh_cache):
 
 @pytest.mark.team_once_only("compiles for the cuda target, per thread in either CPU mode")
 @needs_nvrtc
-def test_sm_80_falls_back_to_element_stores(fresh_cache):
+def test_sm_80_falls_back_to_stores_of_pairs(fresh_cache):
     compiled = compiled_for("sm_80")
     assert "stmatrix.sync" not in compiled.asm["ptx"] + compiled.asm["cuda"]
     (store,) = [r for r in compiled.dispatch_log if r.line == line_of("# f16 store")]
-    assert store.rule == "scalar"
+    assert (store.rule, store.shape) == ("vec", (2,))
     assert dict(store.rejected)["stmatrix"] == "stmatrix needs sm_90 or later; compiling for sm_80"

@@ -103,3 +103,29 @@ def test_reading_an_accumulator_before_the_wait_is_refused():
                        "wgmma_commit_group still in flight") as info:
         verify(parse_kernel(wgmma_kernel(16, A, B, wait=False)))
     assert info.value.line == 9
+
+
+
+def setmaxnreg_kernel(count=232, action="inc") -> str:
+    return ('kernel @k() {num_warps = 8} loc("/src/k.py":1:0) {\n'
+            f'  setmaxnreg {{count = {count}, action = {action}}} loc(2:4)\n}}')
+
+
+def test_setmaxnreg_round_trips():
+    text = setmaxnreg_kernel()
+    kernel = verify(parse_kernel(text))
+    assert str(kernel) == text
+    (op,) = [op for op in kernel.walk() if op.name == "setmaxnreg"]
+    assert (op.attrs["count"], op.attrs["action"]) == (232, "inc")
+
+
+@pytest.mark.parametrize("count, action, message", [
+    (20, "dec", r"a multiple of 8 registers in \[24, 256\] per thread, not 20"),
+    (236, "inc", "not 236"),
+    (264, "inc", "not 264"),
+    (232, "up", "one of inc dec"),
+])
+def test_the_verifier_explains_bad_setmaxnreg(count, action, message):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(setmaxnreg_kernel(count, action)))
+    assert info.value.line == 2

@@ -116,7 +116,7 @@ def test_any_layout_that_keeps_16_byte_rows_takes_stmatrix(shared_layout):
 
 def declined(kernel, context=TENSOR_CORES) -> str:
     record = store_record(lowered(kernel, context)[1])
-    assert record.rule == "scalar"
+    assert record.rule in ("vec", "scalar")   # pairs of a row in one store, or one by one
     return dict(record.rejected)["stmatrix"]
 
 

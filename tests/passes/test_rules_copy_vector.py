@@ -1,13 +1,15 @@
 """The ``vec`` family: per thread, a copy between a tile laid out over threads and a tensor
-region (or a pointwise op writing the tensor) moves each thread's runs of the last dim in
-one vector access; legal only where no run can be misaddressed, each decline saying why."""
+region (or a pointwise op writing the tensor, or a copy of registers into shared memory)
+moves each thread's runs of the last dim in one vector access; legal only where no run
+can be misaddressed, each decline saying why."""
 from __future__ import annotations
 
 import pytest
 from support.tile_kernels import GENERIC, SIMT, dispatched, global_matrix, lowered, make_kernel
 
 from tilejit.ir.types import MemScope, f16, f32, i1, i32
-from tilejit.layout.fragments import blocked_layout
+from tilejit.layout import S, SwizzleMode, TileLayout, smem_layout
+from tilejit.layout.fragments import blocked_layout, mma_accumulator_layout
 
 FRAGMENT = MemScope.FRAGMENT
 ROWS, COLS = 4, 128
@@ -105,3 +107,39 @@ def test_lower_addresses_gives_a_run_its_offset_and_checks_its_first_and_last_el
         first, last = check.operands[1], check.operands[3]
         assert last.owner.name == "binary" and last.owner.attrs["op"] == "add"
         assert first in last.owner.operands
+
+
+# ------------------------------------------------------------- into shared memory
+def staged(shared_layout, dtype=f32):
+    """An mma accumulator fragment (a lane's two adjacent columns) copied into a shared
+    tile laid out by ``shared_layout`` (4 warps), then out to y."""
+
+    def body(b, x, y):
+        zero = b.const(0, i32)
+        frag = b.alloc(FRAGMENT, dtype, (32, 32), mma_accumulator_layout((32, 32), 4))
+        b.tile("copy", frag, b.region(x, [zero, zero], (32, 32)))
+        tile = b.alloc(MemScope.SHARED, dtype, (32, 32), shared_layout)
+        b.tile("copy", tile, frag)
+        b.sync()
+        b.tile("copy", b.region(y, [zero, zero], (32, 32)), tile)
+    kernel = make_kernel([("x", global_matrix(dtype)), ("y", global_matrix(dtype))], body,
+                         num_warps=4)
+    return records(kernel)[1]
+
+
+@pytest.mark.parametrize("dtype", [f32, f16])
+@pytest.mark.parametrize("shared_layout", ["row-major", "swizzled"])
+def test_a_register_tile_goes_into_shared_memory_in_pairs(dtype, shared_layout):
+    layout = None if shared_layout == "row-major" else \
+        smem_layout((32, 32), str(dtype).replace("f", "float"), SwizzleMode.B64)
+    store = staged(layout, dtype)
+    assert (store.rule, store.shape) == ("vec", (2,))
+
+
+def test_shared_layouts_that_split_or_misalign_the_pairs_are_declined():
+    by_columns = staged(TileLayout(S[(32, 32):(1, 32)]))
+    assert by_columns.rule == "scalar"
+    assert vec_reason(by_columns) == ("dst's layout does not keep 2 consecutive elements of "
+                                      "a row together")
+    odd_rows = staged(TileLayout(S[(32, 32):(33, 1)]))   # rows start at odd elements
+    assert vec_reason(odd_rows) == "dst's rows do not start 8-byte aligned"

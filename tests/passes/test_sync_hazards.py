@@ -334,3 +334,50 @@ def test_inserted_barriers_round_trip_through_the_textual_ir():
     lowered = matmul.compiled_kernels()[0].asm["lowered"]
     assert 'sync {reason = "auto_sync:' in lowered
     assert str(parse_kernel(lowered)) == lowered
+
+
+@tj.kernel(auto_sync=False)
+def warps_own_slices(x, out, OFFSET: tj.constexpr):
+    """Warps 0 and 1 each write a 32-element slice of one buffer at a constant offset."""
+    s = tj.alloc_shared((64,), x.dtype)
+    for w in tj.static_range(2):
+        if tj.warp_id() == w:
+            with tj.warp():
+                tj.copy(s[w * OFFSET:w * OFFSET + 32], x[w * 32:(w + 1) * 32])
+    tj.sync()
+    tj.copy(out[0:64], s)
+
+
+def test_slices_at_disjoint_constant_offsets_do_not_race():
+    x, out = torch.arange(64.0), torch.zeros(64)
+    warps_own_slices[(1,)](x, out, OFFSET=32)
+    torch.testing.assert_close(out, x)
+
+
+def test_slices_that_overlap_still_race_at_the_second_writes_line():
+    """Offsets 0 and 16: elements 16..31 are written by both warps."""
+    line = warps_own_slices.fn.__code__.co_firstlineno + 7    # the tj.copy into s
+    with pytest.raises(SyncHazardError) as info:
+        warps_own_slices[(1,)](torch.arange(64.0), torch.zeros(64), OFFSET=16)
+    assert info.value.line == line
+    assert f"s is written at line {line} by tj.copy at team warp (warp 0, " in info.value.message
+    assert "then written at line" in info.value.message
+
+
+@tj.kernel(auto_sync=False)
+def warps_own_slices_from(x, out, base):
+    """As warps_own_slices, each slice starting at ``base``, known only at run time."""
+    s = tj.alloc_shared((96,), x.dtype)
+    for w in tj.static_range(2):
+        if tj.warp_id() == w:
+            with tj.warp():
+                tj.copy(s[base + w * 32:base + w * 32 + 32], x[w * 32:(w + 1) * 32])
+    tj.sync()
+    tj.copy(out[0:64], s[base:base + 64])
+
+
+def test_a_slice_at_a_run_time_offset_may_reach_any_element():
+    """Only compile-time starts are compared: these slices are disjoint on every run, yet
+    the analysis cannot know it, and reports the race."""
+    with pytest.raises(SyncHazardError, match="s is written at line"):
+        warps_own_slices_from[(1,)](torch.arange(64.0), torch.zeros(64), 0)

@@ -31,7 +31,7 @@ __all__ = [
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
     "mbarrier_wait", "cp_async_commit", "cp_async_wait", "bulk_wait", "fence_proxy_async",
-    "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
+    "setmaxnreg", "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
     "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
     "zeros", "full", "trans", "permute", "broadcast_to", "expand_dims", "reshape", "gather",
     "scatter",
@@ -316,6 +316,19 @@ def fence_proxy_async(*, _sem):
     ones: threads that wrote a tile call it before the barrier after which one thread
     stores the tile with a tma ``copy_async``."""
     return _sem.b.create("fence_proxy_async")
+
+
+@builtin("setmaxnreg")
+def setmaxnreg(count, action, *, _sem):
+    """Move this warpgroup's per-thread register limit to ``count`` (a compile-time multiple
+    of 8 in [24, 256]): ``action="dec"`` gives registers back to the CTA's pool (a producer
+    that only issues copies), ``"inc"`` claims them (consumers holding large accumulators;
+    it waits until the pool has them). Run by whole warpgroups, under ``tj.warpgroup()``."""
+    if isinstance(count, builtins.bool) or not isinstance(count, builtins.int):
+        raise CompilationError(f"tj.setmaxnreg(count) needs a compile-time int, got {count!r}")
+    if action not in ("inc", "dec"):
+        raise CompilationError(f"tj.setmaxnreg(action) is \"inc\" or \"dec\", got {action!r}")
+    return _sem.b.create("setmaxnreg", attrs={"count": count, "action": action})
 
 
 # -------------------------------------------------------------------- execution scope

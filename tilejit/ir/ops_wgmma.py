@@ -1,5 +1,5 @@
-"""Catalogue entries: Hopper's warpgroup tensor-core ops (PTX ``wgmma``), and the shared-memory
-matrix descriptor they read their operands through.
+"""Catalogue entries: Hopper's warpgroup ops -- the tensor-core ops (PTX ``wgmma``) with the
+shared-memory matrix descriptor they read their operands through, and ``setmaxnreg``.
 
 ``wgmma_desc`` makes the 64-bit descriptor of a matrix in shared memory: the byte address
 of element ``offset`` of a root buffer plus the typed fields of :class:`MatrixDescriptor`.
@@ -14,20 +14,26 @@ Fence, commit and wait take the accumulators and give them back (the same types)
 orders them with the multiplies; only the wait's results may be read as numbers: the
 verifier refuses any other op reading a multiply's or commit's results (``IN_FLIGHT``);
 it does not follow them through a loop's carried values.
+
+``setmaxnreg {count = N, action = inc|dec}`` moves the warpgroup's per-thread register
+limit to N, taking registers from the CTA's pool or giving them back (a warp-specialized
+producer releases what its consumers claim). N is a multiple of 8 in [24, 256] (checked
+here); every thread of whole warpgroups runs it, under control flow uniform over each
+(``passes/scope_analysis``, which knows the team).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attrs import BOOL, INT, SCALAR_TYPE, Attr
+from .attrs import BOOL, INT, SCALAR_TYPE, Attr, Choice
 from .opdef import OpGroup
 from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, bf16, f16, f32, i64
 
 __all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
-           "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES", "WGMMA_K", "WGMMA_M", "describe_operand",
-           "wgmma_accumulators"]
+           "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES",
+           "WGMMA_K", "WGMMA_M", "describe_operand", "wgmma_accumulators"]
 
 SYNC = OpGroup.SYNC
 WGMMA_M, WGMMA_K = 64, 16           # m64nNk16: N a multiple of 8 in [8, 256]
@@ -41,6 +47,7 @@ CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
 # (the verifier's check; terminators may too: a pipelined loop carries them)
 IN_FLIGHT = frozenset({"wgmma_mma_async", "wgmma_commit_group"})
 IN_FLIGHT_READERS = frozenset({"wgmma_mma_async", "wgmma_commit_group", "wgmma_wait_group"})
+SETMAXNREG_RANGE, SETMAXNREG_STEP = (24, 256), 8   # per-thread registers (PTX ISA setmaxnreg)
 
 
 def wgmma_accumulators(n: int) -> int:
@@ -198,6 +205,14 @@ def _check_passthrough(op):
     return _check_accumulators(op, op.operands)
 
 
+def _check_setmaxnreg(op):
+    count, (low, high) = op.attrs["count"], SETMAXNREG_RANGE
+    if count % SETMAXNREG_STEP or not low <= count <= high:
+        return (f"setmaxnreg sets a multiple of {SETMAXNREG_STEP} registers in [{low}, {high}] "
+                f"per thread, not {count}")
+    return None
+
+
 def _accumulator_results(types, attrs):
     return tuple(types[2:])   # D in C's registers; the check counts them against N
 
@@ -227,3 +242,7 @@ _register("wgmma_wait_group", SYNC, "*acc:scalar", {"pending": Attr(INT)}, _same
           check=_check_passthrough,
           doc="waits until at most `pending` committed wgmma groups are in flight; its "
               "results are the accumulators, readable")
+_register("setmaxnreg", SYNC, attrs={"count": Attr(INT), "action": Attr(Choice("inc", "dec"))},
+          results=fixed(), check=_check_setmaxnreg,
+          doc="moves the warpgroup's per-thread register limit to `count`: `inc` takes "
+              "registers from the CTA's pool (waiting until it has them), `dec` gives them back")

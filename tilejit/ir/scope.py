@@ -176,6 +176,15 @@ class ActiveSet:
         return tuple(w for w in range(*self.warps) if v0 <= w % WARPS_PER_WARPGROUP < v1)
 
     @property
+    def whole_warpgroups(self) -> bool:
+        """Every thread of each warpgroup it touches is active (what a ``.sync.aligned``
+        warpgroup instruction needs)."""
+        warps = set(self.warp_ids)
+        return (not self.elected and tuple(self.lanes) == (0, LANES_PER_WARP)
+                and all({w - w % WARPS_PER_WARPGROUP + i for i in range(WARPS_PER_WARPGROUP)}
+                        <= warps for w in warps))
+
+    @property
     def lane_ids(self) -> range:
         """The active lanes (the candidates when ``elected``)."""
         return range(*self.lanes)

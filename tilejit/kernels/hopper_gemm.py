@@ -2,6 +2,9 @@
 
 The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
 
+- registers follow the work (``setmaxnreg``, ``register_split``): the producer warpgroup
+  gives its registers back to the CTA's pool down to 40 a thread, each consumer claims up
+  to 232 for its accumulator.
 - warpgroup 0 is the producer: one elected thread of its warp 0 waits ``empty[s]``, arms
   ``full[s]`` with ``mbarrier_arrive_expect_tx`` for both tiles' bytes and issues the two TMA
   loads (``copy_async`` family ``tma``) of K step ``k`` into stage ``s = k % STAGES`` of two
@@ -11,8 +14,10 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   ``full[s]``, run ``gemm_async`` family ``wgmma`` into an f32 accumulator (wgmma's fragment
   layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
   ``128 * CONSUMERS`` arrivals).
-- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, into
-  its own swizzled shared tile, fences it for the asynchronous proxy
+- the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, two
+  columns at a time (dispatch ``copy -> vec``: ``st.shared.v2``), into its own rows of
+  one swizzled shared tile [BM, BN] (slices at constant rows: the race
+  check sees them apart), fences it for the asynchronous proxy
   (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
   clipped at C's edges by the hardware) and waits for its bulk group.
@@ -20,11 +25,14 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
 
-Left out, because the IR cannot express them yet (issue 14 lists them): ``setmaxnreg``
-(the producer warpgroup keeps the consumers' register budget), thread-block clusters and
-TMA multicast, persistent tile scheduling, autotuned tile configs. The accumulator reaches
-its shared tile element by element (dispatch ``copy -> scalar``; no stmatrix into a
-swizzled tile yet).
+Left out, because the IR cannot express them yet (issue 14 lists them): thread-block
+clusters and TMA multicast, persistent tile scheduling, autotuned tile configs, and wgmma
+groups in flight across K steps (each ``gemm_async`` waits for its own group before the
+consumer releases the stage: the DSL has no ``tj.wgmma_wait(n)`` yet; the CPU already
+completes a multiply's shared reads at the wait that retires it, so a stage released
+before that wait is a data race there). The accumulator reaches its shared tile one pair
+of converted values per store, not by stmatrix (which takes 16-bit values: a cast into
+another register tile would come first).
 """
 import torch
 
@@ -32,12 +40,16 @@ import tilejit as tj
 from tilejit.layout import SwizzleMode, smem_layout
 
 _SWIZZLES = {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}
+SM_REGISTERS, MAX_THREAD_REGS = 65536, 255      # Hopper: 64K 32-bit registers per SM
+WARPGROUP_THREADS = 128
+PRODUCER_REGS, CONSUMER_REGS = 40, 232           # setmaxnreg's limits (see register_split)
 
 
 @tj.kernel
 def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
                        BK: tj.constexpr, CONSUMERS: tj.constexpr, LA: tj.constexpr,
-                       LB: tj.constexpr, LC: tj.constexpr):
+                       LB: tj.constexpr, LC: tj.constexpr, PRODUCER_REGS: tj.constexpr,
+                       CONSUMER_REGS: tj.constexpr):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
     staged = tj.alloc_barriers(CONSUMERS)
@@ -54,7 +66,9 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
     n0 = tj.cta_id(1) * BN
     num_k = tj.cdiv(K, BK)
     if tj.warpgroup_id() == 0:
-        if tj.warp_id() == 0 and tj.elect_sync():
+        with tj.warpgroup():
+            tj.setmaxnreg(PRODUCER_REGS, "dec")     # it keeps a few: its registers go to
+        if tj.warp_id() == 0 and tj.elect_sync():   # the consumers' accumulators
             for k in range(num_k):
                 s = k % STAGES
                 tj.mbarrier_wait(empty[s], ((k // STAGES) % 2) ^ 1)
@@ -65,12 +79,12 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                               barrier=full[s], dispatch="tma")
     else:
         rows = BM // CONSUMERS
+        c_stage = tj.alloc_shared((BM, BN), C.dtype, layout=LC)   # a slice per consumer
         for c in tj.static_range(CONSUMERS):    # c known at compile time: wgmma's operand
-            # C's staging tile, an allocation per consumer: the race check orders accesses
-            # per buffer, so two consumers' slices of one buffer would read as a race
-            c_tile = tj.alloc_shared((rows, BN), C.dtype, layout=LC)
-            if tj.warpgroup_id() == c + 1:      # descriptors start at a constant row
+            c_tile = c_stage[c * rows:(c + 1) * rows, :]
+            if tj.warpgroup_id() == c + 1:      # descriptors and C's slice: constant rows
                 with tj.warpgroup():
+                    tj.setmaxnreg(CONSUMER_REGS, "inc")
                     acc = tj.fragment((rows, BN), tj.float32)
                     tj.fill(acc, 0.0)
                     for k in range(num_k):
@@ -87,6 +101,23 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     tj.copy_async(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN], c_tile,
                                   dispatch="tma")
                     tj.bulk_wait(0)
+
+
+def register_split(consumers: int) -> tuple[int, int]:
+    """The per-thread register limits ``(producer, consumer)`` that ``setmaxnreg`` sets: the
+    producer warpgroup, issuing TMA copies, keeps 40; each consumer, holding a 64 x BN f32
+    accumulator (BN / 2 registers a thread), takes 232. They must fit the CTA's pool: its
+    ``1 + consumers`` warpgroups of 128 threads launch with the SM's registers shared out
+    (a multiple of 8 a thread, at most 255: what ptxas gives a kernel that uses setmaxnreg,
+    168 for three warpgroups), and setmaxnreg only moves registers within that pool."""
+    threads = WARPGROUP_THREADS * (1 + consumers)
+    pool = threads * (min(MAX_THREAD_REGS, SM_REGISTERS // threads) // 8 * 8)
+    used = WARPGROUP_THREADS * (PRODUCER_REGS + consumers * CONSUMER_REGS)
+    if used > pool:
+        raise ValueError(f"{consumers} consumer warpgroups at {CONSUMER_REGS} registers a thread "
+                         f"and a producer at {PRODUCER_REGS} need {used} registers: the CTA's "
+                         f"pool holds {pool}")
+    return PRODUCER_REGS, CONSUMER_REGS
 
 
 def ring_layout(stages: int | None, rows: int, cols: int, dtype):
@@ -117,11 +148,13 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     if block_m % (64 * consumers):
         raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
                          f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
+    producer_regs, consumer_regs = register_split(consumers)
     grid = (tj.cdiv(a.shape[0], block_m), tj.cdiv(b.shape[1], block_n))
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, a.dtype),
                    LB=ring_layout(stages, block_k, block_n, b.dtype),
-                   LC=ring_layout(None, block_m // consumers, block_n, out_dtype or a.dtype),
+                   LC=ring_layout(None, block_m, block_n, out_dtype or a.dtype),
+                   PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs,
                    num_warps=4 * (1 + consumers))
     return grid, options
 

@@ -23,6 +23,9 @@ body starts at team ``cta`` with every thread of the cluster active.
   out over threads is a ScopeError unless the active threads are the one thread holding
   every element: each thread stores only its own elements (``place-fragments``), so
   another element would be read from, or written to, the thread's own slot.
+* A warpgroup instruction (``setmaxnreg``: ``.sync.aligned``, every thread of the
+  warpgroup at once) must sit at team ``warpgroup`` (``with tj.warpgroup():``), under
+  control flow uniform over each warpgroup, with whole warpgroups active.
 * Each ``tile.*`` op gets ``scope = ExecScope(kind, active, inter, intra)``, where the kind
   is the op's own ``team`` attribute (a scoped spelling such as ``tj.wg.copy``) or else
   the current kind.
@@ -54,6 +57,8 @@ from .ownership import owners_at
 from .uniformity import uniform_within
 
 __all__ = ["run", "ScopeState", "entry_state"]
+
+WARPGROUP_OPS = frozenset({"setmaxnreg"})
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,21 @@ def check_native_access(op: Operation, state: ScopeState) -> None:
                      "(tj.alloc_shared) for element access, or tile primitives on this one")
 
 
+def check_warpgroup_op(op: Operation, state: ScopeState) -> None:
+    """A ScopeError unless every thread of whole warpgroups reaches ``op`` together."""
+    if state.kind is not TeamKind.WARPGROUP:
+        raise ScopeError(f"{op.name} is run by a whole warpgroup at once, but here the team is "
+                         f"{state.kind}: put it under `with tj.warpgroup():`")
+    if state.uniform < TeamKind.WARPGROUP:
+        raise ScopeError(f"{op.name} needs every thread of its warpgroup, but {state.steered_by} "
+                         f"can differ between them (it is the same only within each "
+                         f"{state.uniform})")
+    if state.active is None or not state.active.whole_warpgroups:
+        where = state.why if state.active is None else \
+            f"the active threads are {state.active.describe()}"
+        raise ScopeError(f"{op.name} needs every thread of each warpgroup it runs in, but {where}")
+
+
 class _Annotator:
     def __init__(self, uniform: dict[Value, TeamKind], thread_counts: dict[str, int],
                  per_thread: bool):
@@ -161,6 +181,8 @@ class _Annotator:
                 check_thread_axes(op.attrs["layout"], self.thread_counts)
             elif op.name in ACCESS_OPS and self.per_thread:
                 check_native_access(op, state)
+            elif op.name in WARPGROUP_OPS:
+                check_warpgroup_op(op, state)
         except TilejitError as err:
             reraise_located(err, op.loc)
         regions = [self.block(region, region_state)

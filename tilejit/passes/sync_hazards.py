@@ -14,8 +14,13 @@ Model (docs/lowering.md "Synchronization hazards"):
   which element is decided later (dispatch), so any thread of the team may touch any
   element of its operands. A native ``load``/``store`` is performed by every active thread
   at that point, each at its own indices. Only shared buffers and fragments count (global
-  memory, locals and atomics are out of the model).
-* A **hazard** is two accesses to the same buffer, at least one a write, that two different
+  memory, locals and atomics are out of the model). An access through a region of the
+  buffer reaches only that region: along each dimension where the region starts at a
+  compile-time constant, its elements lie in [start, start + size) (a start known only at
+  run time, or a view, reaches anywhere), so that consumers writing their own constant
+  slices of one buffer do not race, while slices that overlap still do.
+* A **hazard** is two accesses to overlapping parts of the same buffer, at least one a
+  write, that two different
   threads may make, with no barrier ordering them on some path. For a fragment, threads
   differ only when the two accesses' active sets differ (a fragment's elements stay with
   the threads its layout names) -- except, where primitives split per thread, a fragment
@@ -80,6 +85,7 @@ class Access:
     threads: ActiveSet | None      # None: not statically known
     team: TeamKind                 # the primitive's team; THREAD for native accesses
     write: bool
+    extent: tuple | None = None    # the part of root it reaches (`_extent`)
 
     @property
     def scope(self) -> MemScope:
@@ -119,6 +125,34 @@ def _buffer_type(value: Value) -> BufferType:
 
 
 
+def _extent(value: Value) -> tuple | None:
+    """The part of its root buffer that ``value`` names, per dimension of the root: ``(start,
+    stop)`` where a region starts at a compile-time constant, None along a dimension whose
+    start is known only at run time; None for all of it (the root itself, or a region of a
+    view, which reshapes)."""
+    owner = value.owner
+    if not isinstance(owner, Operation) or owner.name != "region" \
+            or root_buffer(owner.operands[0]) is not owner.operands[0]:
+        return None
+    starts = (_constant(start) for start in owner.operands[1:])
+    return tuple(None if start is None else (start, start + size)
+                 for start, size in zip(starts, owner.attrs["sizes"]))
+
+
+def _constant(value: Value) -> int | None:
+    owner = value.owner
+    return owner.attrs["value"] if isinstance(owner, Operation) and owner.name == "const" \
+        else None
+
+
+def _apart(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two extents of one buffer share no element: some dimension where both are
+    known at compile time and their ranges do not meet."""
+    return a is not None and b is not None and any(
+        x is not None and y is not None and (x[1] <= y[0] or y[1] <= x[0])
+        for x, y in zip(a, b))
+
+
 def _tracked(value: Value) -> bool:
     return isinstance(value.type, (BufferType, RegionType)) and \
         _buffer_type(value).scope in _TRACKED
@@ -133,15 +167,16 @@ def accesses(op: Operation, state: ScopeState) -> list[Access]:
         for index, value in enumerate(op.operands):
             if not _tracked(value) or (index == 0 and op.name == "tile.atomic"):
                 continue
-            root = root_buffer(value)
+            root, part = root_buffer(value), _extent(value)
             if index == 0:      # every primitive's first operand is the one it writes
-                out.append(Access(op, root, scope.active, scope.kind, True))
+                out.append(Access(op, root, scope.active, scope.kind, True, part))
             if index > 0 or op.name in ("tile.gemm", "tile.gemm_async"):
-                out.append(Access(op, root, scope.active, scope.kind, False))
+                out.append(Access(op, root, scope.active, scope.kind, False, part))
         return out
     if op.name in ("load", "store") and _tracked(op.operands[0]):
-        return [Access(op, root_buffer(op.operands[0]), state.active, TeamKind.THREAD,
-                       op.name == "store")]
+        buf = op.operands[0]
+        return [Access(op, root_buffer(buf), state.active, TeamKind.THREAD, op.name == "store",
+                       _extent(buf))]
     return []
 
 
@@ -338,7 +373,8 @@ class _Walker:
         for later in made:
             for _, earlier in list(_records(pending)):
                 first = earlier.access
-                if first.root is not later.root or not (first.write or later.write):
+                if first.root is not later.root or not (first.write or later.write) \
+                        or _apart(first.extent, later.extent):
                     continue
                 if _may_race(first, later, self.elements_move) and not earlier.orders(later):
                     self.check(Hazard(first, later, _barrier_kind(first, later)),

@@ -8,6 +8,7 @@ import pytest
 import torch
 from support.wgmma_kernels import wgmma_kernel
 
+import tilejit as tj
 import tilejit.targets.cpu as cpu
 from tilejit.errors import CompilationError
 from tilejit.ir import parse_kernel, verify
@@ -98,3 +99,67 @@ def test_a_partial_warpgroup_is_refused():
                         '"per_thread",')
     with pytest.raises(CompilationError, match="needs every thread of its warpgroup"):
         cpu.compile(verify(parse_kernel(text)))
+
+
+# ------------------------------------------------------ reads that complete at the wait
+_OVERWRITE = ["  sync loc(10:4)", "  %zh = const {value = 0.0} : f16 loc(11:4)",
+              "  store_at(%sa, %zh, %t) loc(11:4)"]   # every thread zeroes its element of A
+
+
+def _overwritten_kernel(groups: int, overwrite_after: str) -> str:
+    """Two k-steps (two multiplies) in one group or one group each, then the waits; after
+    the wait ``overwrite_after`` names ("commit": none yet) a barrier, and A's first 128
+    elements are overwritten by other threads than the ones still to retire multiplies
+    reading them."""
+    text = wgmma_kernel(16, MatrixDescriptor(0, 128, 256), MatrixDescriptor(B_START, 128, 256),
+                        a_elements=1024, b_elements=512, steps=((0, 0), (64, 256)))
+    count, lines = 8, text.splitlines()
+
+    def values(prefix):
+        return ", ".join(f"%{prefix}{i}" for i in range(count))
+    types = ", ".join(["f32"] * count)
+    out = []
+    for line in lines:
+        if groups == 2 and line.startswith(f"  {values('m1_')} = "):
+            out.append(f"  {values('g')} = wgmma_commit_group({values('m0_')}) : {types} "
+                       "loc(7:4)")
+            line = line.replace(f"({', '.join(['%da1', '%db1', values('m0_')])})",
+                                f"({', '.join(['%da1', '%db1', values('g')])})")
+        if line.startswith(f"  {values('w')} = wgmma_wait_group"):
+            if overwrite_after == "commit":
+                out += _OVERWRITE
+            if groups == 2:   # wait(1) retires the first group, wait(0) the second
+                out.append(line.replace(values("w"), values("v"), 1)
+                           .replace("pending = 0", "pending = 1"))
+                if overwrite_after == "wait(1)":
+                    out += _OVERWRITE
+                line = line.replace(values("c"), values("v"))
+            out.append(line)
+            if overwrite_after == "wait(0)":
+                out += _OVERWRITE
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def _launch_overwritten(groups: int, overwrite_after: str):
+    gen = torch.Generator().manual_seed(3)
+    x, y = torch.randn(1024, generator=gen).half(), torch.randn(512, generator=gen).half()
+    kernel = verify(parse_kernel(_overwritten_kernel(groups, overwrite_after)))
+    cpu.load(cpu.compile(kernel)).launch((1,), [x, y, torch.zeros(128 * 8)])
+
+
+@pytest.mark.parametrize("groups, overwrite_after", [(1, "wait(0)"), (2, "wait(0)")])
+def test_operands_overwritten_after_the_last_wait_do_not_race(groups, overwrite_after):
+    _launch_overwritten(groups, overwrite_after)
+
+
+@pytest.mark.parametrize("groups, overwrite_after", [(1, "commit"), (2, "commit"),
+                                                     (2, "wait(1)")])
+def test_operands_overwritten_before_the_wait_retiring_their_multiply_race(groups,
+                                                                           overwrite_after):
+    """Released before the wait: the tensor cores may still read A. With two groups,
+    wait(1) retires the first only: the second's reads are still to come."""
+    with pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'sa' .* between "
+                                             r"lines 6 and 11"):   # the multiply, the store
+        _launch_overwritten(groups, overwrite_after)

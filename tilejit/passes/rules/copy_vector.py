@@ -1,6 +1,8 @@
 """``vec``: per thread, a copy or pointwise op between a tile laid out over threads and a
 tensor region, moving each run of ``count`` consecutive elements of the last dim in one
-vector access (``load_vec``/``store_vec``: a GPU's 128-bit ``ld.global.v4.f32``).
+vector access (``load_vec``/``store_vec``: a GPU's 128-bit ``ld.global.v4.f32``); or a
+copy of a register tile into shared memory (``st.shared.v2.f32``: a wgmma accumulator's
+pairs of columns staged for a TMA store).
 
 Tried only per thread, where the ``Owned`` distribution gives each thread the elements
 its layout places on it: the blocked layout of layout inference gives a thread runs of
@@ -16,6 +18,10 @@ misaddressed:
 * a copy moves between the tensor and a tile laid out over threads, unmasked and of the
   tensor's shape; a pointwise op writes the tensor, the first source laid out over
   threads leading -- the fused stores of softmax and layer norm.
+* a copy into shared memory: the buffer's storage offsets, known at compile time
+  (``matrix_access.rows_in_place``, through any swizzle), put every run of ``count`` of
+  the last dim at consecutive offsets starting at a multiple of ``count``; nothing is
+  left to run time.
 
 What the compiler cannot prove it checks per run at run time: a run goes through the
 vector access only when its last element is inside the tensor (its first is then too)
@@ -34,6 +40,7 @@ from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import Owned
 from ..loopgen import Box, Emitter
 from .elementwise import compute, element_loop_legality, write
+from .matrix_access import rows_in_place
 
 __all__ = ["VEC_COPY", "VEC_POINTWISE", "alignment_checks", "run_aligned"]
 
@@ -47,6 +54,9 @@ def _tensor_side(call: PrimitiveCall) -> tuple[Operand | None, str | None]:
         return None, "a masked copy (mask=/other=) moves element by element"
     if dst.role is MemScope.GLOBAL:
         return dst, None
+    if call.primitive == "copy" and dst.role is MemScope.SHARED \
+            and srcs[0].role in REGISTER_ROLES:
+        return dst, None
     if call.primitive == "copy" and dst.role in REGISTER_ROLES \
             and srcs[0].role is MemScope.GLOBAL:
         tensor = srcs[0]
@@ -55,7 +65,7 @@ def _tensor_side(call: PrimitiveCall) -> tuple[Operand | None, str | None]:
                          f"{list(dst.shape)}: its runs are not dst's"
         return tensor, None
     return None, ("neither a copy from a tensor into registers nor a store of registers "
-                  "into a tensor")
+                  "into a tensor or shared memory")
 
 
 def _run_count(call: PrimitiveCall, dist: Owned, tensor: Operand) -> tuple[int, str | None]:
@@ -86,6 +96,8 @@ def alignment_checks(call: PrimitiveCall, tensor: Operand,
                      count: int) -> tuple[tuple, str | None]:
     """(the tensor dims whose start or stride leaves a run's alignment to a run-time check,
     why no run can be aligned)."""
+    if tensor.role is MemScope.SHARED:
+        return (), rows_in_place(tensor, count)
     value, buffer = tensor.value, tensor.buffer_type
     region = value.owner if tensor.is_region else None
     root = region.operands[0] if region is not None else value

@@ -5,7 +5,8 @@ gemm's ``ldmatrix`` operand loads and the ``stmatrix`` copy share.
 (``layout/hw_nvidia.ldmatrix_layout``) places a fragment's elements exactly as the
 fragment does, by enumerating both; ``rows_in_place`` proves from a shared operand's
 storage offsets (``storage_offsets``, which wgmma's descriptors are read from too) that
-every 8-element row is contiguous and 16-byte aligned, as both instructions need; ``logical_index`` reads a layout's element index back from thread and
+every 8-element row is contiguous and 16-byte aligned, as both instructions need (and,
+for the ``vec`` copy, that shorter runs are); ``logical_index`` reads a layout's element index back from thread and
 register coordinates, the same code in every thread.
 """
 from __future__ import annotations
@@ -146,20 +147,23 @@ def storage_offsets(operand: Operand, starts=None) -> np.ndarray | str:
     return np.asarray(offsets).reshape(operand.shape)
 
 
-def rows_in_place(operand: Operand) -> str | None:
-    """Why the 8-element rows of ``operand`` (along its last dim) are not each contiguous
-    and 16-byte aligned in shared memory (None: they are)."""
+def rows_in_place(operand: Operand, length: int = LDMATRIX_ROW) -> str | None:
+    """Why the runs of ``length`` elements of ``operand`` along its last dim (8: ldmatrix's
+    rows) are not each contiguous and aligned to their size in shared memory (None: they
+    are; the buffer's own start is aligned to SHARED_ALIGNMENT)."""
     offsets = storage_offsets(operand)
     if isinstance(offsets, str):
         return offsets
-    rows, cols = operand.shape
-    if cols % LDMATRIX_ROW:
-        return f"{operand.name}'s rows are not 8-element runs"
-    runs = offsets.reshape(rows, cols // LDMATRIX_ROW, LDMATRIX_ROW)
-    if not (runs - runs[..., :1] == np.arange(LDMATRIX_ROW)).all():
-        return f"{operand.name}'s layout does not keep 8 consecutive elements of a row together"
-    if (runs[..., 0] % LDMATRIX_ROW).any():
-        return f"{operand.name}'s rows do not start 16-byte aligned"
+    cols = operand.shape[-1]
+    if cols % length:
+        return f"{operand.name}'s rows are not {length}-element runs"
+    runs = offsets.reshape(-1, cols // length, length)
+    if not (runs - runs[..., :1] == np.arange(length)).all():
+        return (f"{operand.name}'s layout does not keep {length} consecutive elements of a "
+                "row together")
+    if (runs[..., 0] % length).any():
+        return (f"{operand.name}'s rows do not start {length * operand.dtype.itemsize}-byte "
+                "aligned")
     return None
 
 

@@ -16,9 +16,22 @@ the asynchronous op (its operands must stay unchanged until the wait). No thread
 another's values, so the warpgroup does not meet here; the op is ``.sync.aligned``, so
 the whole warpgroup must be active (a compile error otherwise).
 
-``wgmma_fence``, ``wgmma_commit_group`` and ``wgmma_wait_group`` order nothing more on a
-CPU (the multiply's values are final when it returns): they hand their accumulators on.
-That a wait is missing is the verifier's refusal, before any target (``IN_FLIGHT``).
+The multiply's shared reads complete late, as on a GPU: with the race detector on, each
+``wgmma_mma_async`` is queued in its unit's queue of multiplies (``deferred.py``: its
+descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_commit_group``
+closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
+the reads of the whole 64 x 16 block of A and 16 x N block of B of each multiply in the
+groups before the N most recent, then drops them. A kernel that lets another thread
+overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
+multiply is a race there, as the hardware may still read it. (A full queue drops its
+multiplies without recording their reads: that can hide such a race, never invent one.) The values
+themselves are computed at the issue, a legal schedule; fence, commit and wait hand the
+accumulators on. That a wait is missing before a read of the accumulators is the
+verifier's refusal, before any target (``IN_FLIGHT``).
+
+``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
+count, whole warpgroups at team warpgroup) are the verifier's and scope analysis's, so a
+kernel that breaks them fails on the CPU as it would for the GPU.
 """
 from __future__ import annotations
 
@@ -29,23 +42,30 @@ from tilejit.ir.ops_wgmma import CORE_BYTES, CORE_ROWS, WGMMA_K, WGMMA_M, Matrix
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
 
-from . import types
+from . import race, types
+from .deferred import DeferredQueue
 from .emit_mma import constant_table, table_entry
-from .types import F32, I32, I64, PTR
+from .frames import counted_loop
+from .types import F32, I1, I32, I64, PTR
 
 __all__ = ["HANDLERS"]
 
 _SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
+_ITEMSIZE = 2                       # f16 and bf16, the verifier's WGMMA_INPUT_TYPES
+QUEUE = 32                          # multiplies a unit keeps in flight (8 K steps of 4)
+# A queued multiply: its descriptors, A's and B's buffers, their race sites, N, whether A
+# and B are read MN-major, its group; a unit's queue: length, groups committed, entries.
+ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32])
+DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, GROUP = range(10)
+STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(ENTRY, QUEUE)])
+LENGTH, COMMITTED, ENTRIES = range(3)
+ENTRY_BYTES = 56                    # 4 x 8 bytes, then 6 x 4
+STATE_BYTES = 8 + ENTRY_BYTES * QUEUE
 
 
 def _require_whole_warpgroup(em) -> None:
     active = em.state.active
-    warps = set(active.warp_ids) if active is not None else set()
-    whole = active is not None and not active.elected \
-        and tuple(active.lanes) == (0, LANES_PER_WARP) \
-        and all({w - w % WARPS_PER_WARPGROUP + i for i in range(WARPS_PER_WARPGROUP)} <= warps
-                for w in warps)
-    if not whole:
+    if active is None or not active.whole_warpgroups:
         where = "not known here" if active is None else active.describe()
         raise CompilationError(f"wgmma_mma_async needs every thread of its warpgroup (128); "
                                f"the active threads are {where}")
@@ -137,6 +157,8 @@ def emit_wgmma_mma_async(em, op):
     first = b.mul(thread, ir.Constant(I32, n // 2))
     dot = _dot_function(em.mc, attrs["a_type"], attrs["trans_a"], attrs["trans_b"])
     desc_a, desc_b, *acc = em.operands(op)
+    if em.mc.race is not None:
+        _queue_multiply(em, op, desc_a, desc_b)
     results = []
     for i, value in enumerate(acc):
         flat = b.zext(table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
@@ -146,9 +168,122 @@ def emit_wgmma_mma_async(em, op):
     return results
 
 
+def _retire(b, mc, state, i) -> None:
+    """A multiply leaves the queue: its reads were recorded at the wait that retired it
+    (emit_wgmma_wait_group), or, from a full queue, are not."""
+
+
+MULTIPLIES = DeferredQueue("wgmma", STATE, STATE_BYTES, ENTRY_BYTES, QUEUE, LENGTH, COMMITTED,
+                           ENTRIES, GROUP, _retire)
+
+
+def _operand_buffer(em, op, desc: ir.Value, side: str):
+    """The buffer a descriptor names (the wgmma_desc's root buffer) and a race site for its
+    reads; the CTA's whole shared window where the descriptor comes from elsewhere."""
+    owner = desc.owner
+    if getattr(owner, "name", None) == "wgmma_desc":
+        ref = em[owner.operands[0]]
+        return ref.ptr, em.mc.add_site("race", op, buffer=ref.name, access=race.READ)
+    return em.frame.data, em.mc.add_site("race", op, buffer=f"wgmma's {side}",
+                                         access=race.READ)
+
+
+def _queue_multiply(em, op, desc_a, desc_b) -> None:
+    a_desc, b_desc = op.operands[:2]
+    (base_a, site_a), (base_b, site_b) = (_operand_buffer(em, op, value, side) for value, side
+                                          in ((a_desc, "A"), (b_desc, "B")))
+    attrs = op.attrs
+    MULTIPLIES.enqueue(em, MULTIPLIES.unit_state(em), {
+        DESC_A: desc_a, DESC_B: desc_b, BASE_A: base_a, BASE_B: base_b,
+        SITE_A: ir.Constant(I32, site_a), SITE_B: ir.Constant(I32, site_b),
+        N: ir.Constant(I32, attrs["n"]), TRANS_A: ir.Constant(I32, int(attrs["trans_a"])),
+        TRANS_B: ir.Constant(I32, int(attrs["trans_b"]))})
+
+
+def _reads_function(mc) -> ir.Function:
+    """``i1 tj.wgmma.reads(err, sync, data, unit, entry)``: record, for the race detector,
+    the reads of the queued multiply ``entry``: A's 64 x 16 block and B's 16 x N; true on
+    a race (the error record filled)."""
+    name = "tj.wgmma.reads"
+    fn = mc.module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(mc.module, ir.FunctionType(I1, [PTR, PTR, PTR, I32, PTR]), name)
+    fn.linkage = "internal"
+    err, sync, data, unit, entry = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    raced = fn.append_basic_block("raced")
+
+    def field(index, typ):
+        return b.load(b.gep(entry, [ir.Constant(I32, 0), ir.Constant(I32, index)],
+                            source_etype=ENTRY), typ=typ)
+
+    def read_block(desc, base, site, trans, count):
+        """Every (mn, k) of a count x 16 block read through ``desc``."""
+        mn_major = b.icmp_unsigned("!=", trans, ir.Constant(I32, 0))
+
+        def row(mn):
+            def element(k):
+                address = b.select(mn_major, _address(b, desc, mn, k, _ITEMSIZE, False),
+                                   _address(b, desc, mn, k, _ITEMSIZE, True))
+                ptr = b.gep(data, [address], source_etype=ir.IntType(8))
+                failed = b.call(race.access_function(mc),
+                                [err, sync, data, unit, ptr, base, ir.Constant(I64, _ITEMSIZE),
+                                 site, ir.Constant(I32, race.READ)])
+                go_on = fn.append_basic_block("read.ok")
+                b.cbranch(failed, raced, go_on)
+                b.position_at_end(go_on)
+            counted_loop(b, ir.Constant(I64, WGMMA_K), element, "k")
+        counted_loop(b, count, row, "mn")
+    read_block(field(DESC_A, I64), field(BASE_A, PTR), field(SITE_A, I32),
+               field(TRANS_A, I32), ir.Constant(I64, WGMMA_M))
+    read_block(field(DESC_B, I64), field(BASE_B, PTR), field(SITE_B, I32),
+               field(TRANS_B, I32), b.zext(field(N, I32), I64))
+    b.ret(ir.Constant(I1, 0))
+    b.position_at_end(raced)
+    b.ret(ir.Constant(I1, 1))
+    return fn
+
+
+def emit_wgmma_commit_group(em, op):
+    if em.mc.race is not None:
+        MULTIPLIES.commit(em)
+    return list(em.operands(op))
+
+
+def emit_wgmma_wait_group(em, op):
+    """Record the reads of the multiplies the wait retires (the queue's prefix of groups
+    before the ``pending`` most recent), then drop them."""
+    if em.mc.race is not None:
+        b, state, pending = em.b, MULTIPLIES.unit_state(em), op.attrs["pending"]
+        limit = b.sub(b.load(MULTIPLIES.field(b, state, COMMITTED), typ=I32),
+                      ir.Constant(I32, pending))
+        frame = em.frame
+
+        def record(i):
+            group = b.load(MULTIPLIES.field(b, state, ENTRIES, i, GROUP), typ=I32)
+            with b.if_then(b.icmp_signed("<", group, limit)):
+                failed = b.call(_reads_function(em.mc),
+                                [frame.err, frame.sync, frame.data, frame.unit,
+                                 MULTIPLIES.field(b, state, ENTRIES, i)])
+                go_on = b.append_basic_block("wgmma.reads.ok")
+                b.cbranch(failed, frame.error_exit, go_on)
+                b.position_at_end(go_on)
+        counted_loop(b, b.load(MULTIPLIES.field(b, state, LENGTH), typ=I32), record,
+                     "wgmma.retire")
+        MULTIPLIES.wait(em, pending)
+    return list(em.operands(op))
+
+
 def _hand_on(em, op):
     return list(em.operands(op))
 
 
+def _no_op(em, op):
+    return []
+
+
 HANDLERS = {"wgmma_desc": emit_wgmma_desc, "wgmma_mma_async": emit_wgmma_mma_async,
-            "wgmma_fence": _hand_on, "wgmma_commit_group": _hand_on, "wgmma_wait_group": _hand_on}
+            "wgmma_fence": _hand_on, "wgmma_commit_group": emit_wgmma_commit_group,
+            "wgmma_wait_group": emit_wgmma_wait_group,
+            "setmaxnreg": _no_op}

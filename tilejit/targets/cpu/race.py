@@ -242,9 +242,10 @@ def check_access(em, op, ref, ptr, reads: bool = False) -> None:
     frame = em.frame
     # Few instructions per access (SIMT binaries compile at O0): the call fills the error
     # record itself.
-    failed = b.call(_access_fn(em.mc), [frame.err, frame.sync, frame.data, frame.unit, ptr,
-                                        ref.ptr, ir.Constant(I64, ref.dtype.itemsize),
-                                        ir.Constant(I32, site), ir.Constant(I32, kind)])
+    failed = b.call(access_function(em.mc),
+                    [frame.err, frame.sync, frame.data, frame.unit, ptr, ref.ptr,
+                     ir.Constant(I64, ref.dtype.itemsize), ir.Constant(I32, site),
+                     ir.Constant(I32, kind)])
     go_on = b.append_basic_block("race.ok")
     b.cbranch(failed, frame.error_exit, go_on)
     b.position_at_end(go_on)
@@ -289,7 +290,7 @@ def _acquire_fn(mc) -> ir.Function:
     return fn
 
 
-def _access_fn(mc) -> ir.Function:
+def access_function(mc) -> ir.Function:
     """``i1 tj.race.access(err, sync, data, unit, ptr, base, itemsize, site, kind)``: check
     and record the access of the element at ``ptr`` (of the buffer at ``base``); on a race
     fill the error record (``abi.RACE``: the other unit, its site, what it did, the element)

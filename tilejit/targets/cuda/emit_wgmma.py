@@ -1,5 +1,5 @@
-"""The cuda printer's wgmma ops (``ir/ops_wgmma.py``) as inline PTX, sm_90a only (the
-``a`` target: wgmma is one of Hopper's arch-specific instructions).
+"""The cuda printer's warpgroup ops (``ir/ops_wgmma.py``) as inline PTX, sm_90a only (the
+``a`` target: wgmma and setmaxnreg are Hopper's arch-specific instructions).
 
 * ``wgmma_desc`` is the descriptor's constant fields (``MatrixDescriptor.encode`` with a
   zero start) or'ed with the buffer element's shared address, bits 4-17 at bits 0-13.
@@ -9,7 +9,9 @@
 * ``wgmma_fence`` / ``wgmma_commit_group`` / ``wgmma_wait_group N`` are ``wgmma.fence``,
   ``wgmma.commit_group`` and ``wgmma.wait_group N``, each ``.sync.aligned``.
 
-Every one of them names the accumulators it passes through as ``"+f"`` operands of its
+``setmaxnreg`` is ``setmaxnreg.{inc,dec}.sync.aligned.u32 N``.
+
+Every wgmma op names the accumulators it passes through as ``"+f"`` operands of its
 ``asm volatile``: the registers the tensor cores write after the multiply returns must not
 be read, moved or reused by the compiler before the wait, which it learns only this way.
 """
@@ -28,8 +30,8 @@ WGMMA_ARCH = "sm_90a"
 
 def _needs_sm90a(p: CudaPrinter, op: Operation) -> None:
     if p.arch != WGMMA_ARCH:
-        raise CompilationError(f"{op.name} (wgmma) needs {WGMMA_ARCH}; compiling for {p.arch}",
-                               op.loc)
+        what = f"{op.name} (wgmma)" if op.name.startswith("wgmma") else op.name
+        raise CompilationError(f"{what} needs {WGMMA_ARCH}; compiling for {p.arch}", op.loc)
 
 
 def _accumulators(p: CudaPrinter, op: Operation, first: int = 0) -> list[str]:
@@ -76,7 +78,14 @@ def _print_passthrough(instruction: str):
     return print_op
 
 
+def print_setmaxnreg(p: CudaPrinter, op: Operation) -> None:
+    _needs_sm90a(p, op)
+    action, count = op.attrs["action"], op.attrs["count"]
+    p.emit(f'asm volatile("setmaxnreg.{action}.sync.aligned.u32 {count};");')
+
+
 HANDLERS = {"wgmma_desc": print_wgmma_desc, "wgmma_mma_async": print_wgmma_mma_async,
             "wgmma_fence": _print_passthrough("wgmma.fence.sync.aligned;"),
             "wgmma_commit_group": _print_passthrough("wgmma.commit_group.sync.aligned;"),
-            "wgmma_wait_group": _print_passthrough("wgmma.wait_group.sync.aligned {pending};")}
+            "wgmma_wait_group": _print_passthrough("wgmma.wait_group.sync.aligned {pending};"),
+            "setmaxnreg": print_setmaxnreg}

@@ -83,10 +83,24 @@ def test_the_ops_round_trip():
     assert (desc.attrs["lbo"], desc.attrs["sbo"], desc.attrs["swizzle"]) == (128, 256, 0)
 
 
+def test_fp8_of_two_kinds_round_trips():
+    """e4m3 by e5m2: B's type is its own attribute, printed only when it differs."""
+    text = wgmma_kernel(16, A, B, dtype="f8e4m3").replace(
+        "a_type = f8e4m3", "a_type = f8e4m3, b_type = f8e5m2")
+    kernel = verify(parse_kernel(text))
+    assert str(kernel) == text
+    (mma,) = [op for op in kernel.walk() if op.name == "wgmma_mma_async"]
+    assert (str(mma.attrs["a_type"]), str(mma.attrs["b_type"])) == ("f8e4m3", "f8e5m2")
+
+
 @pytest.mark.parametrize("edit, message", [
     (("n = 16", "n = 12"), "N a multiple of 8 in \\[8, 256\\], not 12"),
     (("n = 16", "n = 24"), "m64n24k16 takes 12 f32 accumulators per thread, got 8"),
-    (("a_type = f16", "a_type = f32"), "f16 or bf16 here, not f32"),
+    (("a_type = f16", "a_type = f32"), "f16, bf16, f8e4m3 or f8e5m2 here, not f32"),
+    (("a_type = f16", "a_type = f16, b_type = bf16"), "multiplies f16 by f16, not by bf16"),
+    (("a_type = f16", "a_type = f8e4m3, b_type = f16"), "f8e4m3 by f8e4m3, not by f16"),
+    (("a_type = f16", "a_type = f8e4m3, trans_b = true"),
+     "wgmma reads fp8 operands K-major only"),
     (("swizzle = 0", "swizzle = 16"), "swizzle is 0, 32, 64 or 128 bytes, not 16"),
     (("lbo = 128", "lbo = 120"), "lbo = 120 bytes"),
     (("pending = 0", "pending = -1"), "non-negative number of groups pending"),

@@ -65,7 +65,9 @@ def test_gpu_and_trainium_capabilities():
             hopper.shared_memory_per_cta) == (PER_THREAD, 255, 1024, 227 * 1024)
     assert hopper.tensor_core_shapes["mma"] == ((16, 8, 16),)
     wgmma = hopper.tensor_core_shapes["wgmma"]
-    assert wgmma[0] == (64, 8, 16) and wgmma[-1] == (64, 256, 16) and len(wgmma) == 32
+    # k16 for f16 / bf16, k32 for fp8: N a multiple of 8 up to 256 each
+    assert set(wgmma) == {(64, n, k) for k in (16, 32) for n in range(8, 257, 8)}
+    assert len(wgmma) == 64
     trainium = get_backend("nki").capabilities
     assert not trainium.element_loops and trainium.partitions == 128
     assert trainium.shared_memory_per_cta == 24 << 20      # SBUF: 128 x 192 KiB

@@ -138,3 +138,27 @@ def test_a_ring_stage_compiles_with_its_descriptor_start_at_run_time():
     # each k-step's start: the stage's run-time offset plus a constant, never a literal
     assert len(descs) == 4 and all(re.search(r"tj_smem_addr\(&a\[\w+\]\) & 0x3FFFFu", line)
                                    and not re.search(r"&a\[\d+\]", line) for line in descs)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("a_type, b_type, swizzle", [
+    ("float8_e4m3", "float8_e4m3", 32), ("float8_e4m3", "float8_e5m2", 0),
+    ("float8_e5m2", "float8_e4m3", 64)])
+def test_the_fp8_gemm_compiles_to_k32_wgmma_without_transposes(a_type, b_type, swizzle):
+    """64 x 40 x 192 fp8 (B as [N, K]: K-major, as fp8 must be) for sm_90a: a
+    wgmma.mma_async m64n40k32 per k-step of 32, named by both operand types, with no
+    transpose immediates (the fp8 form has none); no spills."""
+    a = tj.TensorSpec((64, 192), getattr(tj, a_type), device="cuda")
+    b = tj.TensorSpec((40, 192), getattr(tj, b_type), device="cuda")
+    c = tj.TensorSpec((64, 40), tj.float32, device="cuda")
+    compiled = wgmma_gemm.compile(a, b, c, N=40, K=192, TB=True,
+                                  LA=smem_layout((64, 192), a_type, MODES[swizzle]),
+                                  LB=smem_layout((40, 192), b_type, MODES[swizzle]),
+                                  target="cuda", arch="sm_90a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    names = "e4m3" if a_type.endswith("e4m3") else "e5m2", b_type[-4:]
+    mma = [line for line in ptx if line.startswith("wgmma.mma_async")]
+    assert len(mma) == 192 // 32
+    assert all(line.startswith(f"wgmma.mma_async.sync.aligned.m64n40k32.f32.{names[0]}."
+                               f"{names[1]} ") and line.endswith("p, 1, 1;") for line in mma)
+    assert compiled.metadata["spill_bytes"] == 0

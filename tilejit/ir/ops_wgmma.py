@@ -3,8 +3,12 @@ shared-memory matrix descriptor they read their operands through, and ``setmaxnr
 
 ``wgmma_desc`` makes the 64-bit descriptor of a matrix in shared memory: the byte address
 of element ``offset`` of a root buffer plus the typed fields of :class:`MatrixDescriptor`.
-``wgmma_mma_async`` is one warpgroup's ``D = A @ B (+ D)`` of shape m64nNk16 (f16 or bf16
-into f32), A and B read through descriptors; each of the 128 threads passes its N / 2
+``wgmma_mma_async`` is one warpgroup's ``D = A @ B (+ D)`` into f32, A and B read through
+descriptors, of shape m64nNk16 for f16 / bf16 and m64nNk32 for fp8 (e4m3 / e5m2, A and B
+each either: ``b_type`` names B's when it differs from ``a_type``) -- a k-step is 32 bytes
+of K either way, two core matrices. fp8 operands are read K-major only (the PTX ISA
+transposes f16 / bf16 operands only: the fp8 form has no transpose immediates). Each of
+the 128 threads passes its N / 2
 accumulator values in the fragment order of ``layout/hw_nvidia.wgmma_acc_layout`` and
 gets the new ones. The values are not ready when the op returns: ``wgmma_commit_group``
 closes the thread's group of issued multiplies and ``wgmma_wait_group {pending = N}``
@@ -25,19 +29,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .attrs import BOOL, INT, SCALAR_TYPE, Attr, Choice
+from .attrs import BOOL, INT, SCALAR_TYPE, Attr, Choice, Optional
 from .opdef import OpGroup
 from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
-from .types import MemScope, bf16, f16, f32, i64
+from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
 __all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
-           "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_INPUT_TYPES",
-           "WGMMA_K", "WGMMA_M", "describe_operand", "wgmma_accumulators"]
+           "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
+           "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
+           "wgmma_accumulators", "wgmma_k"]
 
 SYNC = OpGroup.SYNC
-WGMMA_M, WGMMA_K = 64, 16           # m64nNk16: N a multiple of 8 in [8, 256]
-WGMMA_INPUT_TYPES = (f16, bf16)
+WGMMA_M = 64                        # m64nNkK: N a multiple of 8 in [8, 256]
+WGMMA_K_BYTES = 32                  # K of one instruction: k16 for 16-bit types, k32 for fp8
+WGMMA_FP8_TYPES = (f8e4m3, f8e5m2)
+WGMMA_INPUT_TYPES = (f16, bf16, *WGMMA_FP8_TYPES)
 SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core matrices)
 # PTX ISA "Matrix Descriptor Format": bits 62-63 name the swizzle: 0 none, 1 128B, 2 64B, 3 32B
 _SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
@@ -51,8 +58,13 @@ SETMAXNREG_RANGE, SETMAXNREG_STEP = (24, 256), 8   # per-thread registers (PTX I
 
 
 def wgmma_accumulators(n: int) -> int:
-    """How many f32 accumulator values each thread of the warpgroup holds for m64nNk16."""
+    """How many f32 accumulator values each thread of the warpgroup holds for m64nNkK."""
     return WGMMA_M * n // 128
+
+
+def wgmma_k(dtype: ScalarType) -> int:
+    """K of one wgmma on ``dtype`` operands: 16 for f16 / bf16, 32 for fp8."""
+    return WGMMA_K_BYTES // dtype.itemsize
 
 
 @dataclass(frozen=True)
@@ -178,7 +190,8 @@ def _check_desc(op):
 def _check_accumulators(op, values) -> str | None:
     count = wgmma_accumulators(op.attrs["n"]) if "n" in op.attrs else None
     if count is not None and len(values) != count:
-        return (f"{op.name} m64n{op.attrs['n']}k16 takes {count} f32 accumulators per thread, "
+        return (f"{op.name} m64n{op.attrs['n']}k{wgmma_k(op.attrs['a_type'])} takes {count} "
+                f"f32 accumulators per thread, "
                 f"got {len(values)}")
     for index, value in enumerate(values):
         if value.type != f32:
@@ -188,10 +201,17 @@ def _check_accumulators(op, values) -> str | None:
 
 def _check_mma_async(op):
     n, a_type = op.attrs["n"], op.attrs["a_type"]
+    b_type = op.attrs["b_type"] or a_type
     if n % 8 or not 8 <= n <= 256:
-        return f"wgmma m64nNk16 has N a multiple of 8 in [8, 256], not {n}"
+        return f"wgmma m64nNkK has N a multiple of 8 in [8, 256], not {n}"
     if a_type not in WGMMA_INPUT_TYPES:
-        return f"wgmma_mma_async multiplies f16 or bf16 here, not {a_type}"
+        return f"wgmma_mma_async multiplies f16, bf16, f8e4m3 or f8e5m2 here, not {a_type}"
+    fp8 = a_type in WGMMA_FP8_TYPES
+    if b_type != a_type and not (fp8 and b_type in WGMMA_FP8_TYPES):
+        return f"wgmma_mma_async multiplies {a_type} by {a_type}, not by {b_type}"
+    if fp8 and (op.attrs["trans_a"] or op.attrs["trans_b"]):
+        return ("wgmma reads fp8 operands K-major only: the PTX ISA transposes f16 / bf16 "
+                "operands only (trans_a and trans_b are false)")
     for side, desc in zip("AB", op.operands[:2]):
         if desc.type != i64:
             return f"{side}'s descriptor is {desc.type}, not i64"
@@ -227,10 +247,12 @@ _register("wgmma_desc", SYNC, "buf:buffer offset:int",
           doc="the 64-bit wgmma matrix descriptor of the shared matrix whose first element is "
               "buf[offset] (a flat element offset): its byte address and the fields")
 _register("wgmma_mma_async", SYNC, "a_desc:int b_desc:int *acc:scalar",
-          {"n": Attr(INT), "a_type": Attr(SCALAR_TYPE), "trans_a": Attr(BOOL, False),
+          {"n": Attr(INT), "a_type": Attr(SCALAR_TYPE),
+           "b_type": Attr(Optional(SCALAR_TYPE), None), "trans_a": Attr(BOOL, False),
            "trans_b": Attr(BOOL, False), "scale_d": Attr(BOOL, True)},
           _accumulator_results, check=_check_mma_async,
-          doc="a warpgroup's D = A @ B (+ D when scale_d) of m64nNk16 from two descriptors: "
+          doc="a warpgroup's D = A @ B (+ D when scale_d) of m64nNk16 (m64nNk32 for fp8) from "
+              "two descriptors; b_type: B's type when not a_type (fp8 mixes e4m3 and e5m2); "
               "trans_a / trans_b read A / B MN-major (else K-major); every thread of the "
               "warpgroup passes its N / 2 accumulators; the results are ready after a wait")
 _register("wgmma_fence", SYNC, "*acc:scalar", results=_same_types, check=_check_passthrough,

@@ -1,16 +1,19 @@
 """``C (+)= op(A) @ op(B)`` on Hopper's warpgroup tensor cores, per thread: ``gemm_async``
-family ``wgmma`` (``wgmma.mma_async`` m64nNk16, one 64 x N x 16 multiply-add per
-warpgroup and instruction), chosen with ``dispatch="wgmma"``.
+family ``wgmma`` (``wgmma.mma_async`` m64nNk16 on f16 / bf16, m64nNk32 on fp8: one
+64 x N x K multiply-add per warpgroup and instruction, K of 32 bytes), chosen with
+``dispatch="wgmma"``.
 
 Legal (else a Decline naming each condition that fails) when the target lists the wgmma
-m64nNk16 shapes among its capabilities (and compiles for sm_90a where it names an arch);
+m64nNk16 (fp8: m64nNk32) shapes among its capabilities (and compiles for sm_90a where it names an arch);
 the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A and B are f16
-or bf16 tiles of one type in shared memory; C is an f32 fragment of M x N, N a multiple
+or bf16 tiles of one type, or fp8 tiles (e4m3 / e5m2, mixed freely), in shared memory; C is
+an f32 fragment of M x N, N a multiple
 of 8 up to 256 (the largest legal N: the whole width of C in one instruction), M a
 multiple of 64 (one instruction per 64 rows), at most 128 accumulators per thread, laid
-out by ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of 16; and
-each k-step's 64 x 16 blocks of A and 16 x N block of B sit in shared memory in a
-canonical wgmma layout. That is decided on their storage offsets (static, from the
+out by ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
+instruction's (16, or 32 for fp8); and each k-step's 64 x K blocks of A and K x N block of
+B sit in shared memory in a canonical wgmma layout, K-major for fp8 (wgmma transposes
+16-bit operands only). That is decided on their storage offsets (static, from the
 operand's layout): ``ir.ops_wgmma.describe_operand`` decodes them into descriptor fields
 -- swizzle 128/64/32 bytes or none, K-major or MN-major, LBO and SBO -- the same fields
 for every block, each block starting where its first element is. A region may drop a
@@ -32,7 +35,8 @@ import re
 
 import numpy as np
 
-from ...ir.ops_wgmma import WGMMA_INPUT_TYPES, WGMMA_K, WGMMA_M, describe_operand
+from ...ir.ops_wgmma import (WGMMA_FP8_TYPES, WGMMA_INPUT_TYPES, WGMMA_M, describe_operand,
+                              wgmma_k)
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ...ir.types import MemScope, TeamKind, f32
 from ...layout import TileLayout
@@ -67,11 +71,11 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
         reasons.append(f"A is {a.role}: this family reads A from shared memory")
     if a.dtype not in WGMMA_INPUT_TYPES or c.dtype != f32:
         reasons.append(f"A, B and C are {a.dtype}, {b.dtype} and {c.dtype}: this family "
-                       "multiplies f16 or bf16 into f32")
-    m, n, k = _mnk(call)
-    if m % WGMMA_M or n % 8 or n > MAX_N or k % WGMMA_K:
-        reasons.append(f"M, N, K = {m}, {n}, {k}: wgmma m64nNk16 takes M a multiple of 64, "
-                       f"N a multiple of 8 up to {MAX_N} and K a multiple of 16 (one "
+                       "multiplies f16, bf16 or fp8 (e4m3, e5m2) into f32")
+    (m, n, k), step = _mnk(call), wgmma_k(a.dtype)
+    if m % WGMMA_M or n % 8 or n > MAX_N or k % step:
+        reasons.append(f"M, N, K = {m}, {n}, {k}: wgmma m64nNk{step} takes M a multiple of 64, "
+                       f"N a multiple of 8 up to {MAX_N} and K a multiple of {step} (one "
                        "instruction per 64 rows and k-step)")
     elif m * n // 128 > MAX_ACCUMULATORS:
         reasons.append(f"C [{m}, {n}] is {m * n // 128} f32 accumulators per thread of the "
@@ -136,12 +140,13 @@ def _descriptors(call: PrimitiveCall, name: str):
     for why in (addresses, terms):
         if isinstance(why, str):
             return why
-    itemsize, found = call[name].dtype.itemsize, []
+    dtype, found = call[name].dtype, []
+    itemsize, k_step = dtype.itemsize, wgmma_k(dtype)
     rows = WGMMA_M if name == "A" else addresses.shape[0]
     for m0 in range(0, addresses.shape[0], rows):
         found.append([])
-        for k0 in range(0, addresses.shape[1], WGMMA_K):
-            block = addresses[m0:m0 + rows, k0:k0 + WGMMA_K]
+        for k0 in range(0, addresses.shape[1], k_step):
+            block = addresses[m0:m0 + rows, k0:k0 + k_step]
             step = describe_operand(block.tolist(), itemsize)
             if step is None:
                 return (f"{name}'s layout is no wgmma core-matrix layout at ({m0}, k = {k0}) "
@@ -152,6 +157,9 @@ def _descriptors(call: PrimitiveCall, name: str):
     if len(fields) > 1:
         return f"{name}'s blocks need different descriptor fields: {sorted(fields)}"
     (lbo, sbo, swizzle, k_major), = fields
+    if dtype in WGMMA_FP8_TYPES and not k_major:
+        return (f"{name} is {dtype} stored MN-major: wgmma reads fp8 operands K-major only (the "
+                "PTX ISA transposes f16 / bf16 only); store it with K contiguous")
     starts = tuple(tuple(d.start // itemsize for d, _ in steps) for steps in found)
     return {"lbo": lbo, "sbo": sbo, "swizzle": swizzle}, k_major, starts, tuple(terms)
 
@@ -167,9 +175,10 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     reasons = _shape_reasons(call)
     if reasons:
         return Decline(*reasons)
-    c, (m, n, _) = call["C"], _mnk(call)
-    if (WGMMA_M, n, WGMMA_K) not in shapes:
-        return Decline(f"target {call.target!r} lists no wgmma m64n{n}k16 among its shapes")
+    c, (m, n, _), step = call["C"], _mnk(call), wgmma_k(call["A"].dtype)
+    if (WGMMA_M, n, step) not in shapes:
+        return Decline(f"target {call.target!r} lists no wgmma m64n{n}k{step} among its "
+                       "shapes")
     axis = TEAM_WARP_AXIS[call.team]
     expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
@@ -190,7 +199,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                      + f", LBO {fields['lbo']}, SBO {fields['sbo']}"
                      + (", a run-time stage offset" if terms else "")
                      for name, (fields, k_major, _, terms) in operands.items())
-    return Plan([(WGMMA_M, n, WGMMA_K)], {"distribution": dist, "warp_axis": axis,
+    return Plan([(WGMMA_M, n, step)], {"distribution": dist, "warp_axis": axis,
                                           "operands": operands, "note": note})
 
 
@@ -216,8 +225,10 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     acc = list(em.b.create("wgmma_fence", acc).results)
     (a_fields, a_k_major, a_starts, _), (b_fields, b_k_major, (b_starts,), _) = \
         operands["A"], operands["B"]
-    attrs = {"n": n, "a_type": call["A"].dtype, "trans_a": not a_k_major,
-             "trans_b": not b_k_major}
+    a_type, b_type = call["A"].dtype, call["B"].dtype
+    attrs = {"n": n, "a_type": a_type, "trans_a": not a_k_major, "trans_b": not b_k_major}
+    if b_type != a_type:   # fp8: e4m3 by e5m2 or the other way round
+        attrs["b_type"] = b_type
     with em.hoisted():   # the stage's offset (0 without run-time starts)
         stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
                                                  in operands[name][3]), 0) for name in "AB"}
@@ -240,5 +251,6 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),
-                           doc="Hopper tensor cores: wgmma.mma_async m64nNk16 per warpgroup, "
-                               "f16/bf16 into f32, operands by shared-memory descriptors"))
+                           doc="Hopper tensor cores: wgmma.mma_async m64nNk16 (f16/bf16) or "
+                               "m64nNk32 (fp8) per warpgroup into f32, operands by "
+                               "shared-memory descriptors"))

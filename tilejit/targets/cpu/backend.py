@@ -51,7 +51,7 @@ class CpuBackend(Backend):
                             # SIMT mode runs mma.sync per warp (emit_mma.py) and wgmma per
                             # warpgroup (emit_wgmma.py), as a GPU does
                             tensor_core_shapes={"mma": ((16, 8, 16),),
-                                                "wgmma": tuple((64, n, 16)
+                                                "wgmma": tuple((64, n, k) for k in (16, 32)
                                                                for n in range(8, 257, 8))})
 
     def import_rules(self) -> None:

@@ -11,7 +11,7 @@ the 16-byte chunk with the 128-byte row), so a descriptor that names the wrong b
 the wrong numbers here too. Each thread computes its own N / 2 accumulators of D -- row
 and column from ``layout/hw_nvidia.wgmma_acc_layout`` over ``tid_in_wg``, one constant
 table of positions -- as ``D[r, c] (* scale_d) + sum_k A[r, k] * B[k, c]`` in f32, k in
-order, reading A and B from shared memory when the multiply is issued: a legal schedule of
+order (16 k's, 32 for fp8, whose values and products are exact in f32), reading A and B from shared memory when the multiply is issued: a legal schedule of
 the asynchronous op (its operands must stay unchanged until the wait). No thread needs
 another's values, so the warpgroup does not meet here; the op is ``.sync.aligned``, so
 the whole warpgroup must be active (a compile error otherwise).
@@ -20,7 +20,7 @@ The multiply's shared reads complete late, as on a GPU: with the race detector o
 ``wgmma_mma_async`` is queued in its unit's queue of multiplies (``deferred.py``: its
 descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_commit_group``
 closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
-the reads of the whole 64 x 16 block of A and 16 x N block of B of each multiply in the
+the reads of the whole 64 x K block of A and K x N block of B of each multiply in the
 groups before the N most recent, then drops them. A kernel that lets another thread
 overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
 multiply is a race there, as the hardware may still read it. (A full queue drops its
@@ -38,7 +38,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
-from tilejit.ir.ops_wgmma import CORE_BYTES, CORE_ROWS, WGMMA_K, WGMMA_M, MatrixDescriptor
+from tilejit.ir.ops_wgmma import (CORE_BYTES, CORE_ROWS, WGMMA_K_BYTES, WGMMA_M,
+                                  MatrixDescriptor, wgmma_k)
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
 
@@ -51,15 +52,16 @@ from .types import F32, I1, I32, I64, PTR
 __all__ = ["HANDLERS"]
 
 _SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
-_ITEMSIZE = 2                       # f16 and bf16, the verifier's WGMMA_INPUT_TYPES
 QUEUE = 32                          # multiplies a unit keeps in flight (8 K steps of 4)
 # A queued multiply: its descriptors, A's and B's buffers, their race sites, N, whether A
-# and B are read MN-major, its group; a unit's queue: length, groups committed, entries.
-ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32])
-DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, GROUP = range(10)
+# and B are read MN-major, the operands' element size (both the same: 2, or 1 for fp8), its
+# group; a unit's queue: length, groups committed, entries.
+ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32, I32])
+DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, ITEMSIZE, GROUP = \
+    range(11)
 STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(ENTRY, QUEUE)])
 LENGTH, COMMITTED, ENTRIES = range(3)
-ENTRY_BYTES = 56                    # 4 x 8 bytes, then 6 x 4
+ENTRY_BYTES = 64                    # 4 x 8 bytes, then 7 x 4, padded to the i64s' 8
 STATE_BYTES = 8 + ENTRY_BYTES * QUEUE
 
 
@@ -82,8 +84,9 @@ def emit_wgmma_desc(em, op):
     return [b.or_(ir.Constant(I64, fields), start)]
 
 
-def _address(b: ir.IRBuilder, desc, mn, k, itemsize: int, k_major: bool):
-    """``MatrixDescriptor.element_address`` on a run-time descriptor, in i64."""
+def _address(b: ir.IRBuilder, desc, mn, k, itemsize, k_major: bool):
+    """``MatrixDescriptor.element_address`` on a run-time descriptor, in i64 (``itemsize``
+    an i64 value: the race detector reads it from a queued multiply)."""
     def const(value):
         return ir.Constant(I64, value)
 
@@ -95,23 +98,23 @@ def _address(b: ir.IRBuilder, desc, mn, k, itemsize: int, k_major: bool):
     for value, nbytes in enumerate(_SWIZZLE_BYTES):
         swizzle = b.select(b.icmp_unsigned("==", code, const(value)), const(nbytes), swizzle)
     swizzled = b.icmp_unsigned("!=", swizzle, const(0))
-    per_chunk = CORE_BYTES // itemsize
+    per_chunk = b.udiv(const(CORE_BYTES), itemsize)
     if k_major:
         plain = b.add(b.add(b.mul(b.udiv(mn, const(CORE_ROWS)), sbo),
                             b.mul(b.urem(mn, const(CORE_ROWS)), const(CORE_BYTES))),
-                      b.add(b.mul(b.udiv(k, const(per_chunk)), lbo),
-                            b.mul(b.urem(k, const(per_chunk)), const(itemsize))))
+                      b.add(b.mul(b.udiv(k, per_chunk), lbo),
+                            b.mul(b.urem(k, per_chunk), itemsize)))
         wide = b.add(b.add(b.mul(b.udiv(mn, const(CORE_ROWS)), sbo),
                            b.mul(b.urem(mn, const(CORE_ROWS)), swizzle)),
-                     b.mul(k, const(itemsize)))
+                     b.mul(k, itemsize))
     else:
-        plain = b.add(b.add(b.mul(b.udiv(mn, const(per_chunk)), sbo),
-                            b.mul(b.urem(mn, const(per_chunk)), const(itemsize))),
+        plain = b.add(b.add(b.mul(b.udiv(mn, per_chunk), sbo),
+                            b.mul(b.urem(mn, per_chunk), itemsize)),
                       b.add(b.mul(b.udiv(k, const(CORE_ROWS)), lbo),
                             b.mul(b.urem(k, const(CORE_ROWS)), const(CORE_BYTES))))
-        across = b.udiv(b.select(swizzled, swizzle, const(CORE_BYTES)), const(itemsize))
+        across = b.udiv(b.select(swizzled, swizzle, const(CORE_BYTES)), itemsize)
         wide = b.add(b.add(b.mul(b.udiv(mn, across), lbo),
-                           b.mul(b.urem(mn, across), const(itemsize))),
+                           b.mul(b.urem(mn, across), itemsize)),
                      b.add(b.mul(b.udiv(k, const(CORE_ROWS)), sbo),
                            b.mul(b.urem(k, const(CORE_ROWS)), swizzle)))
     address = b.add(start, b.select(swizzled, wide, plain))
@@ -119,10 +122,10 @@ def _address(b: ir.IRBuilder, desc, mn, k, itemsize: int, k_major: bool):
     return b.xor(address, b.shl(b.and_(b.lshr(address, const(7)), mask), const(4)))
 
 
-def _dot_function(mc, dtype, trans_a: bool, trans_b: bool) -> ir.Function:
+def _dot_function(mc, a_type, b_type, trans_a: bool, trans_b: bool) -> ir.Function:
     """``dot(data, desc_a, desc_b, row, col, acc)``: ``acc + sum_k A[row, k] * B[k, col]``
     in f32, A and B read from the shared window at ``data`` through their descriptors."""
-    name = f"tj.wgmma.dot.{dtype}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
+    name = f"tj.wgmma.dot.{a_type}.{b_type}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
     fn = mc.module.globals.get(name)
     if fn is not None:
         return fn
@@ -131,13 +134,14 @@ def _dot_function(mc, dtype, trans_a: bool, trans_b: bool) -> ir.Function:
     data, desc_a, desc_b, row, col, acc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
-    def element(desc, mn, k, k_major):
-        address = _address(b, desc, mn, ir.Constant(I64, k), dtype.itemsize, k_major)
+    def element(desc, dtype, mn, k, k_major):
+        address = _address(b, desc, mn, ir.Constant(I64, k), ir.Constant(I64, dtype.itemsize),
+                           k_major)
         ptr = b.gep(data, [address], source_etype=ir.IntType(8))
         return types.widen(b, types.load(b, ptr, dtype), dtype)
-    for k in range(WGMMA_K):
-        acc = b.fadd(acc, b.fmul(element(desc_a, row, k, not trans_a),
-                                 element(desc_b, col, k, not trans_b)))
+    for k in range(wgmma_k(a_type)):
+        acc = b.fadd(acc, b.fmul(element(desc_a, a_type, row, k, not trans_a),
+                                 element(desc_b, b_type, col, k, not trans_b)))
     b.ret(acc)
     return fn
 
@@ -155,7 +159,8 @@ def emit_wgmma_mma_async(em, op):
     thread = b.and_(units.thread_index(b, "thread_id", em.frame.unit),
                     ir.Constant(I32, LANES_PER_WARP * WARPS_PER_WARPGROUP - 1))
     first = b.mul(thread, ir.Constant(I32, n // 2))
-    dot = _dot_function(em.mc, attrs["a_type"], attrs["trans_a"], attrs["trans_b"])
+    dot = _dot_function(em.mc, attrs["a_type"], attrs["b_type"] or attrs["a_type"],
+                        attrs["trans_a"], attrs["trans_b"])
     desc_a, desc_b, *acc = em.operands(op)
     if em.mc.race is not None:
         _queue_multiply(em, op, desc_a, desc_b)
@@ -197,13 +202,14 @@ def _queue_multiply(em, op, desc_a, desc_b) -> None:
         DESC_A: desc_a, DESC_B: desc_b, BASE_A: base_a, BASE_B: base_b,
         SITE_A: ir.Constant(I32, site_a), SITE_B: ir.Constant(I32, site_b),
         N: ir.Constant(I32, attrs["n"]), TRANS_A: ir.Constant(I32, int(attrs["trans_a"])),
-        TRANS_B: ir.Constant(I32, int(attrs["trans_b"]))})
+        TRANS_B: ir.Constant(I32, int(attrs["trans_b"])),
+        ITEMSIZE: ir.Constant(I32, attrs["a_type"].itemsize)})
 
 
 def _reads_function(mc) -> ir.Function:
     """``i1 tj.wgmma.reads(err, sync, data, unit, entry)``: record, for the race detector,
-    the reads of the queued multiply ``entry``: A's 64 x 16 block and B's 16 x N; true on
-    a race (the error record filled)."""
+    the reads of the queued multiply ``entry``: A's 64 x K block and B's K x N (K of 32
+    bytes); true on a race (the error record filled)."""
     name = "tj.wgmma.reads"
     fn = mc.module.globals.get(name)
     if fn is not None:
@@ -218,22 +224,25 @@ def _reads_function(mc) -> ir.Function:
         return b.load(b.gep(entry, [ir.Constant(I32, 0), ir.Constant(I32, index)],
                             source_etype=ENTRY), typ=typ)
 
+    itemsize = b.zext(field(ITEMSIZE, I32), I64)
+    depth = b.udiv(ir.Constant(I64, WGMMA_K_BYTES), itemsize)
+
     def read_block(desc, base, site, trans, count):
-        """Every (mn, k) of a count x 16 block read through ``desc``."""
+        """Every (mn, k) of a count x K block read through ``desc``."""
         mn_major = b.icmp_unsigned("!=", trans, ir.Constant(I32, 0))
 
         def row(mn):
             def element(k):
-                address = b.select(mn_major, _address(b, desc, mn, k, _ITEMSIZE, False),
-                                   _address(b, desc, mn, k, _ITEMSIZE, True))
+                address = b.select(mn_major, _address(b, desc, mn, k, itemsize, False),
+                                   _address(b, desc, mn, k, itemsize, True))
                 ptr = b.gep(data, [address], source_etype=ir.IntType(8))
                 failed = b.call(race.access_function(mc),
-                                [err, sync, data, unit, ptr, base, ir.Constant(I64, _ITEMSIZE),
+                                [err, sync, data, unit, ptr, base, itemsize,
                                  site, ir.Constant(I32, race.READ)])
                 go_on = fn.append_basic_block("read.ok")
                 b.cbranch(failed, raced, go_on)
                 b.position_at_end(go_on)
-            counted_loop(b, ir.Constant(I64, WGMMA_K), element, "k")
+            counted_loop(b, depth, element, "k")
         counted_loop(b, count, row, "mn")
     read_block(field(DESC_A, I64), field(BASE_A, PTR), field(SITE_A, I32),
                field(TRANS_A, I32), ir.Constant(I64, WGMMA_M))

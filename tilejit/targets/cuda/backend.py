@@ -20,7 +20,7 @@ __all__ = ["BACKEND", "CudaBackend", "DEFAULT_ARCH", "HOPPER", "default_arch"]
 # H100 / H200 (sm_90a, the first-class arch): 228 KiB of shared memory per SM, of which one
 # CTA may use 227 KiB (the opt-in maximum); 64K 32-bit registers per SM, at most 255 per
 # thread; mma.sync m16n8k16 per warp and wgmma m64nNk16 (N a multiple of 8 up to 256) per
-# warpgroup for f16/bf16.
+# warpgroup for f16/bf16, m64nNk32 for fp8.
 HOPPER = Capabilities(
     distribution=PER_THREAD,
     vector_bytes=16,               # ld/st .v4.b32: 128 bits per thread
@@ -29,7 +29,8 @@ HOPPER = Capabilities(
     max_threads_per_cta=1024,
     element_loops=True,
     tensor_core_shapes={"mma": ((16, 8, 16),),
-                        "wgmma": tuple((64, n, 16) for n in range(8, 257, 8))},
+                        "wgmma": tuple((64, n, k) for k in (16, 32)   # k32: fp8
+                                       for n in range(8, 257, 8))},
 )
 DEFAULT_ARCH = "sm_90a"   # without a GPU to ask: the first-class arch
 

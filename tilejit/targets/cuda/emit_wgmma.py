@@ -3,9 +3,11 @@
 
 * ``wgmma_desc`` is the descriptor's constant fields (``MatrixDescriptor.encode`` with a
   zero start) or'ed with the buffer element's shared address, bits 4-17 at bits 0-13.
-* ``wgmma_mma_async`` is one ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`` with
-  the thread's N / 2 accumulators as ``"+f"`` operands, the two descriptors, scale-d as a
-  predicate set from a register, A and B scales 1 and the transpose immediates.
+* ``wgmma_mma_async`` is one ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}`` (or
+  ``m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2}`` for fp8) with the thread's N / 2 accumulators
+  as ``"+f"`` operands, the two descriptors, scale-d as a predicate set from a register, A
+  and B scales 1 and, for 16-bit types only, the transpose immediates (the fp8 form has
+  none: it reads K-major operands, which the verifier requires).
 * ``wgmma_fence`` / ``wgmma_commit_group`` / ``wgmma_wait_group N`` are ``wgmma.fence``,
   ``wgmma.commit_group`` and ``wgmma.wait_group N``, each ``.sync.aligned``.
 
@@ -19,13 +21,15 @@ from __future__ import annotations
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
-from tilejit.ir.ops_wgmma import MatrixDescriptor
+from tilejit.ir.ops_wgmma import WGMMA_FP8_TYPES, MatrixDescriptor, wgmma_k
+from tilejit.ir.types import f8e4m3, f8e5m2
 
 from .emit import CudaPrinter
 
 __all__ = ["HANDLERS", "WGMMA_ARCH"]
 
 WGMMA_ARCH = "sm_90a"
+_PTX_FP8 = {f8e4m3: "e4m3", f8e5m2: "e5m2"}   # PTX's names; f16 and bf16 are spelled alike
 
 
 def _needs_sm90a(p: CudaPrinter, op: Operation) -> None:
@@ -60,10 +64,13 @@ def print_wgmma_mma_async(p: CudaPrinter, op: Operation) -> None:
     d = _accumulators(p, op, first=2)
     count = len(d)
     registers = "{" + ", ".join(f"%{i}" for i in range(count)) + "}"
-    dtype = a["a_type"]
-    instruction = (f"wgmma.mma_async.sync.aligned.m64n{a['n']}k16.f32.{dtype}.{dtype} "
-                   f"{registers}, %{count}, %{count + 1}, p, 1, 1, {int(a['trans_a'])}, "
-                   f"{int(a['trans_b'])};")
+    a_type = a["a_type"]
+    a_name, b_name = (_PTX_FP8.get(t, str(t)) for t in (a_type, a["b_type"] or a_type))
+    transposes = ("" if a_type in WGMMA_FP8_TYPES
+                  else f", {int(a['trans_a'])}, {int(a['trans_b'])}")
+    instruction = (f"wgmma.mma_async.sync.aligned.m64n{a['n']}k{wgmma_k(a_type)}.f32."
+                   f"{a_name}.{b_name} {registers}, %{count}, %{count + 1}, p, 1, 1"
+                   f"{transposes};")
     # one PTX line each (the C string's \\n), so the PTX reads as the instruction it is
     body = f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n{instruction}\\n}}"
     p.emit(f'asm volatile("{body}" : {_tied(d)} : "l"({p[a_desc]}), "l"({p[b_desc]}), '

@@ -11,10 +11,11 @@ the 16-byte chunk with the 128-byte row), so a descriptor that names the wrong b
 the wrong numbers here too. Each thread computes its own N / 2 accumulators of D -- row
 and column from ``layout/hw_nvidia.wgmma_acc_layout`` over ``tid_in_wg``, one constant
 table of positions -- as ``D[r, c] (* scale_d) + sum_k A[r, k] * B[k, c]`` in f32, k in
-order (16 k's, 32 for fp8, whose values and products are exact in f32), reading A and B from shared memory when the multiply is issued: a legal schedule of
-the asynchronous op (its operands must stay unchanged until the wait). No thread needs
-another's values, so the warpgroup does not meet here; the op is ``.sync.aligned``, so
-the whole warpgroup must be active (a compile error otherwise).
+order (16 k's, 32 for fp8, whose values and products are exact in f32), reading A and B
+from shared memory when the multiply is issued: a legal schedule of the asynchronous op
+(its operands must stay unchanged until the wait). No thread needs another's values, so
+the warpgroup does not meet here; the op is ``.sync.aligned``, so the whole warpgroup must
+be active (a compile error otherwise).
 
 The multiply's shared reads complete late, as on a GPU: with the race detector on, each
 ``wgmma_mma_async`` is queued in its unit's queue of multiplies (``deferred.py``: its

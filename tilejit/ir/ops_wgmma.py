@@ -142,7 +142,7 @@ def _swizzled(address, swizzle: int):
 
 def describe_operand(addresses, itemsize: int) -> tuple[MatrixDescriptor, bool] | None:
     """The descriptor (and whether it reads K-major) under which wgmma reads element
-    ``(mn, k)`` of an operand at byte ``addresses[mn][k]`` (an MN x 16 block, addresses
+    ``(mn, k)`` of an operand at byte ``addresses[mn][k]`` (an MN x K block, addresses
     from a base aligned to 1024 bytes), when there is one: each swizzle is tried, widest
     first, K-major then MN-major; its LBO and SBO are read off the unswizzled addresses at
     the steps that define them, then every element is checked against
@@ -191,8 +191,7 @@ def _check_accumulators(op, values) -> str | None:
     count = wgmma_accumulators(op.attrs["n"]) if "n" in op.attrs else None
     if count is not None and len(values) != count:
         return (f"{op.name} m64n{op.attrs['n']}k{wgmma_k(op.attrs['a_type'])} takes {count} "
-                f"f32 accumulators per thread, "
-                f"got {len(values)}")
+                f"f32 accumulators per thread, got {len(values)}")
     for index, value in enumerate(values):
         if value.type != f32:
             return f"{op.name} accumulator {index} is {value.type}, not f32"

@@ -8,8 +8,9 @@ m64nNk16 (fp8: m64nNk32) shapes among its capabilities (and compiles for sm_90a 
 names an arch); the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A
 and B are f16 or bf16 tiles of one type, or fp8 tiles (e4m3 / e5m2, mixed freely), in
 shared memory; C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest
-legal N: the whole width of C in one instruction), M a multiple of 64 (one instruction per 64 rows), at most 128 accumulators per thread, laid
-out by ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
+legal N: the whole width of C in one instruction), M a multiple of 64 (one instruction
+per 64 rows), at most 128 accumulators per thread, laid out by
+``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
 instruction's (16, or 32 for fp8); and each k-step's 64 x K blocks of A and K x N block of
 B sit in shared memory in a canonical wgmma layout, K-major for fp8 (wgmma transposes
 16-bit operands only). That is decided on their storage offsets (static, from the

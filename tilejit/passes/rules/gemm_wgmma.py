@@ -38,7 +38,7 @@ import numpy as np
 from ...ir.ops_wgmma import (WGMMA_FP8_TYPES, WGMMA_INPUT_TYPES, WGMMA_M, describe_operand,
                               wgmma_k)
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
-from ...ir.types import MemScope, TeamKind, f32
+from ...ir.types import MemScope, TeamKind, f16, f32
 from ...layout import TileLayout
 from ...layout.hw_nvidia import wgmma_accumulator_layout
 from ..dispatch.call import Operand, PrimitiveCall
@@ -72,7 +72,8 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
     if a.dtype not in WGMMA_INPUT_TYPES or c.dtype != f32:
         reasons.append(f"A, B and C are {a.dtype}, {b.dtype} and {c.dtype}: this family "
                        "multiplies f16, bf16 or fp8 (e4m3, e5m2) into f32")
-    (m, n, k), step = _mnk(call), wgmma_k(a.dtype)
+    # a type this family does not multiply is a reason already: judge the shape as for f16
+    (m, n, k), step = _mnk(call), wgmma_k(a.dtype if a.dtype in WGMMA_INPUT_TYPES else f16)
     if m % WGMMA_M or n % 8 or n > MAX_N or k % step:
         reasons.append(f"M, N, K = {m}, {n}, {k}: wgmma m64nNk{step} takes M a multiple of 64, "
                        f"N a multiple of 8 up to {MAX_N} and K a multiple of {step} (one "

@@ -2,6 +2,8 @@
 every swizzle, against torch's f32 matmul of the fp8 values (exact in f32, so only the sum's
 rounding differs); an MN-major fp8 operand and an arch without wgmma are located refusals.
 The kernel is ``test_e2e_wgmma``'s."""
+import inspect
+
 import pytest
 import torch
 from test_e2e_wgmma import MODES, wgmma_gemm
@@ -44,22 +46,26 @@ def test_fp8_wgmma_matches_torch(lowering, m, n, k, a_swizzle, b_swizzle, a_type
         assert record.note.startswith("A K-major") and "; B K-major" in record.note
 
 
-def _compile(b_mn_major=False, **options):
+def _compile(b_mn_major=False, k=128, swizzle=128, **options):
     device = "cuda" if options.get("target") == "cuda" else "cpu"
-    m, n, k = 64, 128, 128
+    m, n = 64, 128
     tensors = (tj.TensorSpec((m, k), tj.float8_e4m3, device=device),
                tj.TensorSpec((k, n) if b_mn_major else (n, k), tj.float8_e4m3, device=device),
                tj.TensorSpec((m, n), tj.float32, device=device))
     return wgmma_gemm.compile(*tensors, N=n, K=k, M=m, simt=True, **options,
-                              **fp8_layouts(m, n, k, 128, 128, E4M3, E4M3, b_mn_major))
+                              **fp8_layouts(m, n, k, swizzle, swizzle, E4M3, E4M3, b_mn_major))
 
 
 @pytest.mark.parametrize("options, reason", [
     (dict(b_mn_major=True), r"B is f8e4m3 stored MN-major: wgmma reads fp8 operands K-major "
                             r"only \(the PTX ISA transposes f16 / bf16 only\)"),
+    (dict(k=48, swizzle=0), r"M, N, K = 64, 128, 48: wgmma m64nNk32 takes M a multiple of 64, "
+                            r"N a multiple of 8 up to 256 and K a multiple of 32"),
     (dict(target="cuda", arch="sm_80"), r"wgmma needs sm_90a; compiling for sm_80"),
 ])
 def test_fp8_refusals_name_the_reason_and_the_line(options, reason):
     with pytest.raises(tj.DispatchError, match=reason) as info:
         _compile(**options)
-    assert info.value.line is not None
+    lines, first = inspect.getsourcelines(wgmma_gemm.fn)   # the gemm_async's own line
+    assert info.value.line == first + next(i for i, line in enumerate(lines)
+                                           if "tj.gemm_async(" in line)

@@ -140,6 +140,17 @@ def test_a_ring_stage_compiles_with_its_descriptor_start_at_run_time():
                                    and not re.search(r"&a\[\d+\]", line) for line in descs)
 
 
+def _fp8_gemm(a_type, b_type, swizzle):
+    """64 x 40 x 192 fp8 through gemm_async(dispatch="wgmma") for sm_90a, B as [N, K]."""
+    a = tj.TensorSpec((64, 192), getattr(tj, a_type), device="cuda")
+    b = tj.TensorSpec((40, 192), getattr(tj, b_type), device="cuda")
+    c = tj.TensorSpec((64, 40), tj.float32, device="cuda")
+    return wgmma_gemm.compile(a, b, c, N=40, K=192, TB=True,
+                              LA=smem_layout((64, 192), a_type, MODES[swizzle]),
+                              LB=smem_layout((40, 192), b_type, MODES[swizzle]),
+                              target="cuda", arch="sm_90a")
+
+
 @needs_nvrtc
 @pytest.mark.parametrize("a_type, b_type, swizzle", [
     ("float8_e4m3", "float8_e4m3", 32), ("float8_e4m3", "float8_e5m2", 0),
@@ -148,13 +159,7 @@ def test_the_fp8_gemm_compiles_to_k32_wgmma_without_transposes(a_type, b_type, s
     """64 x 40 x 192 fp8 (B as [N, K]: K-major, as fp8 must be) for sm_90a: a
     wgmma.mma_async m64n40k32 per k-step of 32, named by both operand types, with no
     transpose immediates (the fp8 form has none); no spills."""
-    a = tj.TensorSpec((64, 192), getattr(tj, a_type), device="cuda")
-    b = tj.TensorSpec((40, 192), getattr(tj, b_type), device="cuda")
-    c = tj.TensorSpec((64, 40), tj.float32, device="cuda")
-    compiled = wgmma_gemm.compile(a, b, c, N=40, K=192, TB=True,
-                                  LA=smem_layout((64, 192), a_type, MODES[swizzle]),
-                                  LB=smem_layout((40, 192), b_type, MODES[swizzle]),
-                                  target="cuda", arch="sm_90a")
+    compiled = _fp8_gemm(a_type, b_type, swizzle)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     names = "e4m3" if a_type.endswith("e4m3") else "e5m2", b_type[-4:]
     mma = [line for line in ptx if line.startswith("wgmma.mma_async")]
@@ -162,3 +167,11 @@ def test_the_fp8_gemm_compiles_to_k32_wgmma_without_transposes(a_type, b_type, s
     assert all(line.startswith(f"wgmma.mma_async.sync.aligned.m64n40k32.f32.{names[0]}."
                                f"{names[1]} ") and line.endswith("p, 1, 1;") for line in mma)
     assert compiled.metadata["spill_bytes"] == 0
+
+
+@needs_nvrtc
+@needs_nvdisasm
+def test_the_fp8_sass_holds_qgmma(tmp_path):
+    compiled = _fp8_gemm("float8_e4m3", "float8_e5m2", 64)
+    assert "QGMMA.64x40x32.F32.E4M3.E5M2" in sass(compile_cuda(compiled.asm["cuda"],
+                                                               "sm_90a").cubin, tmp_path)

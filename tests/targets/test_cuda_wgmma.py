@@ -1,7 +1,8 @@
 """The wgmma ops printed by the cuda target: inline PTX with the accumulators tied to every
 one of them; NVRTC compiles a warpgroup's m64nNk16 for sm_90a (PTX holds wgmma.mma_async,
 SASS -- where nvdisasm is found -- HGMMA) without spills; another arch is a located error.
-The kernel is ``support.wgmma_kernels``'s textual per-thread IR."""
+The kernel is ``support.wgmma_kernels``'s textual per-thread IR; the DSL's gemms, f16 and
+fp8 (m64nNk32, e4m3 / e5m2: QGMMA in SASS), come from ``test_e2e_wgmma``."""
 import re
 import sys
 from pathlib import Path
@@ -161,11 +162,10 @@ def test_the_fp8_gemm_compiles_to_k32_wgmma_without_transposes(a_type, b_type, s
     transpose immediates (the fp8 form has none); no spills."""
     compiled = _fp8_gemm(a_type, b_type, swizzle)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
-    names = "e4m3" if a_type.endswith("e4m3") else "e5m2", b_type[-4:]
     mma = [line for line in ptx if line.startswith("wgmma.mma_async")]
     assert len(mma) == 192 // 32
-    assert all(line.startswith(f"wgmma.mma_async.sync.aligned.m64n40k32.f32.{names[0]}."
-                               f"{names[1]} ") and line.endswith("p, 1, 1;") for line in mma)
+    assert all(line.startswith(f"wgmma.mma_async.sync.aligned.m64n40k32.f32.{a_type[-4:]}."
+                               f"{b_type[-4:]} ") and line.endswith("p, 1, 1;") for line in mma)
     assert compiled.metadata["spill_bytes"] == 0
 
 

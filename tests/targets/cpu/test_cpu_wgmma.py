@@ -1,7 +1,8 @@
 """wgmma on the CPU's per-thread units against torch: A (64 x K) and B (K x N) are placed in
 shared memory by ``layout.smem_layout`` -- every swizzle, K-major and MN-major -- the
 descriptors come from ``describe_operand`` reading the layout's addresses, and each k-step
-of 16 issues one m64nNk16 from descriptors that start at the step's first elements. The
+(16 k's; 32 for fp8) issues one m64nNk16 (m64nNk32) from descriptors that start at the
+step's first elements. The
 CPU decodes the descriptors as the hardware does, so a wrong field is a wrong answer."""
 import contextlib
 

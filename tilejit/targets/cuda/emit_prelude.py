@@ -192,7 +192,7 @@ TJ_DEVICE void tj_mbarrier_wait(unsigned long long* bar, int phase) {
 """
 
 # Each 16-bit float type's header and helpers, printed only for a kernel that holds values of
-# the type: cuda_fp16.h and cuda_bf16.h are a third of NVRTC's front-end time for a small
+# the type: cuda_fp16.h and cuda_bf16.h are a quarter of NVRTC's time for an empty
 # kernel (BENCHMARKS.md, "cold compile"). f16 and bf16 values are computed in f32 and
 # rounded once per op, as on the CPU; tj_bits gives their bit patterns (atomics, mma packing).
 F16_PRELUDE = r"""#include <cuda_fp16.h>

@@ -73,7 +73,8 @@ class CudaBackend(Backend):
         printer = CudaPrinter(lowered, arch, debug)
         source, entry = printer.print(), printer.entry
         options = ("-lineinfo",) if debug else ()
-        program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options)
+        program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options,
+                               minimal=True)
         usage = program.resources().get(entry)
         files = {"cuda": source.encode(), "ptx": program.ptx.encode(), "cubin": program.cubin}
         meta = {

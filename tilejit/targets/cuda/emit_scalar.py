@@ -235,12 +235,10 @@ def cast_expr(p: CudaPrinter, x: Value, dst: ScalarType) -> str:
 
 
 def print_cast(p: CudaPrinter, op: Operation) -> None:
-    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
     p.define(op.result, cast_expr(p, op.operands[0], op.result.type))
 
 
 def print_const(p: CudaPrinter, op: Operation) -> None:
-    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
     p.names[op.result] = literal(op.attrs["value"], op.result.type)
 
 

@@ -20,26 +20,13 @@ from tilejit.ir.types import bf16, f8e4m3, f8e5m2, f16, f32
 from tilejit.passes.rules.gemm_mma import MIN_SM
 
 from .emit import CudaPrinter
-from .emit_scalar import storage_type
+from .emit_scalar import packed_words, storage_type
 
 __all__ = ["HANDLERS"]
 
 LDMATRIX_MIN_SM = 75
 STMATRIX_MIN_SM = 90
 PTX_TYPES = {f16: "f16", bf16: "bf16", f32: "f32", f8e4m3: "e4m3", f8e5m2: "e5m2"}
-
-
-def _packed(p: CudaPrinter, values) -> list[str]:
-    """The 16- or 8-bit values as 32-bit registers of two or four, the first in the
-    lowest bits."""
-    bits = values[0].type.bits
-    per_word = 32 // bits
-    words = []
-    for first in range(0, len(values), per_word):
-        word = values[first:first + per_word]
-        higher = [f"(unsigned)tj_bits({p[v]}) << {bits * i}" for i, v in enumerate(word) if i]
-        words.append("(" + " | ".join([*reversed(higher), f"tj_bits({p[word[0]]})"]) + ")")
-    return words
 
 
 def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
@@ -60,7 +47,7 @@ def print_mma_sync(p: CudaPrinter, op: Operation) -> None:
     def group(count: int) -> str:
         return "{" + ", ".join(f"%{next(registers)}" for _ in range(count)) + "}"
 
-    a_words, b_words = _packed(p, a), _packed(p, b)
+    a_words, b_words = packed_words(p, a), packed_words(p, b)
     operands = " ".join([group(len(d)) + ",", group(len(a_words)) + ",",
                          group(len(b_words)) + ",", group(len(c))])
     outputs = ", ".join(f'"=f"({name})' for name in d)
@@ -102,7 +89,7 @@ def print_stmatrix_at(p: CudaPrinter, op: Operation) -> None:
                    + (".trans" if op.attrs["trans"] else "") + ".shared.b16")
     operands = f"[%0], {{{', '.join(f'%{i + 1}' for i in range(num))}}}"
     inputs = ", ".join([f'"r"(tj_smem_addr(&{p[buf]}[{p[offset]}]))',
-                        *(f'"r"({x})' for x in _packed(p, values))])
+                        *(f'"r"({x})' for x in packed_words(p, values))])
     # volatile and "memory": a warp collective writing shared memory that other threads
     # read after a barrier; it must stay where the IR puts it.
     p.emit(f'asm volatile("{instruction} {operands};" :: {inputs} : "memory");')

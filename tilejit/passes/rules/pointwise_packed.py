@@ -1,0 +1,156 @@
+"""``packed``: per thread, a pointwise op on f16 or bf16 computing two elements a thread
+holds with one instruction (``packed_binary`` / ``packed_cast``: a GPU's ``add.rn.f16x2``,
+``max.NaN.bf16x2``, ``cvt.rn.f16x2.f32`` ...).
+
+Legal (else a Decline naming each condition that fails) when:
+
+* the op is add, sub, mul, maximum or minimum computed in f16 or bf16, or a cast of f32
+  values to f16 or bf16 -- the ops whose pair form gives each lane the scalar op's bits
+  (``ir/ops_packed.py``; an fma is not: the scalar one rounds twice);
+* the element loop is legal and distributed per thread over a layout (``Owned``), whose
+  runs of the last dim are of even length, each starting at an even index (so a thread's
+  pairs are (2j, 2j + 1): ``Owned.misaligned_runs``);
+* every tile operand has the destination's shape and lives in registers (a fragment or
+  local buffer) whose layout places the pair in one 32-bit register: the last dim's
+  innermost iter is ``m`` with stride 1 and an even extent, and every other ``m`` stride
+  and the ``m`` offset are even, so the pair is registers (2r, 2r + 1);
+* the arch (where one is known) has the instruction: f16 add/sub/mul from sm_53, the rest
+  from sm_80 (bf16 add/sub/mul as one ``fma.rn.bf16x2`` before sm_90).
+
+Lowering: each thread visits the first element of each of its pairs (``Owned.by_runs``),
+loads both elements of every source, converts them to the computed type as the scalar
+family does, issues one packed op and stores its two results.
+"""
+from __future__ import annotations
+
+import re
+
+from ...errors import LayoutError
+from ...ir.ops_tile import FUSED
+from ...ir.types import MemScope, bf16, f16, f32
+from ...layout import TileLayout
+from ...layout.transform import group_iters
+from ..dispatch.call import Operand, PrimitiveCall
+from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
+from ..distribution import Owned
+from ..loopgen import Box, Emitter
+from .elementwise import element_loop_legality
+
+__all__ = ["MIN_SM", "PACKED_POINTWISE"]
+
+PAIR = 2
+PACKED_TYPES = (f16, bf16)
+# pointwise op -> packed_binary op; "cast" is packed_cast
+PACKED_OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min",
+              "cast": "cast"}
+# (packed op, type) -> the first arch with its instruction (PTX ISA: f16x2 add/sub/mul
+# sm_53; max/min (.NaN) f16x2 and bf16x2, fma.rn.bf16x2 and cvt.rn.{f16,bf16}x2.f32 sm_80)
+MIN_SM = {**{(op, f16): 53 for op in ("add", "sub", "mul")},
+          **{(op, bf16): 80 for op in ("add", "sub", "mul")},
+          **{(op, t): 80 for op in ("max", "min", "cast") for t in PACKED_TYPES}}
+REGISTERS = (MemScope.FRAGMENT, MemScope.LOCAL)
+
+
+def _op_reasons(call: PrimitiveCall) -> list[str]:
+    op, dst = call.attrs.get("op", "copy"), call.operands[0]
+    if op == FUSED:
+        return [f"a fused chain of {len(call.attrs['steps'])} ops: a packed pair computes "
+                "one op"]
+    if op == "fma":
+        return ["fma: the scalar fma rounds its product and its sum, fma.rn.f16x2 rounds "
+                "once, so a pair would not give each lane the scalar bits"]
+    if op not in PACKED_OPS:
+        return [f"{op} has no packed f16x2/bf16x2 form here (packed: "
+                f"{', '.join(PACKED_OPS)})"]
+    reasons = []
+    if dst.dtype not in PACKED_TYPES:
+        reasons.append(f"{op} computes {dst.dtype}: pairs are f16 or bf16")
+    if op == "cast" and call.operands[1].dtype != f32:
+        reasons.append(f"a cast from {call.operands[1].dtype}: cvt.rn.{{f16,bf16}}x2 rounds "
+                       "pairs of f32")
+    sm = re.match(r"sm_(\d+)", call.context.arch or "")
+    key = (PACKED_OPS[op], dst.dtype)
+    if sm is not None and key in MIN_SM and int(sm.group(1)) < MIN_SM[key]:
+        reasons.append(f"{key[1]} pairs of {op} need sm_{MIN_SM[key]} or later; compiling "
+                       f"for {call.context.arch}")
+    return reasons
+
+
+def pair_in_one_register(o: Operand) -> str | None:
+    """Why ``o``'s layout does not put each even-started pair of its last dim into one
+    32-bit register (registers 2r, 2r + 1); None: it does."""
+    if not isinstance(o.layout, TileLayout):
+        return f"{o.name} has no register layout that places its pairs"
+    try:
+        used, groups = group_iters(o.layout.canonicalize(), tuple(o.shape))
+    except LayoutError as err:
+        return f"{o.name}'s layout does not fit its shape: {err.message}"
+    inner = groups[-1][-1] if groups[-1] else None
+    if inner is None or inner.axis.name != "m" or inner.stride != 1 or inner.extent % PAIR:
+        return (f"{o.name}'s layout {o.layout} does not give a thread two consecutive "
+                "elements of the last dim in consecutive registers")
+    odd = [it.stride for group in groups for it in group
+           if it is not inner and it.axis.name == "m" and it.extent > 1 and it.stride % PAIR]
+    if odd or used.offset.get("m", 0) % PAIR:
+        return (f"{o.name}'s layout {o.layout} starts pairs at odd registers: a pair would "
+                "straddle two 32-bit registers")
+    return None
+
+
+def check(call: PrimitiveCall) -> Plan | Decline:
+    reasons = _op_reasons(call)
+    if reasons:
+        return Decline(*reasons)
+    reasons, dist = element_loop_legality(call)
+    if reasons:
+        return Decline(*reasons)
+    if not isinstance(dist, Owned):
+        return Decline(f"no operand is laid out over threads (distribution: {dist}), so no "
+                       "thread holds pairs")
+    if dist.run_extent() % PAIR:
+        return Decline(f"{dist.driver.name}'s layout {dist.driver.layout} gives each thread "
+                       f"runs of {dist.run_extent()} elements of the last dim, not pairs")
+    misaligned = dist.misaligned_runs(PAIR)
+    if misaligned:
+        return Decline(misaligned)
+    dst = call.operands[0]
+    for o in call.tiles:
+        if tuple(o.shape) != tuple(dst.shape):
+            reasons.append(f"{o.name} {list(o.shape)} broadcasts to dst {list(dst.shape)}: "
+                           "its pairs are not two of its own registers")
+        elif o.role not in REGISTERS:
+            reasons.append(f"{o.name} is in {o.role} memory: pairs are packed from registers")
+        else:
+            why = pair_in_one_register(o)
+            if why:
+                reasons.append(why)
+    if reasons:
+        return Decline(*reasons)
+    return Plan([(PAIR,)], {"distribution": dist, "pairs": dist.by_runs(PAIR)})
+
+
+def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    dst, srcs = call.operands[0], call.operands[1:]
+    op, dtype = PACKED_OPS[call.attrs["op"]], dst.dtype
+
+    def pair(idx: list) -> None:
+        elements = [idx, [*idx[:-1], em.add(idx[-1], 1)]]
+        # per source, its two values in the computed type (a cast's source stays f32)
+        values = [[em.load(s, element) for element in elements] for s in srcs]
+        if op == "cast":
+            results = em.b.packed_cast(*values[0], dtype)
+        else:
+            a, b = ([v if v.type == dtype else em.b.cast(v, dtype) for v in vs]
+                    for vs in values)
+            results = em.b.packed_binary(op, a, b)
+        for value, element in zip(results, elements):
+            em.store(dst, value, element)
+
+    plan.details["pairs"].emit(em, [(Box.full(list(dst.shape)), pair)])
+
+
+# After ``vec`` (which needs a tensor side) and before the ``scalar`` fallback.
+PACKED_POINTWISE = register(Rule("packed", "pointwise", check, lower, priority=-2,
+                                 distributions=(PER_THREAD,),
+                                 doc="per thread: pairs of f16/bf16 in one f16x2/bf16x2 "
+                                     "instruction"))

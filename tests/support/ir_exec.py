@@ -153,6 +153,19 @@ class _CTA:
                      "shl": np.left_shift, "shr": np.right_shift}[name](a, b)
         return [as_type(r, t)]
 
+    def op_packed_binary(self, op, mask):
+        """Each lane of the pair as ``binary`` computes it (numpy's maximum/minimum
+        propagate NaN, as the op's do)."""
+        a0, a1, b0, b1 = self.args(op)
+        binary = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+                  "min": np.minimum}[op.attrs["op"]]
+        with np.errstate(all="ignore"):
+            return [as_type(binary(a, b), op.results[0].type) for a, b in ((a0, b0), (a1, b1))]
+
+    def op_packed_cast(self, op, mask):
+        with np.errstate(all="ignore"):
+            return [as_type(x, op.attrs["to"]) for x in self.args(op)]
+
     def op_unary(self, op, mask):
         (x,), name = self.args(op), op.attrs["op"]
         with np.errstate(all="ignore"):

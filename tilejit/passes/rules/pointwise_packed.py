@@ -108,8 +108,10 @@ def check(call: PrimitiveCall) -> Plan | Decline:
         return Decline(f"no operand is laid out over threads (distribution: {dist}), so no "
                        "thread holds pairs")
     if dist.run_extent() % PAIR:
+        runs = "single elements" if dist.run_extent() == 1 \
+            else f"runs of {dist.run_extent()} elements"
         return Decline(f"{dist.driver.name}'s layout {dist.driver.layout} gives each thread "
-                       f"runs of {dist.run_extent()} elements of the last dim, not pairs")
+                       f"{runs} of the last dim, no pairs")
     misaligned = dist.misaligned_runs(PAIR)
     if misaligned:
         return Decline(misaligned)

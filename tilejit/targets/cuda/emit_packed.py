@@ -19,13 +19,12 @@ from __future__ import annotations
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
 from tilejit.ir.types import bf16, f16
-
 from tilejit.passes.rules.pointwise_packed import MIN_SM
 
 from .emit import CudaPrinter
 from .emit_scalar import packed_words, storage_type
 
-__all__ = ["HANDLERS", "instruction"]
+__all__ = ["HANDLERS"]
 
 PTX_TYPE = {f16: "f16x2", bf16: "bf16x2"}
 NATIVE_BF16X2_SM = 90   # add/sub/mul.rn.bf16x2
@@ -33,7 +32,7 @@ NATIVE_BF16X2_SM = 90   # add/sub/mul.rn.bf16x2
 ONE, MINUS_ONE, MINUS_ZERO = "0x3F803F80", "0xBF80BF80", "0x80008000"
 
 
-def instruction(op: str, t, sm: int) -> tuple[str, str | None]:
+def _instruction(op: str, t, sm: int) -> tuple[str, str | None]:
     """(the PTX of ``op`` on ``t`` pairs for ``sm`` with ``d``, ``a``, ``b`` as ``%0``,
     ``%1``, ``%2``, the bf16x2 constant it reads as ``%3`` -- fma takes no immediate
     bf16x2 -- or None)."""
@@ -47,10 +46,10 @@ def instruction(op: str, t, sm: int) -> tuple[str, str | None]:
     return f"fma.rn.{kind} %0, {operands};", constant
 
 
-def _require(p: CudaPrinter, op: Operation, key) -> None:
+def _require(p: CudaPrinter, key, what: str) -> None:
     if p.sm < MIN_SM[key]:
-        raise CompilationError(f"{op.name} {key[0]} on {key[1]} pairs needs sm_{MIN_SM[key]} "
-                               f"or later; compiling for {p.arch}")
+        raise CompilationError(f"{what} needs sm_{MIN_SM[key]} or later; compiling for "
+                               f"{p.arch}")
 
 
 def _unpack(p: CudaPrinter, op: Operation, word: str) -> None:
@@ -61,8 +60,8 @@ def _unpack(p: CudaPrinter, op: Operation, word: str) -> None:
 
 def print_packed_binary(p: CudaPrinter, op: Operation) -> None:
     name, t = op.attrs["op"], op.results[0].type
-    _require(p, op, (name, t))
-    text, constant = instruction(name, t, p.sm)
+    _require(p, (name, t), f"packed_binary {name} on {t} pairs")
+    text, constant = _instruction(name, t, p.sm)
     inputs = [*packed_words(p, op.operands[:2]), *packed_words(p, op.operands[2:])]
     inputs += [f"{constant}u"] if constant else []
     word = p.fresh("pair")
@@ -74,7 +73,7 @@ def print_packed_binary(p: CudaPrinter, op: Operation) -> None:
 
 def print_packed_cast(p: CudaPrinter, op: Operation) -> None:
     t = op.attrs["to"]
-    _require(p, op, ("cast", t))
+    _require(p, ("cast", t), f"packed_cast of f32 pairs to {t}")
     word = p.fresh("pair")
     x0, x1 = (p[x] for x in op.operands)
     p.emit(f"unsigned {word};")

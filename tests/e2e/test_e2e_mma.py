@@ -1,9 +1,9 @@
 """Tensor-core gemm (family ``mma``, mma.sync m16n8k16; m16n8k32 for fp8) end to end: tiles
 of A and B staged in shared memory, an f32 accumulator laid out by ``mma_accumulator_layout``
-over the CTA's warps, f16, bf16 and e4m3/e5m2 inputs, against torch. Per thread (the CPU's SIMT mode) the gemm runs
-on ``mma`` -- each warp's lanes meet in mma_sync as on a GPU; in the CPU's own lowering
-(team_once) its ``blocked`` family runs the same kernel. What ``mma`` cannot take falls
-back to ``fma`` with the reason in the dispatch log."""
+over the CTA's warps, f16, bf16 and e4m3/e5m2 inputs, against torch. Per thread (the CPU's
+SIMT mode) the gemm runs on ``mma`` -- each warp's lanes meet in mma_sync as on a GPU; in
+the CPU's own lowering (team_once) its ``blocked`` family runs the same kernel. What
+``mma`` cannot take falls back to ``fma`` with the reason in the dispatch log."""
 import pytest
 import torch
 from support.gpu import needs_nvrtc

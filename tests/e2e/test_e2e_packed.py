@@ -50,12 +50,17 @@ def pair_math(x, y, out, BM: tj.constexpr, BN: tj.constexpr, L: tj.constexpr,
 
 
 @tj.kernel
-def pair_cast(x, out, BM: tj.constexpr, BN: tj.constexpr, L: tj.constexpr):
+def pair_cast(x, out, BM: tj.constexpr, BN: tj.constexpr, L: tj.constexpr,
+              COPY: tj.constexpr = False):
+    """``tj.cast(h, a)``, or ``tj.copy(h, a)`` (a copy converts as well) when COPY."""
     r = tj.cta_id(0) * BM
     a = tj.fragment((BM, BN), x.dtype, layout=L)
     h = tj.fragment((BM, BN), out.dtype, layout=L)
     tj.copy(a, x[r:r + BM, 0:BN])
-    tj.cast(h, a)
+    if COPY:
+        tj.copy(h, a)
+    else:
+        tj.cast(h, a)
     tj.copy(out[r:r + BM, 0:BN], h)
 
 
@@ -98,15 +103,18 @@ def test_pairs_give_the_scalar_ops_bits(lowering, dtype, op, layout, bm, bn, war
         assert record.shape == (2,)
 
 
+@pytest.mark.parametrize("copy", [False, True], ids=["cast", "copy"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_casts_of_f32_pairs_round_to_nearest_even(lowering, dtype):
+def test_f32_pairs_round_to_nearest_even(lowering, dtype, copy):
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(15, 8, generator=gen) * 1000
     x[0, :3] = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 1e6])   # ties, overflow (f16)
     out = torch.zeros(15, 8, dtype=dtype)
-    pair_cast[(3,)](x, out, BM=6, BN=8, L=PAIRS)
+    pair_cast[(3,)](x, out, BM=6, BN=8, L=PAIRS, COPY=copy)
     assert torch.equal(out, x.to(dtype))
-    record = pointwise(pair_cast, x, out, BM=6, BN=8, L=PAIRS)
+    log = pair_cast.compile(x, out, BM=6, BN=8, L=PAIRS, COPY=copy).dispatch_log
+    _, record, _ = log   # load, convert, store
+    assert record.primitive == ("copy" if copy else "pointwise")
     assert (record.rule == "packed") == (lowering == "per_thread")
 
 
@@ -177,3 +185,26 @@ def test_the_cuda_target_rounds_f32_pairs_with_one_cvt(arch, dtype, fresh_cache)
     compiled = pair_cast.compile(x, out, BM=6, BN=8, L=PAIRS, target="cuda", arch=arch)
     lines = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     assert sum(line.startswith(f"cvt.rn.{dtype.name}x2.f32 ") for line in lines) == 1
+
+
+@tj.kernel
+def scale_pairs(x, out, s, BM: tj.constexpr, BN: tj.constexpr, L: tj.constexpr,
+                D: tj.constexpr):
+    r = tj.cta_id(0) * BM
+    a = tj.fragment((BM, BN), x.dtype, layout=L)
+    tj.copy(a, x[r:r + BM, 0:BN])
+    tj.mul(a, a, s, dispatch=D)
+    tj.copy(out[r:r + BM, 0:BN], a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_scalar_operand_is_converted_as_the_scalar_family_converts_it(lowering, dtype):
+    x, _ = operands(dtype, 15, 8)
+    packed, scalar = torch.zeros_like(x), torch.zeros_like(x)
+    options = dict(BM=6, BN=8, L=PAIRS)
+    scale_pairs[(3,)](x, packed, 0.1, D=None, **options)
+    scale_pairs[(3,)](x, scalar, 0.1, D="scalar", **options)
+    assert torch.equal(packed.view(torch.int16), scalar.view(torch.int16))
+    log = scale_pairs.compile(x, packed, 0.1, D=None, **options).dispatch_log
+    (record,) = [r for r in log if r.primitive == "pointwise"]
+    assert (record.rule == "packed") == (lowering == "per_thread")

@@ -122,3 +122,28 @@ def test_arch_decides_which_ops_pack():
         else:
             assert verdict.reasons == ("f16 pairs of maximum need sm_80 or later; compiling "
                                        "for sm_75",)
+
+
+def test_a_copy_rounding_f32_registers_to_f16_packs_and_one_without_conversion_does_not():
+    layout = TileLayout.parse("(8,4):(4@laneid,1@m)")
+
+    def body(b, x, out):
+        zero = b.const(0, i32)
+        wide = b.alloc(FRAGMENT, f32, (8, 4), layout)
+        narrow = b.alloc(FRAGMENT, f16, (8, 4), layout)
+        b.tile("copy", wide, b.region(x, [zero, zero], (8, 4)), team=TeamKind.WARP)
+        b.tile("copy", narrow, wide, team=TeamKind.WARP)
+        b.tile("copy", b.region(out, [zero, zero], (8, 4)), narrow, team=TeamKind.WARP)
+    k, log = lowered(make_kernel([("x", global_matrix(f32)), ("out", global_matrix(f16))],
+                                 body), SIMT)
+    load, convert, store = log
+    assert convert.rule == "packed"
+    assert dict(load.rejected)["packed"] == "copy computes f32: pairs are f16 or bf16"
+    assert dict(store.rejected)["packed"] == ("a copy from f16: cvt.rn.{f16,bf16}x2 rounds "
+                                              "pairs of f32")
+    assert len([o for o in walk(k.body) if o.name == "packed_cast"]) == 1
+    x = (np.random.default_rng(3).standard_normal((8, 4)) * 1e4).astype(np.float32)
+    x[0, :2] = [1 + 2 ** -11, 70000.0]   # a tie (rounds to even), an overflow to inf
+    out = np.zeros((8, 4), np.float16)
+    run_kernel(k, {"x": x, "out": out})
+    np.testing.assert_array_equal(out, x.astype(np.float16))

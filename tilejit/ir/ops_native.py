@@ -10,8 +10,8 @@ from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, En
 from .opdef import OpGroup, register
 from .scope import LANES_PER_WARP
 from .storage import shared_alignment
-from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16, f8e4m3,
-                    f8e5m2, f16, f32, i1, i32, i64)
+from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16,
+                    f8e4m3, f8e5m2, f16, f32, i1, i32, i64)
 
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
 

@@ -43,7 +43,8 @@ def _check_packed_cast(op):
 
 
 register("packed_binary", OpGroup.NATIVE, "a0:scalar a1:scalar b0:scalar b1:scalar",
-         {"op": Attr(Choice(*PACKED_BINARY_OPS))}, lambda types, attrs: (types[0],) * 2, check=_check_packed_binary,
+         {"op": Attr(Choice(*PACKED_BINARY_OPS))}, lambda types, attrs: (types[0],) * 2,
+         check=_check_packed_binary,
          doc="(a0 op b0, a1 op b1) on a pair of f16 or bf16 values, each lane as the scalar "
              "binary op computes it (a GPU's add.rn.f16x2 ...); max/min propagate NaN")
 register("packed_cast", OpGroup.NATIVE, "x0:scalar x1:scalar", {"to": Attr(SCALAR_TYPE)},

@@ -7,7 +7,7 @@ Importing this package registers them (the registry does so on first use):
 | copy, pointwise | ``vector`` | no | ``elementwise`` |
 | copy, pointwise | ``vec`` (per thread: runs in one vector access) | no | ``copy_vector`` |
 | copy | ``stmatrix`` (per thread: warp fragment -> shared, sm_90) | no | ``copy_stmatrix`` |
-| pointwise | ``packed`` (per thread: f16/bf16 pairs in one f16x2 instruction) | no | ``pointwise_packed`` |
+| copy, pointwise | ``packed`` (per thread: f16/bf16 pairs in one f16x2 instruction) | no | ``pointwise_packed`` |
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |

@@ -1,12 +1,13 @@
 """``packed``: per thread, a pointwise op on f16 or bf16 computing two elements a thread
 holds with one instruction (``packed_binary`` / ``packed_cast``: a GPU's ``add.rn.f16x2``,
-``max.NaN.bf16x2``, ``cvt.rn.f16x2.f32`` ...).
+``max.NaN.bf16x2``, ``cvt.rn.f16x2.f32`` ...), and a copy converting f32 registers to f16
+or bf16 ones (``packed_cast``).
 
 Legal (else a Decline naming each condition that fails) when:
 
-* the op is add, sub, mul, maximum or minimum computed in f16 or bf16, or a cast of f32
-  values to f16 or bf16 -- the ops whose pair form gives each lane the scalar op's bits
-  (``ir/ops_packed.py``; an fma is not: the scalar one rounds twice);
+* the op is add, sub, mul, maximum or minimum computed in f16 or bf16, or a cast (or an
+  unmasked copy) of f32 values to f16 or bf16 -- the ops whose pair form gives each lane
+  the scalar op's bits (``ir/ops_packed.py``; an fma is not: the scalar one rounds twice);
 * the element loop is legal and distributed per thread over a layout (``Owned``), whose
   runs of the last dim are of even length, each starting at an even index (so a thread's
   pairs are (2j, 2j + 1): ``Owned.misaligned_runs``);
@@ -36,13 +37,13 @@ from ..distribution import Owned
 from ..loopgen import Box, Emitter
 from .elementwise import element_loop_legality
 
-__all__ = ["MIN_SM", "PACKED_POINTWISE"]
+__all__ = ["MIN_SM", "PACKED_COPY", "PACKED_POINTWISE"]
 
 PAIR = 2
 PACKED_TYPES = (f16, bf16)
-# pointwise op -> packed_binary op; "cast" is packed_cast
+# pointwise op (a copy's is "copy") -> packed_binary op; "cast" is packed_cast
 PACKED_OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min",
-              "cast": "cast"}
+              "cast": "cast", "copy": "cast"}
 # (packed op, type) -> the first arch with its instruction (PTX ISA: f16x2 add/sub/mul
 # sm_53; max/min (.NaN) f16x2 and bf16x2, fma.rn.bf16x2 and cvt.rn.{f16,bf16}x2.f32 sm_80)
 MIN_SM = {**{(op, f16): 53 for op in ("add", "sub", "mul")},
@@ -62,11 +63,13 @@ def _op_reasons(call: PrimitiveCall) -> list[str]:
     if op not in PACKED_OPS:
         return [f"{op} has no packed f16x2/bf16x2 form here (packed: "
                 f"{', '.join(PACKED_OPS)})"]
+    if op == "copy" and len(call.operands) > 2:
+        return ["a masked copy (mask=/other=) moves element by element"]
     reasons = []
     if dst.dtype not in PACKED_TYPES:
         reasons.append(f"{op} computes {dst.dtype}: pairs are f16 or bf16")
-    if op == "cast" and call.operands[1].dtype != f32:
-        reasons.append(f"a cast from {call.operands[1].dtype}: cvt.rn.{{f16,bf16}}x2 rounds "
+    if PACKED_OPS[op] == "cast" and call.operands[1].dtype != f32:
+        reasons.append(f"a {op} from {call.operands[1].dtype}: cvt.rn.{{f16,bf16}}x2 rounds "
                        "pairs of f32")
     sm = re.match(r"sm_(\d+)", call.context.arch or "")
     key = (PACKED_OPS[op], dst.dtype)
@@ -133,7 +136,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, srcs = call.operands[0], call.operands[1:]
-    op, dtype = PACKED_OPS[call.attrs["op"]], dst.dtype
+    op, dtype = PACKED_OPS[call.attrs.get("op", "copy")], dst.dtype
 
     def pair(idx: list) -> None:
         elements = [idx, [*idx[:-1], em.add(idx[-1], 1)]]
@@ -151,8 +154,11 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     plan.details["pairs"].emit(em, [(Box.full(list(dst.shape)), pair)])
 
 
-# After ``vec`` (which needs a tensor side) and before the ``scalar`` fallback.
-PACKED_POINTWISE = register(Rule("packed", "pointwise", check, lower, priority=-2,
-                                 distributions=(PER_THREAD,),
-                                 doc="per thread: pairs of f16/bf16 in one f16x2/bf16x2 "
-                                     "instruction"))
+def _rule(primitive: str) -> Rule:
+    # After ``vec`` (which needs a tensor side) and before the ``scalar`` fallback.
+    return register(Rule("packed", primitive, check, lower, priority=-2,
+                         distributions=(PER_THREAD,),
+                         doc="per thread: pairs of f16/bf16 in one f16x2/bf16x2 instruction"))
+
+
+PACKED_COPY, PACKED_POINTWISE = _rule("copy"), _rule("pointwise")

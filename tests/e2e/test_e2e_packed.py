@@ -23,7 +23,7 @@ APART = TileLayout.parse("(6,2,4):(4@laneid,1@m,1@laneid)")
 ODD_REGISTERS = TileLayout.parse("(6,2,2,2):(4@laneid,3@m,2@laneid,1@m)")
 
 OPS = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "maximum": torch.maximum,
-       "minimum": torch.minimum}
+       "minimum": torch.minimum, "neg": lambda x, y: -x, "abs": lambda x, y: torch.abs(x)}
 
 
 @tj.kernel
@@ -44,6 +44,10 @@ def pair_math(x, y, out, BM: tj.constexpr, BN: tj.constexpr, L: tj.constexpr,
         tj.maximum(a, a, b)
     elif OP == "minimum":
         tj.minimum(a, a, b)
+    elif OP == "neg":
+        tj.neg(a, a)
+    elif OP == "abs":
+        tj.abs(a, a)
     else:
         tj.fma(a, a, b, b)
     tj.copy(out[r:r + BM, 0:BN], a)
@@ -163,6 +167,8 @@ def test_fma_and_f32_decline_naming_why(lowering):
     (tj.bfloat16, "add", {"sm_80": "fma.rn.bf16x2", "sm_90a": "add.rn.bf16x2"}),
     (tj.bfloat16, "sub", {"sm_80": "fma.rn.bf16x2", "sm_90a": "sub.rn.bf16x2"}),
     (tj.bfloat16, "minimum", {"sm_80": "min.NaN.bf16x2", "sm_90a": "min.NaN.bf16x2"}),
+    (tj.float16, "neg", {"sm_80": "neg.f16x2", "sm_90a": "neg.f16x2"}),
+    (tj.bfloat16, "abs", {"sm_80": "abs.bf16x2", "sm_90a": "abs.bf16x2"}),
 ])
 def test_the_cuda_target_prints_one_packed_instruction_per_pair(arch, dtype, op, ptx,
                                                                  fresh_cache):

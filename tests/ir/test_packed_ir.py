@@ -28,11 +28,20 @@ def test_packed_ops_round_trip(dtype, op):
     assert [r.type.name for r in pair.results] == [dtype, dtype]
 
 
+@pytest.mark.parametrize("op", ["neg", "abs"])
+def test_packed_unary_round_trips(op):
+    text = kernel("  %h0, %h1 = packed_cast(%f, %f) {to = bf16} : bf16, bf16 loc(4:4)\n"
+                  f"  %r0, %r1 = packed_unary(%h0, %h1) {{op = {op}}} : bf16, bf16 loc(5:4)")
+    assert str(verify(parse_kernel(text))) == text
+
+
 @pytest.mark.parametrize("body, message", [
     ("  %g = cast(%f) {to = f16} : f16 loc(4:4)\n"
      "  %h = cast(%f) {to = bf16} : bf16 loc(4:4)\n"
      "  %r0, %r1 = packed_binary(%g, %g, %h, %h) {op = add} : f16, f16 loc(5:4)",
-     "two pairs of one type \\(a0, a1, b0, b1\\), got f16, f16, bf16, bf16"),
+     "pairs of one type \\(a0, a1, b0, b1\\), got f16, f16, bf16, bf16"),
+    ("  %r0, %r1 = packed_unary(%f, %f) {op = neg} : f32, f32 loc(5:4)",
+     "packed_unary computes pairs of f16 or bf16, not f32"),
     ("  %r0, %r1 = packed_binary(%f, %f, %f, %f) {op = add} : f32, f32 loc(5:4)",
      "pairs of f16 or bf16, not f32"),
     ("  %g = cast(%f) {to = f16} : f16 loc(4:4)\n"

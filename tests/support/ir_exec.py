@@ -162,6 +162,10 @@ class _CTA:
         with np.errstate(all="ignore"):
             return [as_type(binary(a, b), op.results[0].type) for a, b in ((a0, b0), (a1, b1))]
 
+    def op_packed_unary(self, op, mask):
+        unary = {"neg": np.negative, "abs": np.abs}[op.attrs["op"]]
+        return [as_type(unary(a), op.results[0].type) for a in self.args(op)]
+
     def op_packed_cast(self, op, mask):
         with np.errstate(all="ignore"):
             return [as_type(x, op.attrs["to"]) for x in self.args(op)]

@@ -46,6 +46,19 @@ def cast_kernel(dtype: str):
     return verify(parse_kernel("\n".join(lines + ["}"])))
 
 
+def unary_kernel(dtype: str, op: str):
+    buffer = f"buffer<global, {dtype}, [?], strides=[1]>"
+    lines = [f"kernel @pairs(%x: {buffer}, %out: {buffer}) "
+             '{distribution = "per_thread", num_warps = 1} loc("/src/k.py":1:0) {',
+             "  %lane = thread_index {kind = lane_id} : i32 loc(2:4)",
+             f"  %x0 = load_at(%x, %lane) : {dtype} loc(3:4)",
+             f"  %x1 = load_at(%x, %lane) : {dtype} loc(3:4)",
+             f"  %r0, %r1 = packed_unary(%x0, %x1) {{op = {op}}} : {dtype}, {dtype} loc(4:4)",
+             "  store_at(%out, %r0, %lane) loc(5:4)",
+             "  store_at(%out, %r1, %lane) loc(5:4)"]
+    return verify(parse_kernel("\n".join(lines + ["}"])))
+
+
 def asm_line(source: str) -> str:
     (line,) = [line.strip() for line in source.splitlines() if line.strip().startswith("asm(")]
     return line
@@ -93,6 +106,17 @@ def test_nvrtc_compiles_each_pair_to_its_packed_instruction(dtype, op, arch):
 
 
 @needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("dtype, op", [("f16", "neg"), ("bf16", "abs")])
+def test_a_unary_pair_prints_and_compiles_to_one_instruction(dtype, op, arch):
+    source, _ = print_cuda(unary_kernel(dtype, op), arch)
+    assert asm_line(source) == (f'asm("{op}.{dtype}x2 %0, %1;" : "=r"(pair) : '
+                                '"r"(((unsigned)tj_bits(x1) << 16 | tj_bits(x0))));')
+    ptx = [line.strip() for line in compile_cuda(source, arch).ptx.splitlines()]
+    assert sum(line.startswith(f"{op}.{dtype}x2 ") for line in ptx) == 1
+
+
+@needs_nvrtc
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_nvrtc_compiles_a_cast_pair(dtype):
     source, _ = print_cuda(cast_kernel(dtype), "sm_90a")
@@ -104,6 +128,7 @@ def test_nvrtc_compiles_a_cast_pair(dtype):
     (lambda: pair_kernel("f16", "max"), "sm_75", "packed_binary max on f16 pairs needs sm_80"),
     (lambda: pair_kernel("bf16", "add"), "sm_75", "packed_binary add on bf16 pairs needs sm_80"),
     (lambda: cast_kernel("f16"), "sm_75", "packed_cast of f32 pairs to f16 needs sm_80"),
+    (lambda: unary_kernel("bf16", "neg"), "sm_75", "packed_unary neg on bf16 pairs needs sm_80"),
 ])
 def test_an_arch_without_the_instruction_is_a_located_error(kernel, arch, message):
     with pytest.raises(CompilationError, match=f"{message} or later; compiling for {arch}") \

@@ -159,6 +159,10 @@ class Builder:
         """``(a[0] op b[0], a[1] op b[1])`` on a pair of f16 or bf16 values."""
         return list(self.create("packed_binary", (*a, *b), {"op": op}).results)
 
+    def packed_unary(self, op: str, a: Sequence[Value]) -> list[Value]:
+        """``(op a[0], op a[1])`` on a pair of f16 or bf16 values."""
+        return list(self.create("packed_unary", tuple(a), {"op": op}).results)
+
     def packed_cast(self, x0: Value, x1: Value, to) -> list[Value]:
         """A pair of f32 values rounded into ``to`` (f16 or bf16)."""
         return list(self.create("packed_cast", (x0, x1), {"to": to}).results)

@@ -23,6 +23,17 @@ def pair_kernel(dtype, op):
     return kb
 
 
+def unary_kernel(dtype, op):
+    with KernelBuilder("pairs", num_warps=THREADS // 32, x=vector(dtype),
+                       out=vector(dtype)) as kb:
+        first = kb.op("mul", kb.global_thread_id(), kb.c(2))
+        second = kb.op("add", first, kb.c(1))
+        values = kb.packed_unary(op, [kb.load(kb.p["x"], [i]) for i in (first, second)])
+        for value, i in zip(values, (first, second)):
+            kb.store(kb.p["out"], value, [i])
+    return kb
+
+
 def cast_kernel(dtype):
     with KernelBuilder("rounds", num_warps=THREADS // 32, x=vector(f32),
                        out=vector(dtype)) as kb:
@@ -51,6 +62,18 @@ def test_each_lane_of_a_pair_is_the_scalar_op(dtype, op, reference):
     out = torch.zeros_like(x)
     pair_kernel(dtype, op).run(1, [x, y, out])
     expected = reference(x, y)
+    nan = expected.isnan()
+    assert torch.equal(out.isnan(), nan)
+    assert torch.equal(out[~nan].view(torch.int16), expected[~nan].view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [f16, bf16], ids=str)
+@pytest.mark.parametrize("op, reference", [("neg", torch.neg), ("abs", torch.abs)])
+def test_neg_and_abs_of_a_pair_change_the_sign_alone(dtype, op, reference):
+    x, _ = operands(dtype)
+    out = torch.zeros_like(x)
+    unary_kernel(dtype, op).run(1, [x, out])
+    expected = reference(x)
     nan = expected.isnan()
     assert torch.equal(out.isnan(), nan)
     assert torch.equal(out[~nan].view(torch.int16), expected[~nan].view(torch.int16))

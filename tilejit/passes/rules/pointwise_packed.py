@@ -1,13 +1,14 @@
 """``packed``: per thread, a pointwise op on f16 or bf16 computing two elements a thread
-holds with one instruction (``packed_binary`` / ``packed_cast``: a GPU's ``add.rn.f16x2``,
-``max.NaN.bf16x2``, ``cvt.rn.f16x2.f32`` ...), and a copy converting f32 registers to f16
-or bf16 ones (``packed_cast``).
+holds with one instruction (``packed_binary`` / ``packed_unary`` / ``packed_cast``: a
+GPU's ``add.rn.f16x2``, ``max.NaN.bf16x2``, ``neg.f16x2``, ``cvt.rn.f16x2.f32`` ...), and
+a copy converting f32 registers to f16 or bf16 ones (``packed_cast``).
 
 Legal (else a Decline naming each condition that fails) when:
 
-* the op is add, sub, mul, maximum or minimum computed in f16 or bf16, or a cast (or an
-  unmasked copy) of f32 values to f16 or bf16 -- the ops whose pair form gives each lane
-  the scalar op's bits (``ir/ops_packed.py``; an fma is not: the scalar one rounds twice);
+* the op is add, sub, mul, maximum, minimum, neg or abs computed in f16 or bf16, or a
+  cast (or an unmasked copy) of f32 values to f16 or bf16 -- the ops whose pair form
+  gives each lane the scalar op's bits (``ir/ops_packed.py``; an fma is not: the scalar
+  one rounds twice);
 * the element loop is legal and distributed per thread over a layout (``Owned``), whose
   runs of the last dim are of even length, each starting at an even index (so a thread's
   pairs are (2j, 2j + 1): ``Owned.misaligned_runs``);
@@ -15,8 +16,8 @@ Legal (else a Decline naming each condition that fails) when:
   local buffer) whose layout places the pair in one 32-bit register: the last dim's
   innermost iter is ``m`` with stride 1 and an even extent, and every other ``m`` stride
   and the ``m`` offset are even, so the pair is registers (2r, 2r + 1);
-* the arch (where one is known) has the instruction: f16 add/sub/mul from sm_53, the rest
-  from sm_80 (bf16 add/sub/mul as one ``fma.rn.bf16x2`` before sm_90).
+* the arch (where one is known) has the instruction: f16 add/sub/mul/neg/abs from sm_53,
+  the rest from sm_80 (bf16 add/sub/mul as one ``fma.rn.bf16x2`` before sm_90).
 
 Lowering: each thread visits the first element of each of its pairs (``Owned.by_runs``),
 loads both elements of every source, converts them to the computed type as the scalar
@@ -41,13 +42,16 @@ __all__ = ["MIN_SM", "PACKED_COPY", "PACKED_POINTWISE"]
 
 PAIR = 2
 PACKED_TYPES = (f16, bf16)
-# pointwise op (a copy's is "copy") -> packed_binary op; "cast" is packed_cast
+# pointwise op (a copy's is "copy") -> packed_binary / packed_unary op; "cast" is
+# packed_cast
 PACKED_OPS = {"add": "add", "sub": "sub", "mul": "mul", "maximum": "max", "minimum": "min",
-              "cast": "cast", "copy": "cast"}
-# (packed op, type) -> the first arch with its instruction (PTX ISA: f16x2 add/sub/mul
-# sm_53; max/min (.NaN) f16x2 and bf16x2, fma.rn.bf16x2 and cvt.rn.{f16,bf16}x2.f32 sm_80)
-MIN_SM = {**{(op, f16): 53 for op in ("add", "sub", "mul")},
-          **{(op, bf16): 80 for op in ("add", "sub", "mul")},
+              "neg": "neg", "abs": "abs", "cast": "cast", "copy": "cast"}
+UNARY = ("neg", "abs")
+# (packed op, type) -> the first arch with its instruction (PTX ISA: f16x2 add/sub/mul,
+# neg/abs sm_53; max/min (.NaN) f16x2 and bf16x2, bf16x2 neg/abs, fma.rn.bf16x2 and
+# cvt.rn.{f16,bf16}x2.f32 sm_80)
+MIN_SM = {**{(op, f16): 53 for op in ("add", "sub", "mul", *UNARY)},
+          **{(op, bf16): 80 for op in ("add", "sub", "mul", *UNARY)},
           **{(op, t): 80 for op in ("max", "min", "cast") for t in PACKED_TYPES}}
 REGISTERS = (MemScope.FRAGMENT, MemScope.LOCAL)
 
@@ -145,9 +149,10 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         if op == "cast":
             results = em.b.packed_cast(*values[0], dtype)
         else:
-            a, b = ([v if v.type == dtype else em.b.cast(v, dtype) for v in vs]
-                    for vs in values)
-            results = em.b.packed_binary(op, a, b)
+            pairs = [[v if v.type == dtype else em.b.cast(v, dtype) for v in vs]
+                     for vs in values]
+            results = em.b.packed_unary(op, *pairs) if op in UNARY \
+                else em.b.packed_binary(op, *pairs)
         for value, element in zip(results, elements):
             em.store(dst, value, element)
 

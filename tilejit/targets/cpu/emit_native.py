@@ -229,12 +229,17 @@ def emit_binary(em, op):
     return [INT_BINARY[name](em, a, b, t.kind == "int")]
 
 
+def _float_unary(em, name: str, x, t: ScalarType):
+    """``name(x)`` of type ``t``: computed in its compute type, rounded once into ``t``."""
+    return types.narrow(em.b, FLOAT_UNARY[name](em, types.widen(em.b, x, t)), t)
+
+
 def emit_unary(em, op):
     t: ScalarType = op.result.type
     (x,) = em.operands(op)
     name = op.attrs["op"]
     if t.is_float:
-        return [types.narrow(em.b, FLOAT_UNARY[name](em, types.widen(em.b, x, t)), t)]
+        return [_float_unary(em, name, x, t)]
     return [INT_UNARY[name](em, x, t.kind == "int")]
 
 
@@ -266,6 +271,12 @@ def emit_packed_binary(em, op):
     a0, a1, b0, b1 = em.operands(op)
     t = op.results[0].type
     return [_float_binary(em, op.attrs["op"], a, b, t) for a, b in ((a0, b0), (a1, b1))]
+
+
+def emit_packed_unary(em, op):
+    """A pair's lanes, each exactly as ``unary`` computes it."""
+    t = op.results[0].type
+    return [_float_unary(em, op.attrs["op"], a, t) for a in em.operands(op)]
 
 
 def emit_packed_cast(em, op):
@@ -323,5 +334,6 @@ def emit_thread_index(em, op):
 HANDLERS = {
     "const": emit_const, "binary": emit_binary, "unary": emit_unary, "cmp": emit_cmp,
     "select": emit_select, "cast": emit_cast, "thread_index": emit_thread_index,
-    "packed_binary": emit_packed_binary, "packed_cast": emit_packed_cast,
+    "packed_binary": emit_packed_binary, "packed_unary": emit_packed_unary,
+    "packed_cast": emit_packed_cast,
 }

@@ -36,7 +36,7 @@ __all__ = ["CudaPrinter", "HANDLERS", "element", "print_cuda"]
 PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
                   "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
                   "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync",
-                  "packed_binary", "packed_cast"})
+                  "packed_binary", "packed_unary", "packed_cast"})
 
 
 def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:

@@ -1,9 +1,11 @@
-"""The cuda printer's packed pairs: ``packed_binary`` and ``packed_cast`` as one inline-PTX
-instruction on a 32-bit register of two 16-bit values (the pair's first in the low half).
+"""The cuda printer's packed pairs: ``packed_binary``, ``packed_unary`` and ``packed_cast``
+as one inline-PTX instruction on a 32-bit register of two 16-bit values (the pair's first
+in the low half).
 
 Which instruction (PTX ISA, half precision and bf16 arithmetic):
 
-* f16: ``add/sub/mul.rn.f16x2`` (sm_53+), ``max/min.NaN.f16x2`` (sm_80+);
+* f16: ``add/sub/mul.rn.f16x2``, ``neg/abs.f16x2`` (sm_53+), ``max/min.NaN.f16x2``
+  (sm_80+); bf16: ``neg/abs.bf16x2`` (sm_80+);
 * bf16: ``add/sub/mul.rn.bf16x2`` from sm_90; on sm_80 and sm_89 they are one
   ``fma.rn.bf16x2`` each, which rounds once as they do: ``a * 1 + b``, ``b * -1 + a``,
   ``a * b + -0`` (-0 keeps a -0 product's sign); ``max/min.NaN.bf16x2`` (sm_80+);
@@ -71,6 +73,16 @@ def print_packed_binary(p: CudaPrinter, op: Operation) -> None:
     _unpack(p, op, word)
 
 
+def print_packed_unary(p: CudaPrinter, op: Operation) -> None:
+    name, t = op.attrs["op"], op.results[0].type
+    _require(p, (name, t), f"packed_unary {name} on {t} pairs")
+    (word_in,) = packed_words(p, op.operands)
+    word = p.fresh("pair")
+    p.emit(f"unsigned {word};")
+    p.emit(f'asm("{name}.{PTX_TYPE[t]} %0, %1;" : "=r"({word}) : "r"({word_in}));')
+    _unpack(p, op, word)
+
+
 def print_packed_cast(p: CudaPrinter, op: Operation) -> None:
     t = op.attrs["to"]
     _require(p, ("cast", t), f"packed_cast of f32 pairs to {t}")
@@ -83,4 +95,5 @@ def print_packed_cast(p: CudaPrinter, op: Operation) -> None:
     _unpack(p, op, word)
 
 
-HANDLERS = {"packed_binary": print_packed_binary, "packed_cast": print_packed_cast}
+HANDLERS = {"packed_binary": print_packed_binary, "packed_unary": print_packed_unary,
+            "packed_cast": print_packed_cast}

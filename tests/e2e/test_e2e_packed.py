@@ -214,3 +214,57 @@ def test_a_scalar_operand_is_converted_as_the_scalar_family_converts_it(lowering
     log = scale_pairs.compile(x, packed, 0.1, D=None, **options).dispatch_log
     (record,) = [r for r in log if r.primitive == "pointwise"]
     assert (record.rule == "packed") == (lowering == "per_thread")
+
+
+@tj.kernel
+def chain(x, y, out, L: tj.constexpr, EXP: tj.constexpr = False):
+    """A fused chain into a register tile: max(x * y + y, x), or exp(x * y) when EXP."""
+    r = tj.cta_id(0) * 6
+    a = tj.fragment((6, 8), x.dtype, layout=L)
+    b = tj.fragment((6, 8), x.dtype, layout=L)
+    h = tj.fragment((6, 8), x.dtype, layout=L)
+    tj.copy(a, x[r:r + 6, 0:8])
+    tj.copy(b, y[r:r + 6, 0:8])
+    if EXP:
+        tj.copy(h, tj.exp(a * b))
+    else:
+        tj.copy(h, tj.maximum(a * b + b, a))
+    tj.copy(out[r:r + 6, 0:8], h)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_a_fused_chain_packs_step_by_step(lowering, dtype):
+    """Each step rounds to the chain's type as the scalar family's steps do, so the result
+    is torch's bit for bit."""
+    x, y = operands(dtype, 15, 8)
+    out = torch.zeros_like(x)
+    chain[(3,)](x, y, out, L=PAIRS)
+    expected = torch.maximum(x * y + y, x)
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out[~out.isnan()].view(torch.int16),
+                       expected[~expected.isnan()].view(torch.int16))
+    (record,) = [r for r in chain.compile(x, y, out, L=PAIRS).dispatch_log
+                 if r.primitive == "pointwise"]
+    assert (record.rule == "packed") == (lowering == "per_thread")
+
+
+def test_a_chain_with_a_step_without_a_pair_form_names_it(lowering):
+    x, y = operands(torch.float16, 6, 8)
+    out = torch.zeros_like(x)
+    chain[(1,)](x, y, out, L=PAIRS, EXP=True)
+    torch.testing.assert_close(out, torch.exp(x * y), equal_nan=True)
+    (record,) = [r for r in chain.compile(x, y, out, L=PAIRS, EXP=True).dispatch_log
+                 if r.primitive == "pointwise"]
+    if lowering == "per_thread":
+        assert "step exp of the fused chain has no packed f16x2/bf16x2 form here" \
+            in declined(record)
+
+
+@pytest.mark.team_once_only("compiles for the cuda target, per thread in either CPU mode")
+@needs_nvrtc
+def test_the_cuda_target_prints_a_chain_as_packed_instructions(fresh_cache):
+    x = tj.TensorSpec((12, 8), tj.float16, device="cuda")
+    compiled = chain.compile(x, x, x, L=PAIRS, target="cuda", arch="sm_90a")
+    lines = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    for instruction in ("mul.rn.f16x2", "add.rn.f16x2", "max.NaN.f16x2"):
+        assert sum(line.startswith(instruction + " ") for line in lines) == 1

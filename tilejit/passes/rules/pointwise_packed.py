@@ -5,10 +5,10 @@ a copy converting f32 registers to f16 or bf16 ones (``packed_cast``).
 
 Legal (else a Decline naming each condition that fails) when:
 
-* the op is add, sub, mul, maximum, minimum, neg or abs computed in f16 or bf16, or a
-  cast (or an unmasked copy) of f32 values to f16 or bf16 -- the ops whose pair form
-  gives each lane the scalar op's bits (``ir/ops_packed.py``; an fma is not: the scalar
-  one rounds twice);
+* the op -- or each step of a fused chain -- is add, sub, mul, maximum, minimum, neg or
+  abs computed in f16 or bf16, or a cast (or an unmasked copy) of f32 values to f16 or
+  bf16: the ops whose pair form gives each lane the scalar op's bits
+  (``ir/ops_packed.py``; an fma is not: the scalar one rounds twice);
 * the element loop is legal and distributed per thread over a layout (``Owned``), whose
   runs of the last dim are of even length, each starting at an even index (so a thread's
   pairs are (2j, 2j + 1): ``Owned.misaligned_runs``);
@@ -20,8 +20,9 @@ Legal (else a Decline naming each condition that fails) when:
   the rest from sm_80 (bf16 add/sub/mul as one ``fma.rn.bf16x2`` before sm_90).
 
 Lowering: each thread visits the first element of each of its pairs (``Owned.by_runs``),
-loads both elements of every source, converts them to the computed type as the scalar
-family does, issues one packed op and stores its two results.
+loads both elements of every source and, per step of the chain, converts its arguments to
+the step's type as the scalar family does and issues one packed op; the last pair is
+stored.
 """
 from __future__ import annotations
 
@@ -56,30 +57,43 @@ MIN_SM = {**{(op, f16): 53 for op in ("add", "sub", "mul", *UNARY)},
 REGISTERS = (MemScope.FRAGMENT, MemScope.LOCAL)
 
 
-def _op_reasons(call: PrimitiveCall) -> list[str]:
-    op, dst = call.attrs.get("op", "copy"), call.operands[0]
+def _steps(call: PrimitiveCall) -> list[tuple]:
+    """The ops ``call`` computes per element as ``(op, dtype, argument indices)``: values
+    ``0 .. len(sources) - 1`` are the sources, step ``k`` defines value
+    ``len(sources) + k`` (a fused chain's steps; a plain op is a chain of one)."""
+    op = call.attrs.get("op", "copy")
     if op == FUSED:
-        return [f"a fused chain of {len(call.attrs['steps'])} ops: a packed pair computes "
-                "one op"]
-    if op == "fma":
-        return ["fma: the scalar fma rounds its product and its sum, fma.rn.f16x2 rounds "
-                "once, so a pair would not give each lane the scalar bits"]
-    if op not in PACKED_OPS:
-        return [f"{op} has no packed f16x2/bf16x2 form here (packed: "
-                f"{', '.join(PACKED_OPS)})"]
-    if op == "copy" and len(call.operands) > 2:
+        return [(name, dtype, tuple(args)) for name, dtype, *args in call.attrs["steps"]]
+    return [(op, call.operands[0].dtype, tuple(range(len(call.operands) - 1)))]
+
+
+def _op_reasons(call: PrimitiveCall) -> list[str]:
+    if call.attrs.get("op", "copy") == "copy" and len(call.operands) > 2:
         return ["a masked copy (mask=/other=) moves element by element"]
-    reasons = []
-    if dst.dtype not in PACKED_TYPES:
-        reasons.append(f"{op} computes {dst.dtype}: pairs are f16 or bf16")
-    if PACKED_OPS[op] == "cast" and call.operands[1].dtype != f32:
-        reasons.append(f"a {op} from {call.operands[1].dtype}: cvt.rn.{{f16,bf16}}x2 rounds "
-                       "pairs of f32")
+    steps = _steps(call)
+    types = [o.dtype for o in call.operands[1:]] + [dtype for _, dtype, _ in steps]
     sm = re.match(r"sm_(\d+)", call.context.arch or "")
-    key = (PACKED_OPS[op], dst.dtype)
-    if sm is not None and key in MIN_SM and int(sm.group(1)) < MIN_SM[key]:
-        reasons.append(f"{key[1]} pairs of {op} need sm_{MIN_SM[key]} or later; compiling "
-                       f"for {call.context.arch}")
+    reasons = []
+    for op, dtype, args in steps:
+        step = f"step {op} of the fused chain" if len(steps) > 1 else op
+        if op == "fma":
+            reasons.append(f"{step}: the scalar fma rounds its product and its sum, "
+                           "fma.rn.f16x2 rounds once, so a pair would not give each lane the "
+                           "scalar bits")
+            continue
+        if op not in PACKED_OPS:
+            reasons.append(f"{step} has no packed f16x2/bf16x2 form here (packed: "
+                           f"{', '.join(PACKED_OPS)})")
+            continue
+        if dtype not in PACKED_TYPES:
+            reasons.append(f"{step} computes {dtype}: pairs are f16 or bf16")
+        if PACKED_OPS[op] == "cast" and types[args[0]] != f32:
+            reasons.append(f"a {step} from {types[args[0]]}: cvt.rn.{{f16,bf16}}x2 rounds "
+                           "pairs of f32")
+        key = (PACKED_OPS[op], dtype)
+        if sm is not None and key in MIN_SM and int(sm.group(1)) < MIN_SM[key]:
+            reasons.append(f"{dtype} pairs of {op} need sm_{MIN_SM[key]} or later; "
+                           f"compiling for {call.context.arch}")
     return reasons
 
 
@@ -139,21 +153,24 @@ def check(call: PrimitiveCall) -> Plan | Decline:
 
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    dst, srcs = call.operands[0], call.operands[1:]
-    op, dtype = PACKED_OPS[call.attrs.get("op", "copy")], dst.dtype
+    dst, srcs, steps = call.operands[0], call.operands[1:], _steps(call)
+
+    def convert(pair, dtype):
+        return [v if v.type == dtype else em.b.cast(v, dtype) for v in pair]
 
     def pair(idx: list) -> None:
         elements = [idx, [*idx[:-1], em.add(idx[-1], 1)]]
-        # per source, its two values in the computed type (a cast's source stays f32)
         values = [[em.load(s, element) for element in elements] for s in srcs]
-        if op == "cast":
-            results = em.b.packed_cast(*values[0], dtype)
-        else:
-            pairs = [[v if v.type == dtype else em.b.cast(v, dtype) for v in vs]
-                     for vs in values]
-            results = em.b.packed_unary(op, *pairs) if op in UNARY \
-                else em.b.packed_binary(op, *pairs)
-        for value, element in zip(results, elements):
+        for name, dtype, args in steps:
+            op = PACKED_OPS[name]
+            if op == "cast":   # its source is f32 (check)
+                values.append(em.b.packed_cast(*values[args[0]], dtype))
+                continue
+            # the arguments in the computed type, as the scalar family converts them
+            pairs = [convert(values[a], dtype) for a in args]
+            values.append(em.b.packed_unary(op, *pairs) if op in UNARY
+                          else em.b.packed_binary(op, *pairs))
+        for value, element in zip(convert(values[-1], dst.dtype), elements):
             em.store(dst, value, element)
 
     plan.details["pairs"].emit(em, [(Box.full(list(dst.shape)), pair)])

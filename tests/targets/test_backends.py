@@ -63,7 +63,7 @@ def test_gpu_and_trainium_capabilities():
     hopper = get_backend("cuda").capabilities
     assert (hopper.distribution, hopper.registers_per_thread, hopper.max_threads_per_cta,
             hopper.shared_memory_per_cta) == (PER_THREAD, 255, 1024, 227 * 1024)
-    assert hopper.tensor_core_shapes["mma"] == ((16, 8, 16),)
+    assert hopper.tensor_core_shapes["mma"] == ((16, 8, 16), (16, 8, 32))
     wgmma = hopper.tensor_core_shapes["wgmma"]
     assert wgmma[0] == (64, 8, 16) and wgmma[-1] == (64, 256, 16) and len(wgmma) == 32
     trainium = get_backend("nki").capabilities

@@ -50,7 +50,7 @@ class CpuBackend(Backend):
                             element_loops=True,
                             # SIMT mode runs mma.sync per warp (emit_mma.py) and wgmma per
                             # warpgroup (emit_wgmma.py), as a GPU does
-                            tensor_core_shapes={"mma": ((16, 8, 16),),
+                            tensor_core_shapes={"mma": ((16, 8, 16), (16, 8, 32)),
                                                 "wgmma": tuple((64, n, 16)
                                                                for n in range(8, 257, 8))})
 

@@ -28,7 +28,7 @@ HOPPER = Capabilities(
     shared_memory_per_cta=227 * 1024,
     max_threads_per_cta=1024,
     element_loops=True,
-    tensor_core_shapes={"mma": ((16, 8, 16),),
+    tensor_core_shapes={"mma": ((16, 8, 16), (16, 8, 32)),
                         "wgmma": tuple((64, n, 16) for n in range(8, 257, 8))},
 )
 DEFAULT_ARCH = "sm_90a"   # without a GPU to ask: the first-class arch

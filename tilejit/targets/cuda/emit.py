@@ -39,7 +39,8 @@ CLUSTER_MIN_SM = 90   # thread-block clusters arrived with Hopper
 # Ops without side effects: printed only when a printed op uses their results.
 PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
                   "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
-                  "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync"})
+                  "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync",
+                  "packed_binary", "packed_unary", "packed_cast"})
 
 
 def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:
@@ -511,6 +512,10 @@ HANDLERS.update(emit_sync.HANDLERS)
 from . import emit_mma  # noqa: E402  (mma_sync)
 
 HANDLERS.update(emit_mma.HANDLERS)
+
+from . import emit_packed  # noqa: E402  (f16x2 / bf16x2 pairs)
+
+HANDLERS.update(emit_packed.HANDLERS)
 
 from . import emit_async  # noqa: E402  (cp.async, mbarrier transaction bytes)
 

@@ -208,6 +208,8 @@ TJ_DEVICE unsigned short tj_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(
 FP8_PRELUDE = r"""#include <cuda_fp8.h>
 TJ_DEVICE float tj_f32(__nv_fp8_e4m3 x) { return float(x); }
 TJ_DEVICE float tj_f32(__nv_fp8_e5m2 x) { return float(x); }
+TJ_DEVICE unsigned char tj_bits(__nv_fp8_e4m3 x) { return x.__x; }
+TJ_DEVICE unsigned char tj_bits(__nv_fp8_e5m2 x) { return x.__x; }
 TJ_DEVICE __nv_fp8_e4m3 tj_to_e4m3(float x) {
   __nv_fp8_e4m3 r; r.__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); return r;
 }

@@ -37,6 +37,7 @@ from __future__ import annotations
 from tilejit.ir.builder import Builder
 from tilejit.ir.core import Block, KernelIR, Operation, Value, walk
 from tilejit.ir.opdef import OpGroup
+from tilejit.ir.rewrite import clone_ops
 from tilejit.ir.ops_native import WRITING_ACCESSES
 from tilejit.ir.types import MemScope, RegionType, i64
 from tilejit.passes.dispatch import TEAM_ONCE
@@ -90,7 +91,7 @@ def _copies_box(op: Operation, before: list[Operation]) -> bool:
     if src.type.shape != dst.type.shape or src.type.dtype != dst.type.dtype:
         return False
     return not any(dst in o.operands for later in before[before.index(alloc) + 1:]
-                   for o in walk_op(later))
+                   for o in _and_nested(later))
 
 
 def _reads_only(copy: Operation, tail: list[Operation]) -> bool:
@@ -99,7 +100,7 @@ def _reads_only(copy: Operation, tail: list[Operation]) -> bool:
     fragment = copy.operands[0]
     last = -1
     for index, op in enumerate(tail):
-        for inner in walk_op(op):
+        for inner in _and_nested(op):
             for position, value in enumerate(inner.operands):
                 if value is not fragment:
                     continue
@@ -107,7 +108,7 @@ def _reads_only(copy: Operation, tail: list[Operation]) -> bool:
                     return False
                 last = index
     return last >= 0 and not any(_writes_shared_state(inner) for op in tail[:last + 1]
-                                 for inner in walk_op(op))
+                                 for inner in _and_nested(op))
 
 
 def _writes_shared_state(op: Operation) -> bool:
@@ -139,7 +140,7 @@ def _guard(copy: Operation, tail: list[Operation]) -> list[Operation]:
             dim_ok = b.binary("and", b.cmp("ge", first, b.const(0, i64)),
                               b.cmp("le", end, b.buffer_dim(tensor, dim)))
             inside = dim_ok if inside is None else b.binary("and", inside, dim_ok)
-        branch, then_block, else_block = b.if_(inside)
+        _, then_block, else_block = b.if_(inside)
     with b.insert_into(then_block):
         in_place = b.create("region", region.operands,
                             {**region.attrs, "in_bounds": True}).result
@@ -153,25 +154,8 @@ def _guard(copy: Operation, tail: list[Operation]) -> list[Operation]:
     return prelude.ops
 
 
-def walk_op(op: Operation):
+def _and_nested(op: Operation):
     """``op`` and every op nested in its regions, in pre-order."""
     yield op
     for region in op.regions:
         yield from walk(region)
-
-
-def clone_ops(ops: list[Operation], values: dict) -> list[Operation]:
-    """Fresh copies of ``ops`` (nested regions included) with ``values`` substituted;
-    ``values`` gains each old result and block argument's new counterpart."""
-    cloned = []
-    for op in ops:
-        regions = []
-        for region in op.regions:
-            fresh = Block.like(region)
-            values.update(zip(region.args, fresh.args))
-            fresh.ops = clone_ops(region.ops, values)
-            regions.append(fresh)
-        new = op.replace(operands=[values.get(v, v) for v in op.operands], regions=regions)
-        values.update(zip(op.results, new.results))
-        cloned.append(new)
-    return cloned

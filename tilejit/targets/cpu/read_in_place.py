@@ -18,9 +18,9 @@ chosen at run time::
 Taken only where it cannot change what the kernel computes (else the kernel is left as
 it is):
 
-* the copy has no mask, config or forced family and copies a global box of the
-  fragment's shape and dtype into a fragment ``alloc`` of the same block with no layout,
-  which nothing used before;
+* the copy has no mask, config, team or forced family and copies a global box of the
+  fragment's shape and dtype into a fragment ``alloc`` of the same block with no layout
+  and one copy per CTA (no ``per_team``), which nothing used before;
 * every later use of the fragment is a tile primitive reading it (an operand after the
   first), not an element access, view or region of it;
 * from the copy to the last read of the fragment no op writes global or shared memory
@@ -37,8 +37,8 @@ from __future__ import annotations
 from tilejit.ir.builder import Builder
 from tilejit.ir.core import Block, KernelIR, Operation, Value, walk
 from tilejit.ir.opdef import OpGroup
-from tilejit.ir.rewrite import clone_ops
 from tilejit.ir.ops_native import WRITING_ACCESSES
+from tilejit.ir.rewrite import clone_ops
 from tilejit.ir.types import MemScope, RegionType, i64
 from tilejit.passes.dispatch import TEAM_ONCE
 from tilejit.passes.dispatch.registry import context_for
@@ -78,12 +78,13 @@ def _versioned(ops: list[Operation]) -> list[Operation] | None:
 def _copies_box(op: Operation, before: list[Operation]) -> bool:
     """Is ``op`` an unmasked, plain copy of a whole global box into a fresh fragment?"""
     if op.name != "tile.copy" or len(op.operands) != 2 or op.attrs["config"] \
-            or op.attrs["dispatch"] is not None:
+            or op.attrs["dispatch"] is not None or op.attrs["team"] is not None:
         return False
     dst, src = op.operands
     alloc = dst.owner
     if getattr(alloc, "name", None) != "alloc" or alloc not in before \
-            or alloc.attrs["scope"] is not MemScope.FRAGMENT or alloc.attrs["layout"] is not None:
+            or alloc.attrs["scope"] is not MemScope.FRAGMENT \
+            or alloc.attrs["layout"] is not None or alloc.attrs["per_team"] is not None:
         return False
     if not isinstance(src.type, RegionType) or src.owner.name != "region" \
             or src.type.scope is not MemScope.GLOBAL:

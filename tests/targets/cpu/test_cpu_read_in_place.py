@@ -122,3 +122,22 @@ def row_sum(x, out, BM: tj.constexpr, BN: tj.constexpr):
     t = tj.fragment((BM, BN), tj.float32)
     tj.copy(t, x[row0:row0 + BM, 0:BN])
     tj.copy(out[row0:row0 + BM], tj.sum(t, axis=1))
+
+
+@tj.kernel
+def masked_row_sum(x, out, n, BN: tj.constexpr):
+    row = tj.cta_id(0)
+    t = tj.fragment((1, BN), tj.float32)
+    tj.copy(t, x[row:row + 1, 0:BN], mask=(tj.arange(0, BN) < n)[None, :])
+    tj.copy(out[row:row + 1], tj.sum(t, axis=1))
+
+
+def test_a_masked_copy_keeps_its_copy():
+    """The mask's zeros are part of what the copy means: no in-place version."""
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(3))
+    out = torch.empty(3)
+    compiled = masked_row_sum.warmup(x, out, 10, BN=16)
+    masked_row_sum[(3,)](x, out, 10, BN=16)
+    assert "in_bounds" not in compiled.asm["lowered"]
+    assert len(records(compiled, "reduce")) == 1
+    torch.testing.assert_close(out, x[:, :10].sum(1), rtol=1e-5, atol=1e-5)

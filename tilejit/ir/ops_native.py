@@ -440,8 +440,12 @@ register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
          lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),
          check=_check_view)
 register("region", MEMORY, "buf:buffer *starts:int",
-         {"sizes": Attr(Tuple(INT)), "keep": Attr(Tuple(BOOL))},
-         lambda types, a: (RegionType(types[0], a["sizes"], a["keep"]),), check=_check_region)
+         {"sizes": Attr(Tuple(INT)), "keep": Attr(Tuple(BOOL)),
+          "in_bounds": Attr(BOOL, False)},
+         lambda types, a: (RegionType(types[0], a["sizes"], a["keep"]),), check=_check_region,
+         doc="in_bounds: the window lies inside its buffer, as a run-time check guarding it "
+             "established (set by the compiler only: cpu-read-copies-in-place); element "
+             "accesses through it need no masks")
 register("load", MEMORY, "buf:memory *indices:int", results=_element_type,
          check=_index_check(1))
 register("store", MEMORY, "buf:memory value:scalar *indices:int", results=fixed(),

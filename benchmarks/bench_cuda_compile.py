@@ -17,11 +17,19 @@ Triton is not a tilejit dependency: install it only in the benchmark's environme
 ``python -m venv --system-site-packages /tmp/tritonenv && /tmp/tritonenv/bin/pip install
 triton`` and run this file with that interpreter. Without Triton only tilejit's time prints.
 
-    python benchmarks/bench_cuda_compile.py [--repeat 5] [--dtype float16]
+With ``--breakdown`` it also splits one cold compile of tilejit's kernel into its parts: the
+pass pipeline re-run on the kernel's printed ``ir`` stage (each pass, and the verifier that
+runs after each), printing the CUDA source, and NVRTC's own phases read from its
+``-fdevice-time-trace`` (the C++ front end with the headers it parsed, NVVM's optimizer and
+code generator, ptxas). Each part is the median of ``--repeat`` runs.
+
+    python benchmarks/bench_cuda_compile.py [--repeat 5] [--dtype float16] [--breakdown]
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import statistics
 import tempfile
@@ -38,16 +46,76 @@ BM, BN, BK = 64, 64, 32
 
 
 def tilejit_seconds(repeat: int, dtype: str) -> float:
-    operand = tj.TensorSpec((1024, 1024), getattr(torch, dtype), device="cuda")
-    out = tj.TensorSpec((1024, 1024), torch.float32, device="cuda")
+    operands = _operands(dtype)
     knobs.always_compile = True
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        matmul.compile(operand, operand, out, BM=BM, BN=BN, BK=BK, target="cuda",
-                       arch="sm_90a")
+        matmul.compile(*operands, BM=BM, BN=BN, BK=BK, target="cuda", arch="sm_90a")
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def _operands(dtype: str):
+    operand = tj.TensorSpec((1024, 1024), getattr(torch, dtype), device="cuda")
+    return operand, operand, tj.TensorSpec((1024, 1024), torch.float32, device="cuda")
+
+
+# NVRTC's trace events (-fdevice-time-trace) that partition its time, in the order they run.
+NVRTC_PHASES = {"CUDA C++ Front-End": "NVRTC C++ front end", "Processing Header File":
+                "  of which headers", "NVVM Optimizer": "NVVM optimizer",
+                "NVVM CodeGen": "NVVM code generation", "Total PTXAS Time": "ptxas (PTX to CUBIN)"}
+
+
+def nvrtc_phases(source: str, arch: str) -> dict[str, float]:
+    """Seconds per NVRTC phase of compiling ``source``, from its own time trace."""
+    from tilejit.targets.cuda.nvrtc import compile_cuda
+    with tempfile.TemporaryDirectory() as folder:
+        trace = os.path.join(folder, "trace.json")
+        compile_cuda(source, arch, minimal=True, options=(f"-fdevice-time-trace={trace}",))
+        found = [os.path.join(folder, name) for name in os.listdir(folder)]
+        with open(found[0]) as f:
+            events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X" and e["name"] in NVRTC_PHASES]
+
+    def nested(e) -> bool:   # a header included by another header: counted in that one
+        return any(o is not e and o["name"] == e["name"] and o["ts"] <= e["ts"]
+                   and e["ts"] + e["dur"] <= o["ts"] + o["dur"] for o in spans)
+    seconds = dict.fromkeys(NVRTC_PHASES.values(), 0.0)
+    for event in spans:
+        if not nested(event):
+            seconds[NVRTC_PHASES[event["name"]]] += event["dur"] * 1e-6
+    return seconds
+
+
+def breakdown(repeat: int, dtype: str) -> None:
+    """Print one cold compile's parts (see the module docstring)."""
+    from tilejit.ir.parser import parse_kernel
+    from tilejit.passes.pipeline import run_pipeline
+    from tilejit.targets.backend import get_backend
+    from tilejit.targets.cuda.emit import CudaPrinter
+    knobs.always_compile = True
+    compiled = matmul.compile(*_operands(dtype), BM=BM, BN=BN, BK=BK, target="cuda",
+                              arch="sm_90a")
+    runs: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(repeat):
+        start = time.perf_counter()
+        lowered, stages = run_pipeline(parse_kernel(compiled.asm["ir"]),
+                                       target_passes=get_backend("cuda").passes)
+        total = time.perf_counter() - start
+        for name, seconds in stages.timings.items():
+            runs[f"pass {name}"].append(seconds)
+        runs["verifier (after each pass)"].append(total - sum(stages.timings.values()))
+        start = time.perf_counter()
+        source = CudaPrinter(lowered, "sm_90a").print()
+        runs["print CUDA C++"].append(time.perf_counter() - start)
+        for name, seconds in nvrtc_phases(source, "sm_90a").items():
+            runs[name].append(seconds)
+    print(f"one cold compile, by part (median of {repeat}; {source.count(chr(10))} lines of CUDA, "
+          f"{compiled.asm['ptx'].count(chr(10))} of PTX):")
+    for name, seconds in runs.items():
+        print(f"  {name:<36} {statistics.median(seconds) * 1e3:8.1f} ms")
 
 
 def triton_matmul():
@@ -101,6 +169,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                         help="A and B's dtype (C accumulates in f32)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the parts of one compile (passes, verifier, NVRTC)")
     args = parser.parse_args()
     tilejit_seconds(1, args.dtype)       # warm-up
     triton_seconds(1, args.dtype)
@@ -110,11 +180,13 @@ def main() -> None:
     print(f"tilejit matmul -> sm_90a cubin: {ours * 1e3:8.1f} ms (median of {args.repeat})")
     if theirs is None:
         print("triton is not installed here: no comparison (see the module docstring)")
-        return
-    ratio = ours / theirs
-    verdict = "met" if ratio <= GOAL else "NOT met"
-    print(f"triton  matmul -> sm_90a cubin: {theirs * 1e3:8.1f} ms (median of {args.repeat})")
-    print(f"ratio {ratio:.2f} (goal <= {GOAL}: {verdict})")
+    else:
+        ratio = ours / theirs
+        verdict = "met" if ratio <= GOAL else "NOT met"
+        print(f"triton  matmul -> sm_90a cubin: {theirs * 1e3:8.1f} ms (median of {args.repeat})")
+        print(f"ratio {ratio:.2f} (goal <= {GOAL}: {verdict})")
+    if args.breakdown:
+        breakdown(args.repeat, args.dtype)
 
 
 if __name__ == "__main__":

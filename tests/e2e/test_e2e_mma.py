@@ -1,9 +1,9 @@
-"""Tensor-core gemm (family ``mma``, mma.sync m16n8k16) end to end: tiles of A and B staged
-in shared memory, an f32 accumulator laid out by ``mma_accumulator_layout`` over the CTA's
-warps, f16 and bf16 inputs, against torch. Per thread (the CPU's SIMT mode) the gemm runs
-on ``mma`` -- each warp's lanes meet in mma_sync as on a GPU; in the CPU's own lowering
-(team_once) its ``blocked`` family runs the same kernel. What ``mma`` cannot take falls
-back to ``fma`` with the reason in the dispatch log."""
+"""Tensor-core gemm (family ``mma``, mma.sync m16n8k16; m16n8k32 for fp8) end to end: tiles
+of A and B staged in shared memory, an f32 accumulator laid out by ``mma_accumulator_layout``
+over the CTA's warps, f16, bf16 and e4m3/e5m2 inputs, against torch. Per thread (the CPU's
+SIMT mode) the gemm runs on ``mma`` -- each warp's lanes meet in mma_sync as on a GPU; in
+the CPU's own lowering (team_once) its ``blocked`` family runs the same kernel. What
+``mma`` cannot take falls back to ``fma`` with the reason in the dispatch log."""
 import pytest
 import torch
 from support.gpu import needs_nvrtc
@@ -36,10 +36,11 @@ def staged_gemm(A, B, C, BM: tj.constexpr, BN: tj.constexpr, BK: tj.constexpr,
     tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
 
 
-def run(m, n, k, bm, bn, bk, dtype, warps=4, layout=None, tb=False, seed=0, a_layout=None):
+def run(m, n, k, bm, bn, bk, dtype, warps=4, layout=None, tb=False, seed=0, a_layout=None,
+        b_dtype=None):
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=gen).to(dtype)
-    b = torch.randn(k, n, generator=gen).to(dtype)
+    b = torch.randn(k, n, generator=gen).to(b_dtype or dtype)
     c = torch.zeros(m, n)
     layout = layout or mma_accumulator_layout((bm, bn), warps)
     args = (a, b.T.contiguous() if tb else b, c)
@@ -110,6 +111,22 @@ def test_ldmatrix_takes_any_layout_that_keeps_16_byte_rows(lowering, a_layout, l
         assert gemm.rule == "mma" and gemm.note.startswith(loads + ";")
 
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+@pytest.mark.parametrize("a_dtype, b_dtype", [(FP8[0], FP8[0]), (FP8[0], FP8[1]),
+                                              (FP8[1], FP8[0]), (FP8[1], FP8[1])], ids=str)
+@pytest.mark.parametrize("m, n, k, bm, bn, bk, warps", [(48, 40, 96, 16, 8, 32, 1),
+                                                        (96, 48, 64, 32, 24, 32, 2)])
+def test_fp8_mma_gemm_matches_torch(lowering, a_dtype, b_dtype, m, n, k, bm, bn, bk, warps):
+    """e4m3 and e5m2 tiles in any mix: per thread each warp issues mma.sync m16n8k32 (the
+    fragments load by elements: ldmatrix moves 16-bit elements)."""
+    gemm = run(m, n, k, bm, bn, bk, a_dtype, warps=warps, b_dtype=b_dtype)
+    if lowering == "per_thread":
+        assert gemm.rule == "mma" and gemm.shape == (16, 8, 32)
+        assert gemm.note.startswith("A by elements (A is f8e")
+
+
 def declined(gemm) -> str:
     return dict(gemm.rejected)["mma"]
 
@@ -153,3 +170,27 @@ def test_the_kernel_compiles_for_cuda_with_mma_sync(arch, fresh_cache):
         assert any(line.startswith(f"ldmatrix.sync.aligned.m8n8.{form}.shared.b16")
                    for line in ptx)
     assert compiled.metadata["spill_bytes"] == 0
+
+
+@pytest.mark.team_once_only("compiles for the cuda target, per thread in either CPU mode")
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_fp8_compiles_to_mma_m16n8k32_from_sm_89_and_to_fma_before(arch, fresh_cache):
+    a = tj.TensorSpec((48, 64), tj.float8_e4m3, device="cuda")
+    b = tj.TensorSpec((64, 40), tj.float8_e5m2, device="cuda")
+    c = tj.TensorSpec((48, 40), tj.float32, device="cuda")
+    compiled = staged_gemm.compile(a, b, c, BM=16, BN=8, BK=32,
+                                   L=mma_accumulator_layout((16, 8), 1), num_warps=1,
+                                   target="cuda", arch=arch)
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    mma = [line for line in ptx if line.startswith("mma.sync")]
+    (gemm,) = [r for r in compiled.dispatch_log if r.primitive == "gemm"]
+    if arch == "sm_80":
+        assert gemm.rule == "fma" and not mma
+        assert dict(gemm.rejected)["mma"] == ("mma.sync m16n8k32 (f8e4m3 x f8e5m2) needs "
+                                              "sm_89 or later; compiling for sm_80")
+    else:
+        assert gemm.rule == "mma" and mma
+        assert all(line.startswith("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32")
+                   for line in mma)
+        assert compiled.metadata["spill_bytes"] == 0

@@ -11,7 +11,7 @@ from tilejit.ir import (
     verify,
     walk,
 )
-from tilejit.ir.rewrite import RewriteError
+from tilejit.ir.rewrite import RewriteError, clone_ops
 from tilejit.ir.types import f32, i1, i32
 
 from .samples import ALL, FILE
@@ -128,6 +128,32 @@ def test_value_replacement_inside_structured_ops():
     (new_loop,) = [op for op in new.body if op.name == "for"]
     new_body = new_loop.regions[0]
     assert new_body.ops[-1].operands == (new_body.args[0],)
+
+
+def test_clone_ops_substitutes_values_renews_nested_blocks_and_folds():
+    k = KernelIR.new("clone", ["n", "m"], [i32, i32], {}, LOC)
+    b = Builder(LOC)
+    with b.insert_into(k.body):
+        n, m = k.params
+        total = b.binary("add", n, b.const(1, i32))
+        loop, body = b.for_(b.const(0, i32), total, b.const(1, i32), [n])
+        with b.insert_into(body):
+            b.yield_([b.binary("mul", body.args[1], n)])
+    seven = Operation("const", (), {"value": 7}, (i32,), (), LOC)
+    values = {n: m}
+
+    def fold_add(op, operands):   # n + 1 with n -> m: a constant in its place
+        return seven if op.name == "binary" and op.attrs["op"] == "add" else None
+    cloned = clone_ops(k.body.ops, values, fold_add)
+    assert [op.name for op in cloned] == ["const", "const", "const", "const", "for"]
+    assert cloned[1] is seven and values[total] is seven.result
+    new_loop, old_body = cloned[-1], loop.regions[0]
+    new_body = new_loop.regions[0]
+    assert new_loop is not loop and new_body is not old_body
+    assert new_loop.operands[1] is seven.result and new_loop.operands[3] is m
+    assert new_body.args[1] is values[old_body.args[1]]
+    mul = new_body.ops[0]
+    assert mul.operands == (new_body.args[1], m) and mul is not old_body.ops[0]
 
 
 def test_contract_violations_are_reported():

@@ -76,6 +76,45 @@ def test_mma_m16n8k16_c_matches_ptx(dtype):
     assert len(seen) == 128
 
 
+# ---------------------------------------------------------------- mma.sync m16n8k32 (8-bit)
+# PTX ISA "Matrix Fragments for mma.m16n8k32" (.e4m3/.e5m2/.s8/.u8): four elements to a
+# 32-bit register.
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2", "f8e4m3", "e5m2"])
+def test_mma_m16n8k32_a_matches_ptx(dtype):
+    lay = hw.mma_m16n8k32_a_layout(dtype)
+    seen = set()
+    for lane in range(32):
+        group, tig = lane >> 2, lane % 4
+        for i in range(16):
+            row = group if (i < 4 or 8 <= i < 12) else group + 8
+            col = tig * 4 + (i & 3) + (16 if i >= 8 else 0)
+            assert at(lay, (row, col), (16, 32), ("laneid", "m")) == (lane, i)
+            seen.add((row, col))
+    assert len(seen) == 512 and lay.size() == 512
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "f8e5m2"])
+def test_mma_m16n8k32_b_matches_ptx(dtype):
+    lay = hw.mma_m16n8k32_b_layout(dtype)
+    seen = set()
+    for lane in range(32):
+        group, tig = lane >> 2, lane % 4
+        for i in range(8):
+            row = tig * 4 + (i & 3) + (16 if i >= 4 else 0)
+            col = group
+            assert at(lay, (row, col), (32, 8), ("laneid", "m")) == (lane, i)
+            seen.add((row, col))
+    assert len(seen) == 256
+
+
+def test_mma_m16n8k32_takes_only_8_bit_floats():
+    with pytest.raises(LayoutError, match="float8_e4m3, float8_e5m2"):
+        hw.mma_m16n8k32_a_layout("float16")
+    with pytest.raises(LayoutError):
+        hw.mma_m16n8k32_b_layout("int8")
+
+
 @pytest.mark.parametrize("num", [1, 2, 4])
 @pytest.mark.parametrize("trans", [False, True])
 def test_ldmatrix_matches_ptx(num, trans):

@@ -59,4 +59,4 @@ def test_lane_registers_reads_a_warp_fragment_backwards():
     table = lane_registers(mma_m16n8k16_c_layout(), (16, 8))
     for lane in range(32):
         g, t = lane >> 2, lane % 4
-        assert table[lane] == [(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1) for i in range(4)]
+        assert table[lane] == tuple((g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1) for i in range(4))

@@ -23,14 +23,15 @@ import numpy as np
 from tilejit.ir.core import Block, KernelIR, Operation
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, TeamKind
-from tilejit.layout import mma_m16n8k16_a_layout, mma_m16n8k16_b_layout, mma_m16n8k16_c_layout
-from tilejit.layout.fragments import MMA_SHAPES, lane_registers
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers, mma_operand_layouts
 
 __all__ = ["ExecError", "numpy_dtype", "run_kernel"]
 
 _NUMPY = {"i1": np.bool_, "i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
           "u8": np.uint8, "u16": np.uint16, "u32": np.uint32, "u64": np.uint64,
-          "f16": np.float16, "f32": np.float32, "f64": np.float64}
+          "f16": np.float16, "f32": np.float32, "f64": np.float64,
+          "f8e4m3": np.float32, "f8e5m2": np.float32}   # 8-bit floats: exact in f32
+_FP8_TORCH = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
 class ExecError(RuntimeError):
@@ -39,6 +40,17 @@ class ExecError(RuntimeError):
 
 def numpy_dtype(t: ScalarType):
     return np.dtype(_NUMPY[t.name])
+
+
+def as_type(values, t: ScalarType) -> np.ndarray:
+    """``values`` as numpy holds a ``t``: 8-bit floats are f32 arrays of values rounded to
+    the type (by torch's conversion, the CPU target's and the GPU's)."""
+    converted = np.asarray(values).astype(numpy_dtype(t))
+    if t.name not in _FP8_TORCH:
+        return converted
+    import torch
+    rounded = torch.from_numpy(converted).to(getattr(torch, _FP8_TORCH[t.name]))
+    return rounded.float().numpy()
 
 
 @dataclass
@@ -139,7 +151,24 @@ class _CTA:
                      "div": np.divide, "mod": np.mod, "max": np.maximum, "min": np.minimum,
                      "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
                      "shl": np.left_shift, "shr": np.right_shift}[name](a, b)
-        return [np.asarray(r).astype(numpy_dtype(t))]
+        return [as_type(r, t)]
+
+    def op_packed_binary(self, op, mask):
+        """Each lane of the pair as ``binary`` computes it (numpy's maximum/minimum
+        propagate NaN, as the op's do)."""
+        a0, a1, b0, b1 = self.args(op)
+        binary = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+                  "min": np.minimum}[op.attrs["op"]]
+        with np.errstate(all="ignore"):
+            return [as_type(binary(a, b), op.results[0].type) for a, b in ((a0, b0), (a1, b1))]
+
+    def op_packed_unary(self, op, mask):
+        unary = {"neg": np.negative, "abs": np.abs}[op.attrs["op"]]
+        return [as_type(unary(a), op.results[0].type) for a in self.args(op)]
+
+    def op_packed_cast(self, op, mask):
+        with np.errstate(all="ignore"):
+            return [as_type(x, op.attrs["to"]) for x in self.args(op)]
 
     def op_unary(self, op, mask):
         (x,), name = self.args(op), op.attrs["op"]
@@ -150,7 +179,7 @@ class _CTA:
                  "tanh": np.tanh, "floor": np.floor, "ceil": np.ceil,
                  "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
                  "erf": np.vectorize(math.erf, otypes=[np.float64])}[name](x)
-        return [np.asarray(r).astype(numpy_dtype(op.result.type))]
+        return [as_type(r, op.result.type)]
 
     def op_cmp(self, op, mask):
         a, b = self.args(op)
@@ -165,7 +194,7 @@ class _CTA:
     def op_cast(self, op, mask):
         (x,), to = self.args(op), op.attrs["to"]
         with np.errstate(all="ignore"):
-            return [x != 0 if to.is_bool else x.astype(numpy_dtype(to))]
+            return [x != 0 if to.is_bool else as_type(x, to)]
 
     def op_thread_index(self, op, mask):
         kind, dim = op.attrs["kind"], op.attrs["dim"]
@@ -281,9 +310,9 @@ class _CTA:
         layouts; every lane of a warp takes part."""
         rows, cols, depth = MMA_SHAPES[op.attrs["shape"]]
         shapes = ((rows, depth), (depth, cols), (rows, cols))
-        places = [lane_registers(layout, shape) for layout, shape in
-                  zip((mma_m16n8k16_a_layout(), mma_m16n8k16_b_layout(),
-                       mma_m16n8k16_c_layout()), shapes)]
+        layouts = mma_operand_layouts(op.attrs["shape"], op.attrs["a_type"].name,
+                                      op.attrs["b_type"].name)
+        places = [lane_registers(layout, shape) for layout, shape in zip(layouts, shapes)]
         values, results = self.args(op), [self.full(0.0, t) for t in op.result_types]
         for first in range(0, self.threads, LANES_PER_WARP):
             lanes = slice(first, first + LANES_PER_WARP)

@@ -63,7 +63,7 @@ def test_gpu_and_trainium_capabilities():
     hopper = get_backend("cuda").capabilities
     assert (hopper.distribution, hopper.registers_per_thread, hopper.max_threads_per_cta,
             hopper.shared_memory_per_cta) == (PER_THREAD, 255, 1024, 227 * 1024)
-    assert hopper.tensor_core_shapes["mma"] == ((16, 8, 16),)
+    assert hopper.tensor_core_shapes["mma"] == ((16, 8, 16), (16, 8, 32))
     wgmma = hopper.tensor_core_shapes["wgmma"]
     # k16 for f16 / bf16, k32 for fp8: N a multiple of 8 up to 256 each
     assert set(wgmma) == {(64, n, k) for k in (16, 32) for n in range(8, 257, 8)}

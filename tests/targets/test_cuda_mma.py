@@ -1,8 +1,9 @@
 """mma_sync printed by the cuda target: one inline-PTX mma.sync.aligned with the 16-bit A and
-B values packed in pairs into 32-bit registers; NVRTC compiles it for sm_80 and sm_90a
-without spills; below sm_80 it is a located error. The kernel is textual per-thread IR
-whose lanes read their fragments from tensors (x: 8 A values per lane, y: 4 B, z: 4 C) and
-write their D values to d."""
+B values packed in pairs into 32-bit registers (8-bit e4m3/e5m2 ones in fours, m16n8k32);
+NVRTC compiles it for sm_80 and sm_90a (m16n8k32: sm_90a) without spills; below the
+shape's first arch it is a located error. The kernel is textual per-thread IR whose lanes
+read their fragments from tensors (x: 8 A values per lane, y: 4 B, z: 4 C; 16 and 8 for
+m16n8k32) and write their D values to d."""
 import pytest
 from support.gpu import needs_nvrtc
 
@@ -12,29 +13,31 @@ from tilejit.ir.verifier import verify
 from tilejit.targets.cuda.emit import print_cuda
 from tilejit.targets.cuda.nvrtc import compile_cuda
 
-FRAGMENTS = (("x", "a", 8), ("y", "b", 4), ("z", "c", 4))
+FRAGMENTS = {"m16n8k16": (("x", "a", 8), ("y", "b", 4), ("z", "c", 4)),
+             "m16n8k32": (("x", "a", 16), ("y", "b", 8), ("z", "c", 4))}
 
 
-def mma_kernel(dtype: str):
-    params = ", ".join(f"%{name}: buffer<global, {dtype if part != 'c' else 'f32'}, [?], "
-                       "strides=[1]>" for name, part, _ in FRAGMENTS)
+def mma_kernel(dtype: str, b_dtype: str | None = None, shape: str = "m16n8k16"):
+    types = {"a": dtype, "b": b_dtype or dtype, "c": "f32"}
+    params = ", ".join(f"%{name}: buffer<global, {types[part]}, [?], strides=[1]>"
+                       for name, part, _ in FRAGMENTS[shape])
     lines = [f'kernel @mma({params}, %d: buffer<global, f32, [?], strides=[1]>) '
              '{distribution = "per_thread", num_warps = 1} loc("/src/k.py":1:0) {',
              "  %lane = thread_index {kind = lane_id} : i32 loc(2:4)"]
     values = []
-    for name, part, count in FRAGMENTS:
+    for name, part, count in FRAGMENTS[shape]:
         lines.append(f"  %{part}n = const {{value = {count}}} : i32 loc(3:4)")
         lines.append(f"  %{part}0 = binary(%lane, %{part}n) {{op = mul}} : i32 loc(3:4)")
         for i in range(count):
-            t = "f32" if part == "c" else dtype
+            t = types[part]
             lines.append(f"  %{part}i{i} = const {{value = {i}}} : i32 loc(3:4)")
             lines.append(f"  %{part}o{i} = binary(%{part}0, %{part}i{i}) {{op = add}} : i32 "
                          "loc(3:4)")
             lines.append(f"  %{part}v{i} = load_at(%{name}, %{part}o{i}) : {t} loc(3:4)")
             values.append(f"%{part}v{i}")
-    lines.append(f"  %d0, %d1, %d2, %d3 = mma_sync({', '.join(values)}) {{shape = m16n8k16, "
-                 f"a_type = {dtype}, b_type = {dtype}, c_type = f32}} : f32, f32, f32, f32 "
-                 "loc(4:4)")
+    lines.append(f"  %d0, %d1, %d2, %d3 = mma_sync({', '.join(values)}) {{shape = {shape}, "
+                 f"a_type = {types['a']}, b_type = {types['b']}, c_type = f32}} : f32, f32, "
+                 "f32, f32 loc(4:4)")
     for i in range(4):
         lines.append(f"  store_at(%d, %d{i}, %co{i}) loc(5:4)")
     return verify(parse_kernel("\n".join(lines + ["}"])))
@@ -68,6 +71,38 @@ def test_below_sm_80_it_is_a_located_error():
     with pytest.raises(CompilationError, match="needs sm_80 or later; compiling for sm_75") \
             as info:
         print_cuda(mma_kernel("f16"), "sm_75")
+    assert info.value.line == 4
+
+
+@pytest.mark.parametrize("a_type, b_type", [("f8e4m3", "f8e5m2"), ("f8e5m2", "f8e4m3")])
+def test_fp8_mma_sync_packs_four_values_to_a_register(a_type, b_type):
+    source, _ = print_cuda(mma_kernel(a_type, b_type, "m16n8k32"), "sm_90a")
+    (line,) = [line.strip() for line in source.splitlines() if "mma.sync" in line]
+    ptx_a, ptx_b = a_type[2:], b_type[2:]
+    assert line.startswith(f'asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.{ptx_a}.'
+                           f'{ptx_b}.f32 {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, {{%8, %9}}, '
+                           '{%10, %11, %12, %13};"')
+    # a0 in the lowest byte of the first register, b7 in the highest of the last
+    assert ('"r"(((unsigned)tj_bits(av3) << 24 | (unsigned)tj_bits(av2) << 16 | '
+            '(unsigned)tj_bits(av1) << 8 | tj_bits(av0)))') in line
+    assert ('"r"(((unsigned)tj_bits(bv7) << 24 | (unsigned)tj_bits(bv6) << 16 | '
+            '(unsigned)tj_bits(bv5) << 8 | tj_bits(bv4)))') in line
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_fp8_mma_sync_for_sm_90a():
+    source, entry = print_cuda(mma_kernel("f8e4m3", "f8e4m3", "m16n8k32"), "sm_90a")
+    program = compile_cuda(source, "sm_90a")
+    assert any(line.strip().startswith("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32")
+               for line in program.ptx.splitlines())
+    usage = program.resources()[entry]
+    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+
+
+def test_fp8_mma_sync_below_sm_89_is_a_located_error():
+    with pytest.raises(CompilationError, match="needs sm_89 or later; compiling for sm_80") \
+            as info:
+        print_cuda(mma_kernel("f8e4m3", "f8e5m2", "m16n8k32"), "sm_80")
     assert info.value.line == 4
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from tilejit.errors import CompilationError
 from tilejit.targets.cuda.nvrtc import (arch_for_capability, compile_cuda, cuda_include_dirs,
-                                        nvrtc_unavailable_reason, parse_arch, resource_usage,
-                                        supported_archs)
+                                        nvrtc_unavailable_reason, nvrtc_version, parse_arch,
+                                        resource_usage, supported_archs)
 
 _REASON = nvrtc_unavailable_reason()
 needs_nvrtc = pytest.mark.skipif(_REASON is not None, reason=f"needs NVRTC (cuda-python): {_REASON}")
@@ -112,6 +112,14 @@ def test_ptx_and_cubin_for_sm90a():
     assert prog.cubin is not None and prog.cubin[:4] == b"\x7fELF"
     assert int.from_bytes(prog.cubin[18:20], "little") == 190  # EM_CUDA
     assert "--gpu-architecture=sm_90a" in prog.options
+
+
+@needs_nvrtc
+def test_minimal_leaves_out_what_printed_kernels_never_use():
+    prog = compile_cuda(AXPB, "sm_90a", minimal=True)
+    assert ("--minimal" in prog.options) == (nvrtc_version() >= (12, 4))
+    assert prog.entries == ["axpb"]
+    assert "--minimal" not in compile_cuda(AXPB, "sm_90a").options
 
 
 @needs_nvrtc

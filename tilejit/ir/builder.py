@@ -155,6 +155,18 @@ class Builder:
     def warp_shuffle(self, mode: str, value: Value, lane: Value) -> Value:
         return self._value("warp_shuffle", (value, lane), mode=mode)
 
+    def packed_binary(self, op: str, a: Sequence[Value], b: Sequence[Value]) -> list[Value]:
+        """``(a[0] op b[0], a[1] op b[1])`` on a pair of f16 or bf16 values."""
+        return list(self.create("packed_binary", (*a, *b), {"op": op}).results)
+
+    def packed_unary(self, op: str, a: Sequence[Value]) -> list[Value]:
+        """``(op a[0], op a[1])`` on a pair of f16 or bf16 values."""
+        return list(self.create("packed_unary", tuple(a), {"op": op}).results)
+
+    def packed_cast(self, x0: Value, x1: Value, to) -> list[Value]:
+        """A pair of f32 values rounded into ``to`` (f16 or bf16)."""
+        return list(self.create("packed_cast", (x0, x1), {"to": to}).results)
+
     def mma_sync(self, a: Sequence[Value], b: Sequence[Value], c: Sequence[Value],
                  shape: str = "m16n8k16") -> list[Value]:
         """A warp's ``D = A @ B + C`` from this lane's fragment values; its D values."""

@@ -8,7 +8,8 @@ module registers them all. ``OPS`` maps op name -> ``OpDef``.
 """
 from __future__ import annotations
 
-from . import ops_async, ops_control, ops_native, ops_tile, ops_tma, ops_wgmma  # noqa: F401
+from . import (ops_async, ops_control, ops_native, ops_packed, ops_tile, ops_tma,  # noqa: F401
+               ops_wgmma)
 from .opdef import EXPLICIT, OPS, OpDef, OpDefError, OpGroup, OperandSpec, RegionSpec, get_opdef
 
 __all__ = ["OPS", "OpDef", "OpGroup", "OperandSpec", "RegionSpec", "EXPLICIT", "OpDefError",

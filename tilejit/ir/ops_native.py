@@ -10,8 +10,8 @@ from .attrs import BOOL, INT, LAYOUT, SCALAR, SCALAR_TYPE, STR, Attr, Choice, En
 from .opdef import OpGroup, register
 from .scope import LANES_PER_WARP
 from .storage import shared_alignment
-from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16, f16,
-                    f32, i1, i32, i64)
+from .types import (BarrierType, BufferType, MemScope, RegionType, ScalarType, TeamKind, bf16,
+                    f8e4m3, f8e5m2, f16, f32, i1, i32, i64)
 
 NATIVE, MEMORY, SYNC = OpGroup.NATIVE, OpGroup.MEMORY, OpGroup.SYNC
 
@@ -60,13 +60,30 @@ WRITING_ACCESSES = ATOMIC_ACCESSES | {"store", "store_at", "store_vec", "store_v
                                       "tma_store", "tma_store_at", "stmatrix",
                                       "stmatrix_at"}   # writes operand 0
 # mma_sync: per shape, how many values of A, B and C each of a warp's 32 lanes holds (PTX
-# ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4), and the element types it multiplies
-# and accumulates in.
+# ISA, "Matrix Fragments for mma.m16n8k16": 8, 4, 4; "for mma.m16n8k32": 16, 8, 4), and
+# the element types it multiplies (per shape) and accumulates in. The 8-bit float shape
+# multiplies any mix of e4m3 and e5m2 (PTX: .atype and .btype are independent there);
+# the 16-bit one two matrices of one type.
 MMA_FRAGMENT_SIZES = {shape: (m * k // LANES_PER_WARP, k * n // LANES_PER_WARP,
                               m * n // LANES_PER_WARP)
                       for shape, (m, n, k) in MMA_SHAPES.items()}
-MMA_INPUT_TYPES = (f16, bf16)
+MMA_INPUT_TYPES = {"m16n8k16": (f16, bf16), "m16n8k32": (f8e4m3, f8e5m2)}
+MMA_MIXED_INPUTS = frozenset({"m16n8k32"})
 MMA_ACCUMULATOR_TYPES = (f32,)
+
+
+def mma_shape_for(a_type: ScalarType, b_type: ScalarType) -> str | None:
+    """The mma.sync shape that multiplies an ``a_type`` A by a ``b_type`` B (None: none)."""
+    for shape, types in MMA_INPUT_TYPES.items():
+        if a_type in types and b_type in types \
+                and (a_type == b_type or shape in MMA_MIXED_INPUTS):
+            return shape
+    return None
+
+
+def describe_mma_inputs() -> str:
+    """What mma.sync multiplies, for error messages."""
+    return "f16 or bf16 tiles of one type (m16n8k16), or e4m3/e5m2 tiles (m16n8k32)"
 
 
 def same_as(index: int):
@@ -313,8 +330,9 @@ def _vector_results(types, attrs):
 def _check_mma_sync(op):
     """A, B and C fragment values in that order, of a_type, b_type and c_type."""
     a_type, b_type, c_type = op.attrs["a_type"], op.attrs["b_type"], op.attrs["c_type"]
-    if a_type not in MMA_INPUT_TYPES or a_type != b_type:
-        return f"mma_sync multiplies f16 or bf16 matrices of one type, not {a_type} by {b_type}"
+    if mma_shape_for(a_type, b_type) != op.attrs["shape"]:
+        return (f"mma_sync {op.attrs['shape']} does not multiply {a_type} by {b_type}: it "
+                f"multiplies {describe_mma_inputs()}")
     if c_type not in MMA_ACCUMULATOR_TYPES:
         return f"mma_sync accumulates in f32, not {c_type}"
     counts = MMA_FRAGMENT_SIZES[op.attrs["shape"]]
@@ -422,8 +440,12 @@ register("view", MEMORY, "buf:buffer", {"shape": Attr(Tuple(INT)),
          lambda types, a: (BufferType(types[0].dtype, a["shape"], types[0].scope, a["layout"]),),
          check=_check_view)
 register("region", MEMORY, "buf:buffer *starts:int",
-         {"sizes": Attr(Tuple(INT)), "keep": Attr(Tuple(BOOL))},
-         lambda types, a: (RegionType(types[0], a["sizes"], a["keep"]),), check=_check_region)
+         {"sizes": Attr(Tuple(INT)), "keep": Attr(Tuple(BOOL)),
+          "in_bounds": Attr(BOOL, False)},
+         lambda types, a: (RegionType(types[0], a["sizes"], a["keep"]),), check=_check_region,
+         doc="in_bounds: the window lies inside its buffer, as a run-time check guarding it "
+             "established (set by the compiler only: cpu-read-copies-in-place); element "
+             "accesses through it need no masks")
 register("load", MEMORY, "buf:memory *indices:int", results=_element_type,
          check=_index_check(1))
 register("store", MEMORY, "buf:memory value:scalar *indices:int", results=fixed(),

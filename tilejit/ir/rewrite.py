@@ -25,8 +25,8 @@ from ..errors import CompilationError, TilejitError, reraise_located
 from .builder import Builder
 from .core import Block, KernelIR, Operation, Value
 
-__all__ = ["Pattern", "RewriteContext", "Rewriter", "RewriteError", "retyped_from_yield",
-           "rewrite"]
+__all__ = ["Pattern", "RewriteContext", "Rewriter", "RewriteError", "clone_ops",
+           "retyped_from_yield", "rewrite"]
 
 
 class RewriteError(RuntimeError):
@@ -180,3 +180,25 @@ def retyped_from_yield(op: Operation, ctx: RewriteContext):
     types = tuple(v.type for v in op.regions[0].ops[-1].operands)
     return None if types == op.result_types else op.replace(result_types=types)
 
+
+def clone_ops(ops: Sequence[Operation], values: dict,
+              fold: Callable | None = None) -> list[Operation]:
+    """Fresh copies of ``ops`` (nested regions included) with ``values`` substituted;
+    ``values`` gains each old result's and block argument's new counterpart. ``fold(op,
+    operands)`` may answer an op to put in the place of ``op`` with the substituted
+    ``operands`` (a constant it computed), or None to copy ``op``."""
+    cloned = []
+    for op in ops:
+        operands = [values.get(v, v) for v in op.operands]
+        new = fold(op, operands) if fold is not None else None
+        if new is None:
+            regions = []
+            for region in op.regions:
+                fresh = Block.like(region)
+                values.update(zip(region.args, fresh.args))
+                fresh.ops = clone_ops(region.ops, values, fold)
+                regions.append(fresh)
+            new = op.replace(operands=operands, regions=regions)
+        values.update(zip(op.results, new.results))
+        cloned.append(new)
+    return cloned

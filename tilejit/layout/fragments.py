@@ -22,20 +22,33 @@ All are pure layout algebra; ``passes/layout_inference.py`` decides where they a
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ..errors import LayoutError
 from .axes import Axis, AxisKind, m
-from .hw_nvidia import mma_m16n8k16_c_layout
+from .hw_nvidia import (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout, mma_m16n8k16_c_layout,
+                        mma_m16n8k32_a_layout, mma_m16n8k32_b_layout)
 from .tile_layout import Iter, TileLayout
 from .transform import group_iters, tile
 
 __all__ = ["MMA_SHAPES", "blocked_layout", "lane_registers", "mma_accumulator_layout",
-           "mma_atom_layout", "reduced_layout"]
+           "mma_atom_layout", "mma_operand_layouts", "reduced_layout"]
 
 # (m, n, k) of each mma.sync shape: D (m x n) = A (m x k) @ B (k x n) + C; an "atom" of the
 # accumulator is one instruction's m x n tile.
-MMA_SHAPES = {"m16n8k16": (16, 8, 16)}
+MMA_SHAPES = {"m16n8k16": (16, 8, 16), "m16n8k32": (16, 8, 32)}
+_MMA_OPERAND_LAYOUTS = {"m16n8k16": (mma_m16n8k16_a_layout, mma_m16n8k16_b_layout),
+                        "m16n8k32": (mma_m16n8k32_a_layout, mma_m16n8k32_b_layout)}
+
+
+def mma_operand_layouts(inst: str, a_dtype, b_dtype) -> tuple[TileLayout, TileLayout,
+                                                               TileLayout]:
+    """The warp fragment layouts of A (m x k), B (k x n) and the f32 C (m x n) of ``inst``
+    for operands of these types (16-bit for m16n8k16, 8-bit floats for m16n8k32); C is
+    laid out alike for both."""
+    a_layout, b_layout = _MMA_OPERAND_LAYOUTS[inst]
+    return a_layout(a_dtype), b_layout(b_dtype), mma_m16n8k16_c_layout()
 
 
 def blocked_layout(shape, *, lanes: int, warps: int = 1, warp_axis: str = "warpid",
@@ -149,17 +162,21 @@ def mma_accumulator_layout(shape, warps: int, warp_axis: str = "warpid",
         return None
     atom = MMA_SHAPES[inst][:2]
     grid = (shape[0] // atom[0], shape[1] // atom[1])
-    return tile(mma_m16n8k16_c_layout(), atoms, grid, atom)
+    return tile(mma_m16n8k16_c_layout(), atoms, grid, atom)   # C of every shape alike
 
 
-def lane_registers(layout: TileLayout, shape) -> list[list[int]]:
+@functools.lru_cache(maxsize=64)
+def lane_registers(layout: TileLayout, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     """Per lane, per register, the row-major index in ``shape`` of the element the warp
     fragment ``layout`` (over ``laneid`` and ``m`` alone, every element once: the mma
-    operand layouts) places there."""
+    operand layouts) places there. Kept per (layout, shape): the same few fragments are
+    read for every gemm a kernel dispatches, by each rule that looks at it, and reading one
+    applies the layout to each element (about a millisecond; a cold compile of the example
+    f16 matmul read twenty)."""
     size = math.prod(shape)
     lanes = layout.size("laneid")
     table = [[0] * (size // lanes) for _ in range(lanes)]
     for flat in range(size):
         place = layout.apply(flat)
         table[place["laneid"]][place["m"]] = flat
-    return table
+    return tuple(map(tuple, table))

@@ -24,6 +24,7 @@ __all__ = [
     "dtype_bytes",
     "smem_atom_shape", "smem_layout", "tma_shared_layout",
     "mma_m16n8k16_a_layout", "mma_m16n8k16_b_layout", "mma_m16n8k16_c_layout",
+    "mma_m16n8k32_a_layout", "mma_m16n8k32_b_layout",
     "ldmatrix_layout",
     "wgmma_acc_layout", "wgmma_accumulator_layout", "wgmma_m64nNk16_d_layout",
     "wg_local_layout", "wg_rf_layout",
@@ -42,12 +43,15 @@ _DTYPE_BYTES = {
     "float32": 4, "fp32": 4, "f32": 4, "float": 4, "tf32": 4,
     "float64": 8, "fp64": 8, "f64": 8, "double": 8,
     "float8_e4m3": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "e4m3": 1, "e5m2": 1, "fp8": 1,
+    "f8e4m3": 1, "f8e5m2": 1,
     "int8": 1, "uint8": 1, "s8": 1, "u8": 1, "bool": 1,
     "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "s32": 4,
     "int64": 8, "uint64": 8,
 }
 _CANON = {"fp16": "float16", "f16": "float16", "half": "float16", "bf16": "bfloat16",
-          "fp32": "float32", "f32": "float32", "float": "float32", "s32": "int32"}
+          "fp32": "float32", "f32": "float32", "float": "float32", "s32": "int32",
+          "f8e4m3": "float8_e4m3", "e4m3": "float8_e4m3", "float8_e4m3fn": "float8_e4m3",
+          "f8e5m2": "float8_e5m2", "e5m2": "float8_e5m2"}
 
 
 def _dtype_name(dtype) -> str | None:
@@ -268,6 +272,33 @@ def mma_m16n8k16_c_layout(dtype="float32"):
     """
     _require(dtype, {"float32", "float16"}, "mma_m16n8k16_c_layout")
     return _layout([(2, 2, "m"), (8, 4, "laneid"), (4, 1, "laneid"), (2, 1, "m")])
+
+
+_FP8 = {"float8_e4m3", "float8_e5m2"}
+
+
+def mma_m16n8k32_a_layout(dtype="float8_e4m3"):
+    """Fragment of A (16x32, row-major M x K) of ``mma.sync.m16n8k32`` for 8-bit floats
+    (e4m3, e5m2), four elements to a 32-bit register.
+
+    PTX ISA "Matrix Fragments for mma.m16n8k32" (the .e4m3/.e5m2/.s8/.u8 figure): a_i row
+    = groupID (+8 for i in 4..7 and 12..15), col = tig*4 + (i & 3) (+16 for i >= 8). So
+    with i = 8*kh + 4*hi + lo:
+    ``(16,32) = (2,8 | 2,4,4):(4@m,4@laneid | 8@m,1@laneid,1@m)``.
+    """
+    _require(dtype, _FP8, "mma_m16n8k32_a_layout")
+    return _layout([(2, 4, "m"), (8, 4, "laneid"), (2, 8, "m"), (4, 1, "laneid"), (4, 1, "m")])
+
+
+def mma_m16n8k32_b_layout(dtype="float8_e4m3"):
+    """Fragment of B (32x8, K x N) of ``mma.sync.m16n8k32`` for 8-bit floats.
+
+    PTX ISA (same section): b_i row = tig*4 + (i & 3) (+16 for i >= 4), col = groupID.
+    ``(32,8) = (2,4,4 | 8):(4@m,1@laneid,1@m | 4@laneid)``. C and D are laid out as for
+    m16n8k16 (:func:`mma_m16n8k16_c_layout`).
+    """
+    _require(dtype, _FP8, "mma_m16n8k32_b_layout")
+    return _layout([(2, 4, "m"), (4, 1, "laneid"), (4, 1, "m"), (8, 4, "laneid")])
 
 
 LDMATRIX_NUMS = (1, 2, 4)

@@ -334,6 +334,25 @@ class Owned(Distribution):
 
         _if_owner(em, decoded, lambda: level(0, list(decoded.base)))
 
+    def run_extent(self) -> int:
+        """How many consecutive elements of the last dim each of this thread's runs holds
+        (its unit-step loop of that dim; 1: single elements)."""
+        last = len(self.driver.shape) - 1
+        inner = [loop for loop in self.loops if loop.dim == last and loop.weight == 1]
+        return inner[0].extent if inner else 1
+
+    def misaligned_runs(self, count: int) -> str | None:
+        """Why this thread's runs of the last dim do not each start at a multiple of
+        ``count`` (every other step of its last-dim index -- loops and thread terms -- is a
+        multiple of ``count``); None: they do."""
+        last = len(self.driver.shape) - 1
+        steps = [loop.weight for loop in self.loops if loop.dim == last and loop.weight != 1]
+        steps += [weight for _, dim, weight in self.thread_terms if dim == last]
+        if any(step % count for step in steps):
+            return (f"{self.driver.name}'s layout {self.driver.layout} starts a thread's runs "
+                    f"of {count} at indices of the last dim that are not multiples of {count}")
+        return None
+
     def by_runs(self, count: int) -> Owned:
         """This distribution visiting the first element of each run of ``count``
         consecutive elements of the last dim: its unit-step loop of that dim (whose extent

@@ -7,7 +7,11 @@ process that finds a kernel on disk compiles nothing.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+import os
 import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from collections.abc import Callable
 from typing import Any
@@ -40,6 +44,43 @@ def machine_identity() -> str:
     return ",".join(f"{name}:{machine}" for name, machine in ids if machine is not None)
 
 
+_collector_lock = threading.Lock()
+_collector_state = {"compiles": 0, "was_enabled": False}
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector off while compiles run, back as it was when the last
+    one in flight ends. A compile builds and drops thousands of IR ops, each a cycle with
+    its result values: the collector's passes over them were an eighth of the Python side of
+    a cold CUDA compile (BENCHMARKS.md); what a compile dropped is collected afterwards."""
+    with _collector_lock:
+        if _collector_state["compiles"] == 0:
+            _collector_state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _collector_state["compiles"] += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_state["compiles"] -= 1
+            if _collector_state["compiles"] == 0 and _collector_state["was_enabled"]:
+                gc.enable()
+
+
+def _forget_compiles_in_flight() -> None:
+    # A child forked while another thread compiled runs none of its compiles: collect again.
+    global _collector_lock
+    _collector_lock = threading.Lock()
+    if _collector_state["compiles"]:
+        _collector_state["compiles"] = 0
+        if _collector_state["was_enabled"]:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_forget_compiles_in_flight)
+
+
 def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: LaunchOptions,
                    debug: bool) -> tuple[dict[str, bytes], dict]:
     """Compile ``fn`` for one specialization; returns (artifacts, metadata) for the cache.
@@ -47,6 +88,12 @@ def compile_kernel(fn, specs: dict[str, ArgSpec], constexprs: dict, options: Lau
     Stages named in ``TILEJIT_DUMP`` are printed as soon as they exist, so a failing stage
     still shows the ones before it.
     """
+    with collector_paused():
+        return _compile(fn, specs, constexprs, options, debug)
+
+
+def _compile(fn, specs: dict[str, ArgSpec], constexprs: dict, options: LaunchOptions,
+             debug: bool) -> tuple[dict[str, bytes], dict]:
     backend = get_backend(options.target)
     backend.register()
     dump = knobs.dump

@@ -21,8 +21,9 @@ def test_row_reduce_matches_torch(op, cols):
     out = torch.empty(rows)
     compiled = row_reduce.warmup(x, out, OP=op, BM=bm, BN=cols)
     row_reduce[(tj.cdiv(rows, bm),)](x, out, OP=op, BM=bm, BN=cols)
-    (record,) = records(compiled, "reduce")
-    assert record.rule == "lanes" and not record.fallback
+    # two versions (read_in_place.py): the tile read in place, and copied (the last CTA)
+    in_place, copied = records(compiled, "reduce")
+    assert all(r.rule == "lanes" and not r.fallback for r in (in_place, copied))
     torch.testing.assert_close(out, REFERENCE[op](x), rtol=1e-5, atol=1e-5)
 
 
@@ -43,7 +44,7 @@ def test_other_axes_and_dtypes_fall_back_to_the_tree_with_reasons():
     out = torch.empty(1, 20)
     compiled = column_reduce.warmup(x, out, OP="sum", BM=6, BN=20)
     column_reduce[(1,)](x, out, OP="sum", BM=6, BN=20)
-    (record,) = records(compiled, "reduce")
-    assert record.rule == "tree" and record.fallback
-    assert "not src's innermost dim" in dict(record.rejected)["lanes"]
+    for record in records(compiled, "reduce"):   # in place and copied (read_in_place.py)
+        assert record.rule == "tree" and record.fallback
+        assert "not src's innermost dim" in dict(record.rejected)["lanes"]
     torch.testing.assert_close(out, x.sum(0, keepdim=True), rtol=1e-5, atol=1e-5)

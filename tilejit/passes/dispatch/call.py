@@ -87,7 +87,8 @@ class Operand:
         buffer = t.buffer if isinstance(t, RegionType) else t
         layout, error = _sub_tile_layout(value)
         oob = ()
-        if isinstance(t, RegionType) and buffer.scope is MemScope.GLOBAL:
+        if isinstance(t, RegionType) and buffer.scope is MemScope.GLOBAL \
+                and not value.owner.attrs["in_bounds"]:
             starts = [_static_int(s) for s in value.owner.operands[1:]]
             # a run-time size, or a static one (specialized) that a static tile passes
             oob = tuple(d for d, (n, start, size) in

@@ -7,6 +7,7 @@ Importing this package registers them (the registry does so on first use):
 | copy, pointwise | ``vector`` | no | ``elementwise`` |
 | copy, pointwise | ``vec`` (per thread: runs in one vector access) | no | ``copy_vector`` |
 | copy | ``stmatrix`` (per thread: warp fragment -> shared, sm_90) | no | ``copy_stmatrix`` |
+| copy, pointwise | ``packed`` (per thread: f16/bf16 pairs in one f16x2 instruction) | no | ``pointwise_packed`` |
 | copy, pointwise | ``scalar`` | yes | ``elementwise`` |
 | reduce | ``shuffle`` | no | ``reduce_shuffle`` |
 | reduce | ``tree`` | yes | ``reduce`` |
@@ -23,7 +24,7 @@ target's families; gemm_async's ``wgmma`` is generic per thread (the IR it makes
 the CPU's SIMT units and prints for sm_90a), the targets add their own synchronous stand-ins.
 """
 from . import (atomic, copy_stmatrix, copy_vector, elementwise, gemm_fma, gemm_mma, gemm_wgmma,
-               indexed, reduce, reduce_shuffle, scan)
+               indexed, pointwise_packed, reduce, reduce_shuffle, scan)
 
 __all__ = ["atomic", "copy_stmatrix", "copy_vector", "elementwise", "gemm_fma", "gemm_mma",
-           "gemm_wgmma", "indexed", "reduce", "reduce_shuffle", "scan"]
+           "gemm_wgmma", "indexed", "pointwise_packed", "reduce", "reduce_shuffle", "scan"]

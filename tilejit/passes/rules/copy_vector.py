@@ -70,12 +70,10 @@ def _tensor_side(call: PrimitiveCall) -> tuple[Operand | None, str | None]:
 
 def _run_count(call: PrimitiveCall, dist: Owned, tensor: Operand) -> tuple[int, str | None]:
     """(the elements of each of a thread's runs of the last dim, why it holds none)."""
-    last = len(dist.driver.shape) - 1
-    inner = [loop for loop in dist.loops if loop.dim == last and loop.weight == 1]
-    if not inner:
+    extent = dist.run_extent()
+    if extent == 1:
         return 0, (f"{dist.driver.name}'s layout {dist.driver.layout} gives each thread "
                    "single elements of the last dim, no runs")
-    extent = inner[0].extent
     widest = min(VECTOR_ACCESS_BYTES, call.context.vector_bytes) // tensor.dtype.itemsize
     count = 1
     while count * 2 <= min(extent, widest) and extent % (count * 2) == 0:
@@ -84,12 +82,8 @@ def _run_count(call: PrimitiveCall, dist: Owned, tensor: Operand) -> tuple[int, 
     if problem:
         return 0, (f"{dist.driver.name}'s runs of {extent} {tensor.dtype} elements: "
                    f"{problem}")
-    steps = [loop.weight for loop in dist.loops if loop.dim == last and loop.weight != 1]
-    steps += [weight for it, dim, weight in dist.thread_terms if dim == last]
-    if any(step % count for step in steps):
-        return 0, (f"{dist.driver.name}'s layout {dist.driver.layout} starts a thread's runs "
-                   f"of {count} at indices of the last dim that are not multiples of {count}")
-    return count, None
+    misaligned = dist.misaligned_runs(count)
+    return (0, misaligned) if misaligned else (count, None)
 
 
 def alignment_checks(call: PrimitiveCall, tensor: Operand,

@@ -1,12 +1,15 @@
 """``C (+)= op(A) @ op(B)`` on tensor cores, per thread: family ``mma`` (``mma.sync``
-m16n8k16, one 16x8x16 multiply-add per warp and instruction).
+m16n8k16 for f16/bf16, one 16x8x16 multiply-add per warp and instruction; m16n8k32 for
+8-bit floats, e4m3 and e5m2 in any mix, from sm_89 on).
 
 Legal (else a Decline naming each condition that fails) when the target lists the
-m16n8k16 ``mma`` shape among its capabilities and splits primitives per thread; A and B
-are f16 or bf16 tiles of one type in shared memory, or in fragments no layout spreads
-over threads (every thread reads them); C is an f32 fragment laid out by
+instruction's ``mma`` shape among its capabilities and splits primitives per thread, and
+the arch (where one is known) has it; A and B are f16 or bf16 tiles of one type, or
+e4m3/e5m2 tiles, in shared memory, or in fragments no layout spreads over threads (every
+thread reads them); C is an f32 fragment laid out by
 ``layout.fragments.mma_accumulator_layout`` of its shape over the team's warps; M, N, K are
-multiples of 16, 8, 16; and the team is a warp, warpgroup or CTA with every thread active.
+multiples of the instruction's (16, 8, 16 or 32); and the team is a warp, warpgroup or CTA
+with every thread active.
 
 Lowering, the same code in every thread: the thread reads its registers of C (the
 fragments of the atoms its warp owns, four values per 16x8 atom); then for each k-step of
@@ -23,19 +26,19 @@ is stored the other way round) when the ldmatrix layout delivers exactly that fr
 from 8x8 matrices of the operand (checked by enumerating both layouts) and every 8-element
 row of the operand lies contiguous and 16-byte aligned in shared memory (checked on its
 storage offsets, which needs static region starts); else with plain loads at logical
-indices. The plan's details say which, and why not.
+indices. ldmatrix moves 16-bit elements, so 8-bit operands load by elements. The plan's
+details say which, and why not.
 """
 from __future__ import annotations
 
 import re
 
-from ...ir.ops_native import MMA_INPUT_TYPES
+from ...ir.ops_native import describe_mma_inputs, mma_shape_for
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, f32
-from ...layout import Axis, Iter, TileLayout, mma_m16n8k16_a_layout
-from ...layout import mma_m16n8k16_b_layout
-from ...layout import mma_m16n8k16_c_layout
-from ...layout.fragments import MMA_SHAPES, lane_registers, mma_accumulator_layout, mma_atom_layout
+from ...layout import Axis, Iter, TileLayout
+from ...layout.fragments import (MMA_SHAPES, lane_registers, mma_accumulator_layout,
+                                 mma_atom_layout, mma_operand_layouts)
 from ...layout.transform import group_iters
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
@@ -44,11 +47,11 @@ from ..loopgen import Emitter, Index
 from .matrix_access import (WARP_COORD, WARP_TEAMS, IntArith, MatrixLoad, logical_index,
                             matrix_load, rows_in_place)
 
-__all__ = ["MMA_GEMM"]
+__all__ = ["MMA_GEMM", "MIN_SM"]
 
-INST = "m16n8k16"
-SHAPE = MMA_SHAPES[INST]
-MIN_SM = 80   # mma.sync.aligned.m16n8k16 exists from sm_80 on (PTX ISA)
+# The first arch of each shape (PTX ISA: mma.sync m16n8k16 f16/bf16 from sm_80, m16n8k32
+# .e4m3/.e5m2 from sm_89).
+MIN_SM = {"m16n8k16": 80, "m16n8k32": 89}
 
 
 def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:
@@ -56,12 +59,14 @@ def _mnk(call: PrimitiveCall) -> tuple[int, int, int]:
     return m, n, a[0] if call.attrs["transpose_a"] else a[1]
 
 
-def _operand_reasons(call: PrimitiveCall) -> list[str]:
+def _operand_reasons(call: PrimitiveCall, inst: str | None) -> list[str]:
     c, a, b = call["C"], call["A"], call["B"]
     reasons = []
-    if a.dtype not in MMA_INPUT_TYPES or b.dtype != a.dtype:
-        reasons.append(f"A and B are {a.dtype} and {b.dtype}: mma.sync multiplies f16 or "
-                       "bf16 tiles of one type")
+    if inst is None:
+        reasons.append(f"A and B are {a.dtype} and {b.dtype}: mma.sync multiplies "
+                       f"{describe_mma_inputs()}")
+        inst = "m16n8k16"   # the shape the other conditions are stated for
+    shape = MMA_SHAPES[inst]
     if c.dtype != f32:
         reasons.append(f"C is {c.dtype}: mma.sync accumulates in f32")
     for o in (a, b):
@@ -73,9 +78,9 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
                            "fragment needs, so it must be in shared memory (or a fragment "
                            "every thread reads)")
     m, n, k = _mnk(call)
-    if m % SHAPE[0] or n % SHAPE[1] or k % SHAPE[2]:
-        reasons.append(f"M, N, K = {m}, {n}, {k}: mma.sync {INST} needs multiples of "
-                       f"{SHAPE[0]}, {SHAPE[1]} and {SHAPE[2]}")
+    if m % shape[0] or n % shape[1] or k % shape[2]:
+        reasons.append(f"M, N, K = {m}, {n}, {k}: mma.sync {inst} needs multiples of "
+                       f"{shape[0]}, {shape[1]} and {shape[2]}")
     if call.team not in WARP_TEAMS:
         reasons.append(f"the team is a {call.team}: mma.sync needs whole warps (a warp, "
                        "warpgroup or CTA team)")
@@ -85,20 +90,21 @@ def _operand_reasons(call: PrimitiveCall) -> list[str]:
     return reasons
 
 
-def _column_pair_layout(b_fragment: TileLayout) -> TileLayout:
+def _column_pair_layout(b_fragment: TileLayout, shape) -> TileLayout:
     """The B fragments of two adjacent atom columns as one (K, 2N) fragment: the second
     column's values follow the first's in each lane (``m`` + 4)."""
-    rows, cols = group_iters(b_fragment, (SHAPE[2], SHAPE[1]))[1]
+    rows, cols = group_iters(b_fragment, (shape[2], shape[1]))[1]
     return TileLayout.from_iters((*rows, Iter(2, b_fragment.size("m"), Axis("m")), *cols))
 
 
-def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
+def _column_pairs(call: PrimitiveCall, warps: int, axis: str, inst: str):
     """The warp's adjacent atom columns (register parts c and c + 1: the same for every
     warp), paired from the left -- one ldmatrix.x4 loads both columns' B fragments -- and
     how many columns are left single."""
     m, n, _ = _mnk(call)
-    grid = (m // SHAPE[0], n // SHAPE[1])
-    atoms = mma_atom_layout((m, n), warps, axis, INST)
+    shape = MMA_SHAPES[inst]
+    grid = (m // shape[0], n // shape[1])
+    atoms = mma_atom_layout((m, n), warps, axis, inst)
     columns = {logical_index(IntArith, atoms, grid, {"m": j})[1]
                for j in range(grid[0] * grid[1] // warps)}
     pairs, taken = [], set()
@@ -109,22 +115,29 @@ def _column_pairs(call: PrimitiveCall, warps: int, axis: str):
     return tuple(pairs), len(columns) - len(taken)
 
 
-def _operand_loads(call: PrimitiveCall, warps: int, axis: str) -> dict[str, MatrixLoad | str]:
+def _operand_loads(call: PrimitiveCall, warps: int, axis: str,
+                   inst: str) -> dict[str, MatrixLoad | str]:
     """Per operand (A, B, and "B pairs": two atom columns of B at once): its ldmatrix, or
     why it loads element by element."""
     ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
-    b_fragment = mma_m16n8k16_b_layout(call["B"].dtype.name)
-    fragments = {"A": (mma_m16n8k16_a_layout(call["A"].dtype.name), (SHAPE[0], SHAPE[2]), ta)}
-    pairs, singles = _column_pairs(call, warps, axis)
+    rows, cols, depth = MMA_SHAPES[inst]
+    a_fragment, b_fragment, _ = mma_operand_layouts(inst, call["A"].dtype.name,
+                                                    call["B"].dtype.name)
+    fragments = {"A": (a_fragment, (rows, depth), ta)}
+    pairs, singles = _column_pairs(call, warps, axis, inst)
     if pairs:
-        fragments["B pairs"] = (_column_pair_layout(b_fragment), (SHAPE[2], 2 * SHAPE[1]), tb)
+        fragments["B pairs"] = (_column_pair_layout(b_fragment, MMA_SHAPES[inst]),
+                                (depth, 2 * cols), tb)
     if singles:
-        fragments["B"] = (b_fragment, (SHAPE[2], SHAPE[1]), tb)
+        fragments["B"] = (b_fragment, (depth, cols), tb)
     loads = {}
     for name, (fragment, shape, transposed) in fragments.items():
         operand = call[name[0]]
         if operand.role is not MemScope.SHARED:
             loads[name] = f"{name[0]} is not in shared memory"
+            continue
+        if operand.dtype.itemsize != 2:
+            loads[name] = (f"{name[0]} is {operand.dtype}: ldmatrix moves 16-bit elements")
             continue
         load = matrix_load(lane_registers(fragment, shape), shape, transposed)
         why = rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
@@ -133,23 +146,26 @@ def _operand_loads(call: PrimitiveCall, warps: int, axis: str) -> dict[str, Matr
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
-    if SHAPE not in call.context.tensor_core_shapes.get("mma", ()):
-        return Decline(f"target {call.target!r} has no mma.sync {INST} (its capabilities "
-                       "list no such 'mma' shape)")
-    sm = re.match(r"sm_(\d+)", call.context.arch or "")
-    if sm is not None and int(sm.group(1)) < MIN_SM:
-        return Decline(f"mma.sync {INST} needs sm_{MIN_SM} or later; compiling for "
-                       f"{call.context.arch}")
-    reasons = _operand_reasons(call)
+    inst = mma_shape_for(call["A"].dtype, call["B"].dtype)
+    if inst is not None:
+        shape = MMA_SHAPES[inst]
+        if shape not in call.context.tensor_core_shapes.get("mma", ()):
+            return Decline(f"target {call.target!r} has no mma.sync {inst} (its capabilities "
+                           "list no such 'mma' shape)")
+        sm = re.match(r"sm_(\d+)", call.context.arch or "")
+        if sm is not None and int(sm.group(1)) < MIN_SM[inst]:
+            return Decline(f"mma.sync {inst} ({call['A'].dtype} x {call['B'].dtype}) needs "
+                           f"sm_{MIN_SM[inst]} or later; compiling for {call.context.arch}")
+    reasons = _operand_reasons(call, inst)
     if reasons:
         return Decline(*reasons)
     c, (m, n, _) = call["C"], _mnk(call)
     warps = team_warps(call.team, len(call.scope.active.warp_ids))
     axis = TEAM_WARP_AXIS[call.team]
-    expected = mma_accumulator_layout((m, n), warps, axis, INST)
+    expected = mma_accumulator_layout((m, n), warps, axis, inst)
     if expected is None:
-        return Decline(f"C [{m}, {n}] holds {m // SHAPE[0] * (n // SHAPE[1])} atoms of "
-                       f"{SHAPE[0]}x{SHAPE[1]}, which the {call.team}'s {warps} warps cannot "
+        return Decline(f"C [{m}, {n}] holds {m // shape[0] * (n // shape[1])} atoms of "
+                       f"{shape[0]}x{shape[1]}, which the {call.team}'s {warps} warps cannot "
                        "share evenly")
     if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
             or not c.layout.equivalent(expected):
@@ -160,11 +176,11 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     dist = choose(call, [c])
     if isinstance(dist, Decline):
         return dist
-    loads = _operand_loads(call, warps, axis)
+    loads = _operand_loads(call, warps, axis, inst)
     note = "; ".join(f"{name} by {load.describe()}" if isinstance(load, MatrixLoad)
                      else f"{name} by elements ({load})" for name, load in loads.items())
-    return Plan([SHAPE], {"distribution": dist, "warps": warps, "warp_axis": axis,
-                          "matrix_loads": loads, "note": note})
+    return Plan([shape], {"distribution": dist, "warps": warps, "warp_axis": axis,
+                          "inst": inst, "matrix_loads": loads, "note": note})
 
 
 def _fragment(em: Emitter, layout, shape, lane) -> list[tuple[Index, Index]]:
@@ -181,16 +197,18 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     c, a, b = call["C"], call["A"], call["B"]
     ta, tb = call.attrs["transpose_a"], call.attrs["transpose_b"]
     m, n, k = _mnk(call)
-    rows, cols, depth = SHAPE
+    inst = plan.details["inst"]
+    rows, cols, depth = MMA_SHAPES[inst]
     warps, axis = plan.details["warps"], plan.details["warp_axis"]
-    atoms, grid = mma_atom_layout((m, n), warps, axis, INST), (m // rows, n // cols)
+    atoms, grid = mma_atom_layout((m, n), warps, axis, inst), (m // rows, n // cols)
     lane = em.thread_coord("lane_id")
     with em.hoisted():
         warp = em.thread_coord(WARP_COORD[call.team]) if call.team in WARP_COORD else 0
         warp_part = logical_index(em, atoms, grid, {axis: warp})
-    a_places = _fragment(em, mma_m16n8k16_a_layout(a.dtype.name), (rows, depth), lane)
-    b_places = _fragment(em, mma_m16n8k16_b_layout(b.dtype.name), (depth, cols), lane)
-    c_places = _fragment(em, mma_m16n8k16_c_layout(), (rows, cols), lane)
+    a_layout, b_layout, c_layout = mma_operand_layouts(inst, a.dtype.name, b.dtype.name)
+    a_places = _fragment(em, a_layout, (rows, depth), lane)
+    b_places = _fragment(em, b_layout, (depth, cols), lane)
+    c_places = _fragment(em, c_layout, (rows, cols), lane)
     matrix_loads = {name: load for name, load in plan.details["matrix_loads"].items()
                     if isinstance(load, MatrixLoad)}
     with em.hoisted():
@@ -225,7 +243,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
     # Columns loaded in pairs: each column's key -> the pair's first key (loaded when the
     # first of the two is needed: all at once would lengthen the fragments' live ranges).
-    paired = {key: first for first, _ in (_column_pairs(call, warps, axis)[0]
+    paired = {key: first for first, _ in (_column_pairs(call, warps, axis, inst)[0]
                                           if "B pairs" in matrix_loads else ())
               for key in (first, first + 1)}
 
@@ -248,7 +266,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
                     [element(b, em.add(kk, q), col, tb)
                      for col, (q, _) in zip(b_cols[col_key], b_places)])
             acc = accs[per_atom * j:per_atom * (j + 1)]
-            results += em.b.mma_sync(a_frags[row_key], b_frags[col_key], acc, INST)
+            results += em.b.mma_sync(a_frags[row_key], b_frags[col_key], acc, inst)
         return results
 
     for idx, value in zip(c_indices, em.loop(0, k, depth, step, inits=init)):
@@ -256,4 +274,5 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
 
 MMA_GEMM = register(Rule("mma", "gemm", check, lower, distributions=(PER_THREAD,),
-                         doc="tensor cores: mma.sync m16n8k16 per warp, f16/bf16 into f32"))
+                         doc="tensor cores: mma.sync per warp, m16n8k16 f16/bf16 or "
+                             "m16n8k32 e4m3/e5m2, into f32"))

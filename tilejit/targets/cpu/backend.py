@@ -15,6 +15,7 @@ from tilejit.passes.dispatch import PER_THREAD, TEAM_ONCE
 
 from ..backend import Backend, Capabilities, register_backend
 from . import jit
+from .read_in_place import read_copies_in_place
 
 __all__ = ["BACKEND", "CpuBackend", "SIMT_OPT_LEVEL"]
 
@@ -30,6 +31,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     device = "cpu"
+    passes = (("cpu-read-copies-in-place", read_copies_in_place, "dispatch"),)
     text_stages = ("llir", "asm")
     # Host assembly costs a quarter of a compile: stored only when dumped, else made on request.
     derived_stages = {"asm": lambda module: module.artifact.asm}
@@ -50,7 +52,7 @@ class CpuBackend(Backend):
                             element_loops=True,
                             # SIMT mode runs mma.sync per warp (emit_mma.py) and wgmma per
                             # warpgroup (emit_wgmma.py), as a GPU does
-                            tensor_core_shapes={"mma": ((16, 8, 16),),
+                            tensor_core_shapes={"mma": ((16, 8, 16), (16, 8, 32)),
                                                 "wgmma": tuple((64, n, k) for k in (16, 32)
                                                                for n in range(8, 257, 8))})
 

@@ -3,11 +3,12 @@
 Each lane widens its A, B and C fragment values to f32 and writes them into its warp's
 exchange area (``emit_sync.warp_exchange``) at the matrix positions the PTX fragment
 layouts give them (``layout/hw_nvidia.py``: the same layout objects the dispatch rule
-reads, enumerated into one constant table of positions per (lane, operand)). Once the
-warp has met, the area holds the whole 16x16 A, 16x8 B and 16x8 C, and each lane
-computes its four D values ``C[r, c] + sum_k A[r, k] * B[k, c]`` in f32, k in order.
-An f16 or bf16 product is exact in f32, so only the order of the additions can differ
-from a GPU's.
+reads, enumerated into one constant table of positions per (shape, lane, operand)). Once
+the warp has met, the area holds the whole A (16xK), B (Kx8) and C (16x8) of the shape
+(K = 16 for f16/bf16, 32 for e4m3/e5m2), and each lane computes its four D values
+``C[r, c] + sum_k A[r, k] * B[k, c]`` in f32, k in order. An f16, bf16, e4m3 or e5m2
+value is exact in f32 and so is the product of two of them (at most 2 x 11 significant
+bits), so only the order of the additions can differ from a GPU's.
 
 ``ldmatrix_at`` meets the same way: each lane that supplies a row (``8 * num`` of them)
 reads its eight elements itself -- bounds, 16-byte alignment and the race detector see the
@@ -26,9 +27,8 @@ from tilejit.errors import CompilationError
 from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.ops_native import LDMATRIX_ROW
-from tilejit.layout import (ldmatrix_layout, mma_m16n8k16_a_layout, mma_m16n8k16_b_layout,
-                            mma_m16n8k16_c_layout)
-from tilejit.layout.fragments import MMA_SHAPES, lane_registers
+from tilejit.layout import ldmatrix_layout
+from tilejit.layout.fragments import MMA_SHAPES, lane_registers, mma_operand_layouts
 
 from . import emit_memory, types
 from .emit_sync import warp_exchange
@@ -36,11 +36,17 @@ from .types import F32, I32, I64, PTR
 
 __all__ = ["HANDLERS", "constant_table", "table_entry"]
 
-M, N, K = MMA_SHAPES["m16n8k16"]
-# The exchange area, in f32 elements: A (M x K, row-major), then B (K x N), then C (M x N).
-A_AT, B_AT, C_AT = 0, M * K, M * K + K * N
-AREA_ELEMENTS = C_AT + M * N
-OPERANDS_PER_LANE = sum(MMA_FRAGMENT_SIZES["m16n8k16"])
+
+class _MmaArea:
+    """A shape's exchange area, in f32 elements: A (M x K, row-major), then B (K x N),
+    then C (M x N)."""
+
+    def __init__(self, shape: str):
+        self.shape = shape
+        self.m, self.n, self.k = m, n, k = MMA_SHAPES[shape]
+        self.a_at, self.b_at, self.c_at = 0, m * k, m * k + k * n
+        self.elements = self.c_at + m * n
+        self.operands_per_lane = sum(MMA_FRAGMENT_SIZES[shape])
 
 
 def constant_table(mc, name: str, entries) -> ir.GlobalVariable:
@@ -53,12 +59,14 @@ def constant_table(mc, name: str, entries) -> ir.GlobalVariable:
     return table
 
 
-def _position_table(mc) -> ir.GlobalVariable:
-    """``table[lane * 16 + j]``: where operand ``j`` of ``lane`` goes in the area."""
-    per_operand = [(lane_registers(mma_m16n8k16_a_layout(), (M, K)), A_AT),
-                   (lane_registers(mma_m16n8k16_b_layout(), (K, N)), B_AT),
-                   (lane_registers(mma_m16n8k16_c_layout(), (M, N)), C_AT)]
-    return constant_table(mc, "tj.mma.m16n8k16.positions",
+def _position_table(mc, area: _MmaArea, a_type, b_type) -> ir.GlobalVariable:
+    """``table[lane * operands_per_lane + j]``: where operand ``j`` of ``lane`` goes in the
+    area (the fragment layouts depend on the shape alone: e4m3 and e5m2 share theirs)."""
+    m, n, k = area.m, area.n, area.k
+    layouts = mma_operand_layouts(area.shape, a_type.name, b_type.name)
+    per_operand = [(lane_registers(layout, shape), at) for layout, shape, at in
+                   zip(layouts, ((m, k), (k, n), (m, n)), (area.a_at, area.b_at, area.c_at))]
+    return constant_table(mc, f"tj.mma.{area.shape}.positions",
                            (at + index for lane in range(LANES_PER_WARP)
                             for registers, at in per_operand for index in registers[lane]))
 
@@ -76,28 +84,29 @@ def _require_whole_warp(em, what: str) -> None:
                                f"active threads are {where}")
 
 
-def _dot_function(mc) -> ir.Function:
-    """``tj.mma.m16n8k16.dot(area, c)``: ``C[c] + sum_k A[row, k] * B[k, col]`` for the
+def _dot_function(mc, area: _MmaArea) -> ir.Function:
+    """``tj.mma.<shape>.dot(area, c)``: ``C[c] + sum_k A[row, k] * B[k, col]`` for the
     C element ``c = row * N + col`` of a filled area, in f32."""
-    name = "tj.mma.m16n8k16.dot"
+    name = f"tj.mma.{area.shape}.dot"
+    N, K = area.n, area.k
     fn = mc.module.globals.get(name)
     if fn is not None:
         return fn
     fn = ir.Function(mc.module, ir.FunctionType(F32, [PTR, I32]), name)
     fn.linkage = "internal"
-    area, c = fn.args
+    values, c = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def element(index):
-        return b.load(b.gep(area, [b.zext(index, I64)], source_etype=F32), typ=F32)
+        return b.load(b.gep(values, [b.zext(index, I64)], source_etype=F32), typ=F32)
 
     row = b.udiv(c, ir.Constant(I32, N))
     col = b.urem(c, ir.Constant(I32, N))
-    a_row = b.add(b.mul(row, ir.Constant(I32, K)), ir.Constant(I32, A_AT))
-    acc = element(b.add(c, ir.Constant(I32, C_AT)))
+    a_row = b.add(b.mul(row, ir.Constant(I32, K)), ir.Constant(I32, area.a_at))
+    acc = element(b.add(c, ir.Constant(I32, area.c_at)))
     for k in range(K):
         a = element(b.add(a_row, ir.Constant(I32, k)))
-        bk = element(b.add(col, ir.Constant(I32, B_AT + k * N)))
+        bk = element(b.add(col, ir.Constant(I32, area.b_at + k * N)))
         acc = b.fadd(acc, b.fmul(a, bk))
     b.ret(acc)
     return fn
@@ -107,8 +116,9 @@ def emit_mma_sync(em, op):
     _require_whole_warp(em, "mma_sync")
     units, b = em.mc.units, em.b   # thread units (units.py)
     lane = units.thread_index(b, "lane_id", em.frame.unit)
-    table = _position_table(em.mc)
-    first = b.mul(lane, ir.Constant(I32, OPERANDS_PER_LANE))
+    places = _MmaArea(op.attrs["shape"])
+    table = _position_table(em.mc, places, op.attrs["a_type"], op.attrs["b_type"])
+    first = b.mul(lane, ir.Constant(I32, places.operands_per_lane))
 
     def position(j: int):
         return table_entry(em, table, b.add(first, ir.Constant(I32, j)))
@@ -118,10 +128,11 @@ def emit_mma_sync(em, op):
             slot = b.gep(area, [b.zext(position(j), I64)], source_etype=F32)
             b.store(types.widen(b, value, value_type.type), slot)
 
-    area = warp_exchange(em, op, "mma", AREA_ELEMENTS * 4, deposit, "mma_sync")
-    c_first = OPERANDS_PER_LANE - len(op.results)
-    dot = _dot_function(em.mc)
-    return [b.call(dot, [area, b.sub(position(c_first + i), ir.Constant(I32, C_AT))])
+    area = warp_exchange(em, op, f"mma.{places.shape}", places.elements * 4, deposit,
+                         "mma_sync")
+    c_first = places.operands_per_lane - len(op.results)
+    dot = _dot_function(em.mc, places)
+    return [b.call(dot, [area, b.sub(position(c_first + i), ir.Constant(I32, places.c_at))])
             for i in range(len(op.results))]
 
 

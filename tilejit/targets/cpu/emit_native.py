@@ -212,16 +212,26 @@ def emit_const(em, op):
     return [types.constant(t, value)]
 
 
+def _float_binary(em, name: str, a, b, t: ScalarType):
+    """``a name b`` of type ``t``: computed in its compute type, rounded once into ``t``."""
+    result = FLOAT_BINARY[name](em, types.widen(em.b, a, t), types.widen(em.b, b, t))
+    return types.narrow(em.b, result, t)
+
+
 def emit_binary(em, op):
     t: ScalarType = op.result.type
     a, b = em.operands(op)
     name = op.attrs["op"]
     if t.is_float:
-        result = FLOAT_BINARY[name](em, types.widen(em.b, a, t), types.widen(em.b, b, t))
-        return [types.narrow(em.b, result, t)]
+        return [_float_binary(em, name, a, b, t)]
     if t.is_bool and name in BOOL_BINARY:
         return [BOOL_BINARY[name](em, a, b)]
     return [INT_BINARY[name](em, a, b, t.kind == "int")]
+
+
+def _float_unary(em, name: str, x, t: ScalarType):
+    """``name(x)`` of type ``t``: computed in its compute type, rounded once into ``t``."""
+    return types.narrow(em.b, FLOAT_UNARY[name](em, types.widen(em.b, x, t)), t)
 
 
 def emit_unary(em, op):
@@ -229,7 +239,7 @@ def emit_unary(em, op):
     (x,) = em.operands(op)
     name = op.attrs["op"]
     if t.is_float:
-        return [types.narrow(em.b, FLOAT_UNARY[name](em, types.widen(em.b, x, t)), t)]
+        return [_float_unary(em, name, x, t)]
     return [INT_UNARY[name](em, x, t.kind == "int")]
 
 
@@ -253,6 +263,25 @@ def emit_select(em, op):
 
 def emit_cast(em, op):
     return [cast(em, em[op.operands[0]], op.operands[0].type, op.result.type)]
+
+
+def emit_packed_binary(em, op):
+    """A pair's lanes, each exactly as ``binary`` computes it (a GPU's f16x2 instruction
+    rounds each lane once, as these do)."""
+    a0, a1, b0, b1 = em.operands(op)
+    t = op.results[0].type
+    return [_float_binary(em, op.attrs["op"], a, b, t) for a, b in ((a0, b0), (a1, b1))]
+
+
+def emit_packed_unary(em, op):
+    """A pair's lanes, each exactly as ``unary`` computes it."""
+    t = op.results[0].type
+    return [_float_unary(em, op.attrs["op"], a, t) for a in em.operands(op)]
+
+
+def emit_packed_cast(em, op):
+    """A pair of f32 values, each rounded as ``cast`` rounds it."""
+    return [cast(em, x, op.operands[0].type, op.attrs["to"]) for x in em.operands(op)]
 
 
 def cast(em, value, src: ScalarType, dst: ScalarType):
@@ -305,4 +334,6 @@ def emit_thread_index(em, op):
 HANDLERS = {
     "const": emit_const, "binary": emit_binary, "unary": emit_unary, "cmp": emit_cmp,
     "select": emit_select, "cast": emit_cast, "thread_index": emit_thread_index,
+    "packed_binary": emit_packed_binary, "packed_unary": emit_packed_unary,
+    "packed_cast": emit_packed_cast,
 }

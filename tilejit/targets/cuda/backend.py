@@ -28,7 +28,7 @@ HOPPER = Capabilities(
     shared_memory_per_cta=227 * 1024,
     max_threads_per_cta=1024,
     element_loops=True,
-    tensor_core_shapes={"mma": ((16, 8, 16),),
+    tensor_core_shapes={"mma": ((16, 8, 16), (16, 8, 32)),
                         "wgmma": tuple((64, n, k) for k in (16, 32)   # k32: fp8
                                        for n in range(8, 257, 8))},
 )
@@ -74,7 +74,8 @@ class CudaBackend(Backend):
         printer = CudaPrinter(lowered, arch, debug)
         source, entry = printer.print(), printer.entry
         options = ("-lineinfo",) if debug else ()
-        program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options)
+        program = compile_cuda(source, arch, name=f"{lowered.name}.cu", options=options,
+                               minimal=True)
         usage = program.resources().get(entry)
         files = {"cuda": source.encode(), "ptx": program.ptx.encode(), "cubin": program.cubin}
         meta = {

@@ -22,11 +22,11 @@ from tilejit.errors import CompilationError, ScopeError
 from tilejit.ir.core import Block, KernelIR, Operation, Value
 from tilejit.ir.scope import ActiveSet
 from tilejit.ir.storage import held_per_thread, reaches_threads, storage_elements
-from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, f8e4m3, f8e5m2, i1, i64
+from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, i1, i64
 
 from . import emit_scalar
 from .driver import MAX_PORTABLE_CLUSTER
-from .emit_prelude import FP8_PRELUDE, PRELUDE
+from .emit_prelude import PRELUDE, type_preludes
 from .emit_scalar import C_TYPES, PARAM_FORMATS, literal, storage_type, value_type
 from .tensor_map import MAP_BYTES
 from .tensor_map import STRUCT as TENSOR_MAP_STRUCT
@@ -39,7 +39,8 @@ CLUSTER_MIN_SM = 90   # thread-block clusters arrived with Hopper
 # Ops without side effects: printed only when a printed op uses their results.
 PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
                   "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
-                  "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync"})
+                  "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync",
+                  "packed_binary", "packed_unary", "packed_cast"})
 
 
 def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:
@@ -69,6 +70,27 @@ fabsf expf exp2 exp2f logf log2 log2f sqrtf sin sinf cos cosf floor floorf ceil 
 pow powf fmax fmin fmod copysign signbit half float2 float4 int2 int4 dim3""".split())
 
 
+def element_types(kernel: KernelIR) -> set[ScalarType]:
+    """The scalar types of every value the kernel holds (of a buffer's or region's elements
+    for those): the prelude includes a type's header only for a kernel that uses it."""
+    types: set[ScalarType] = set()
+
+    def add(values) -> None:
+        for value in values:
+            t = value.type
+            t = t.buffer if isinstance(t, RegionType) else t
+            t = t.dtype if isinstance(t, BufferType) else t
+            if isinstance(t, ScalarType):
+                types.add(t)
+
+    add(kernel.params)
+    for op in kernel.walk():
+        add(op.results)
+        for region in op.regions:
+            add(region.args)
+    return types
+
+
 @dataclass
 class Frame:
     """What the printer knows at a point: the active threads (None: unknown here)."""
@@ -88,7 +110,6 @@ class CudaPrinter:
     counter: int = 0
     line_no: int | None = None
     uses_shared: bool = False
-    uses_fp8: bool = False
     frames: list[Frame] = field(default_factory=list)
     entry: str = ""
     # ((tensor parameter, box, swizzle, dtype name), C name) per TMA tensor map (emit_tma)
@@ -204,7 +225,6 @@ class CudaPrinter:
             name = self.fresh(pname)
             self.names[value] = name
             if isinstance(t, BufferType):
-                self.uses_fp8 |= t.dtype in (f8e4m3, f8e5m2)
                 params.append(f"{storage_type(t.dtype)}* __restrict__ {name}")
                 self.add_formats("Q")
                 for kind in ("shape", "stride"):
@@ -213,7 +233,6 @@ class CudaPrinter:
                         params.append(f"long long {name}_{kind}{d}")
                         self.add_formats("q")
             elif isinstance(t, ScalarType):
-                self.uses_fp8 |= t in (f8e4m3, f8e5m2)
                 params.append(f"{C_TYPES[t]} {name}")
                 self.add_formats(PARAM_FORMATS.get(t))
             else:
@@ -251,7 +270,7 @@ class CudaPrinter:
         self.add_formats(*[f"{MAP_BYTES}s"] * len(self.tensor_maps))
         head = (f'extern "C" __global__ void __launch_bounds__({threads}){self.cluster_dims()} '
                 f'{name}(\n    ' + ",\n    ".join(params) + ") {")
-        prelude = PRELUDE + (FP8_PRELUDE if self.uses_fp8 else "") \
+        prelude = PRELUDE + type_preludes(element_types(k)) \
             + (TENSOR_MAP_STRUCT + "\n" if self.tensor_maps else "")
         source = f"// {k.name}: printed by tilejit for {self.arch} from {k.loc}"
         return "\n".join([source, prelude, head, *body, "}", ""])
@@ -269,7 +288,6 @@ def print_cuda(kernel: KernelIR, arch: str = "sm_90a", debug: bool = False) -> t
 def print_alloc(p: CudaPrinter, op: Operation) -> None:
     scope, dtype, shape = op.attrs["scope"], op.attrs["dtype"], op.attrs["shape"]
     layout, buf = op.attrs["layout"], op.result
-    p.uses_fp8 |= dtype in (f8e4m3, f8e5m2)
     if scope is MemScope.SHARED:
         if op.attrs["offset"] is None:
             raise CompilationError("a shared buffer without a planned offset reached the cuda "
@@ -494,6 +512,10 @@ HANDLERS.update(emit_sync.HANDLERS)
 from . import emit_mma  # noqa: E402  (mma_sync)
 
 HANDLERS.update(emit_mma.HANDLERS)
+
+from . import emit_packed  # noqa: E402  (f16x2 / bf16x2 pairs)
+
+HANDLERS.update(emit_packed.HANDLERS)
 
 from . import emit_async  # noqa: E402  (cp.async, mbarrier transaction bytes)
 

@@ -9,11 +9,11 @@ costs.
 """
 from __future__ import annotations
 
-__all__ = ["PRELUDE", "FP8_PRELUDE"]
+from tilejit.ir.types import ScalarType, bf16, f8e4m3, f8e5m2, f16
+
+__all__ = ["PRELUDE", "TYPE_PRELUDES", "type_preludes"]
 
 PRELUDE = r"""// ---- tilejit prelude: the CPU target's semantics (tilejit/targets/cuda/emit_prelude.py)
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
 #define TJ_DEVICE __device__ __forceinline__
 
 template <typename T> struct tj_unsigned;
@@ -128,15 +128,9 @@ TJ_DEVICE float tj_exp2_approx(float x) {
 TJ_DEVICE int tj_clamp(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 TJ_DEVICE unsigned tj_uclamp(unsigned v, unsigned hi) { return v > hi ? hi : v; }
 
-// f16 and bf16 values are computed in f32 and rounded once per op, as on the CPU.
-TJ_DEVICE float tj_f32(__half x) { return __half2float(x); }
-TJ_DEVICE float tj_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 // Bit patterns: atomics on floats swap bits; bools are bytes (the low bit is the value).
 TJ_DEVICE unsigned tj_bits(float x) { return __float_as_uint(x); }
 TJ_DEVICE unsigned long long tj_bits(double x) { return (unsigned long long)__double_as_longlong(x); }
-TJ_DEVICE unsigned short tj_bits(__half x) { return __half_as_ushort(x); }
-TJ_DEVICE unsigned short tj_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
 TJ_DEVICE unsigned short tj_bits(short x) { return (unsigned short)x; }
 TJ_DEVICE unsigned short tj_bits(unsigned short x) { return x; }
 TJ_DEVICE unsigned tj_bits(int x) { return (unsigned)x; }
@@ -197,11 +191,25 @@ TJ_DEVICE void tj_mbarrier_wait(unsigned long long* bar, int phase) {
 // ---- end of prelude
 """
 
+# Each 16-bit float type's header and helpers, printed only for a kernel that holds values of
+# the type: cuda_fp16.h and cuda_bf16.h are a quarter of NVRTC's time for an empty
+# kernel (BENCHMARKS.md, "cold compile"). f16 and bf16 values are computed in f32 and
+# rounded once per op, as on the CPU; tj_bits gives their bit patterns (atomics, mma packing).
+F16_PRELUDE = r"""#include <cuda_fp16.h>
+TJ_DEVICE float tj_f32(__half x) { return __half2float(x); }
+TJ_DEVICE unsigned short tj_bits(__half x) { return __half_as_ushort(x); }
+"""
+BF16_PRELUDE = r"""#include <cuda_bf16.h>
+TJ_DEVICE float tj_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+TJ_DEVICE unsigned short tj_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }
+"""
 # fp8 (cuda_fp8.h): e4m3fn saturates to +-448 (it has no inf), e5m2 overflows to inf, as
 # the CPU's conversions (and torch's casts) do.
 FP8_PRELUDE = r"""#include <cuda_fp8.h>
 TJ_DEVICE float tj_f32(__nv_fp8_e4m3 x) { return float(x); }
 TJ_DEVICE float tj_f32(__nv_fp8_e5m2 x) { return float(x); }
+TJ_DEVICE unsigned char tj_bits(__nv_fp8_e4m3 x) { return x.__x; }
+TJ_DEVICE unsigned char tj_bits(__nv_fp8_e5m2 x) { return x.__x; }
 TJ_DEVICE __nv_fp8_e4m3 tj_to_e4m3(float x) {
   __nv_fp8_e4m3 r; r.__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); return r;
 }
@@ -215,3 +223,12 @@ TJ_DEVICE __nv_fp8_e5m2 tj_to_e5m2(double x) {
   __nv_fp8_e5m2 r; r.__x = __nv_cvt_double_to_fp8(x, __NV_NOSAT, __NV_E5M2); return r;
 }
 """
+
+TYPE_PRELUDES = {f16: F16_PRELUDE, bf16: BF16_PRELUDE, f8e4m3: FP8_PRELUDE, f8e5m2: FP8_PRELUDE}
+
+
+def type_preludes(types: set[ScalarType]) -> str:
+    """The sections of :data:`TYPE_PRELUDES` that a kernel holding values of ``types`` needs,
+    each once, in the table's order."""
+    sections = dict.fromkeys(TYPE_PRELUDES[t] for t in TYPE_PRELUDES if t in types)
+    return "".join(sections)

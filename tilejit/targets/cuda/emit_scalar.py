@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .emit import CudaPrinter
 
 __all__ = ["C_TYPES", "HANDLERS", "NARROW_FLOATS", "PARAM_FORMATS", "cast_expr", "literal", "narrow",
-           "storage_type", "value_type", "wide"]
+           "packed_words", "storage_type", "value_type", "wide"]
 
 C_TYPES: dict[ScalarType, str] = {
     i1: "bool", i8: "signed char", i16: "short", i32: "int", i64: "long long",
@@ -133,6 +133,19 @@ BOOL_BINARY = {"add": "{a} | {b}", "max": "{a} | {b}", "mul": "{a} & {b}",
                "div": "{a} & {b}", "min": "{a} & {b}", "sub": "{a} ^ {b}"}
 
 
+def packed_words(p: CudaPrinter, values) -> list[str]:
+    """The 16- or 8-bit values as 32-bit registers of two or four, the first in the
+    lowest bits."""
+    bits = values[0].type.bits
+    per_word = 32 // bits
+    words = []
+    for first in range(0, len(values), per_word):
+        word = values[first:first + per_word]
+        higher = [f"(unsigned)tj_bits({p[v]}) << {bits * i}" for i, v in enumerate(word) if i]
+        words.append("(" + " | ".join([*reversed(higher), f"tj_bits({p[word[0]]})"]) + ")")
+    return words
+
+
 def print_binary(p: CudaPrinter, op: Operation) -> None:
     t, name = op.result.type, op.attrs["op"]
     lhs, rhs = op.operands
@@ -235,12 +248,10 @@ def cast_expr(p: CudaPrinter, x: Value, dst: ScalarType) -> str:
 
 
 def print_cast(p: CudaPrinter, op: Operation) -> None:
-    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
     p.define(op.result, cast_expr(p, op.operands[0], op.result.type))
 
 
 def print_const(p: CudaPrinter, op: Operation) -> None:
-    p.uses_fp8 |= op.result.type in (f8e4m3, f8e5m2)
     p.names[op.result] = literal(op.attrs["value"], op.result.type)
 
 

@@ -15,8 +15,8 @@ is refused at its line: peeling one iteration would not cut it.
 from __future__ import annotations
 
 from tilejit.errors import CompilationError
-from tilejit.ir.core import Block, KernelIR, Operation, Value, walk
-from tilejit.ir.rewrite import Rewriter
+from tilejit.ir.core import KernelIR, Operation, Value, walk
+from tilejit.ir.rewrite import Rewriter, clone_ops
 from tilejit.ir.types import MemScope
 
 from .loops import affine_of
@@ -63,27 +63,14 @@ def _past_end(loop: Operation, trips: range) -> bool:
     return ragged
 
 
-def _clone(block: Block, values: dict) -> list[Operation]:
-    """``block``'s ops with ``values`` substituted, integer arithmetic on numbers folded."""
-    ops = []
-    for op in block.ops:
-        operands = [values.get(v, v) for v in op.operands]
-        numbers = [_number(v) for v in operands]
-        if op.name == "binary" and op.attrs["op"] in _FOLDED and None not in numbers \
-                and op.result_types[0].is_int:
-            new = Operation("const", (), {"value": _FOLDED[op.attrs["op"]](*numbers)},
-                            op.result_types, (), op.loc)
-        else:
-            regions = []
-            for region in op.regions:
-                fresh = Block.like(region)
-                values.update(zip(region.args, fresh.args))
-                fresh.ops = _clone(region, values)
-                regions.append(fresh)
-            new = op.replace(operands=operands, regions=regions)
-        values.update(zip(op.results, new.results))
-        ops.append(new)
-    return ops
+def _folded(op: Operation, operands: list[Value]) -> Operation | None:
+    """``op`` as a constant where it is integer arithmetic on numbers (else None)."""
+    numbers = [_number(v) for v in operands]
+    if op.name == "binary" and op.attrs["op"] in _FOLDED and None not in numbers \
+            and op.result_types[0].is_int:
+        return Operation("const", (), {"value": _FOLDED[op.attrs["op"]](*numbers)},
+                         op.result_types, (), op.loc)
+    return None
 
 
 def _peel(op: Operation, ctx) -> list[Operation] | None:
@@ -95,7 +82,7 @@ def _peel(op: Operation, ctx) -> list[Operation] | None:
         return None
     body = op.regions[0]
     last = Operation("const", (), {"value": trips[-1]}, (body.args[0].type,), (), op.loc)
-    peeled = _clone(body, {body.args[0]: last.result})[:-1]   # its yield dropped
+    peeled = clone_ops(body.ops, {body.args[0]: last.result}, _folded)[:-1]   # its yield dropped
     if len(trips) == 1:
         return [last, *peeled]
     loop = op.replace(operands=(op.operands[0], last.result, op.operands[2]))

@@ -11,6 +11,7 @@ API (every method validates against the op catalogue and raises a located
     b.const(value, type)          b.binary(op, lhs, rhs)     b.cmp(pred, lhs, rhs)
     b.unary(op, x)                b.select(c, a, b)          b.cast(x, to)
     b.thread_index(kind, dim=0)   b.buffer_dim(buf, dim)     b.buffer_stride(buf, dim)
+    b.buffer_address(buf)
     b.alloc(scope, dtype, shape, layout=None)                b.view(buf, shape, layout=None)
     b.region(buf, starts, sizes, keep=None)                  b.load(buf, indices)
     b.atomic(op, buf, value, indices)   b.atomic_cas(buf, compare, value, indices)
@@ -123,6 +124,9 @@ class Builder:
 
     def buffer_stride(self, buf: Value, dim: int) -> Value:
         return self._value("buffer_stride", (buf,), dim=dim)
+
+    def buffer_address(self, buf: Value) -> Value:
+        return self._value("buffer_address", (buf,))
 
     def alloc(self, scope, dtype, shape: Sequence[int], layout=None) -> Value:
         return self._value("alloc", (), scope=scope, dtype=dtype, shape=tuple(shape), layout=layout)

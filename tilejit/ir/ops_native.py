@@ -154,6 +154,13 @@ def _check_dim(op):
     return None if 0 <= dim < rank else f"dim {dim} out of range for a rank-{rank} buffer"
 
 
+def _check_global_buffer(op):
+    t = op.operands[0].type
+    if not isinstance(t, BufferType) or t.scope is not MemScope.GLOBAL:
+        return f"{op.name} takes a global buffer (a kernel parameter), not {t}"
+    return None
+
+
 def _check_alloc(op):
     scope, offset, per_team = op.attrs["scope"], op.attrs["offset"], op.attrs["per_team"]
     if scope is MemScope.GLOBAL:
@@ -420,6 +427,9 @@ register("thread_index", NATIVE, attrs={"kind": Attr(Choice(*THREAD_INDEX_KINDS)
          results=fixed(i32), check=_check_thread_index)
 
 register("buffer_dim", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64), check=_check_dim)
+# The byte address of a global buffer's element 0: what the CPU's read-in-place pass compares
+# to tell whether two tensors' boxes share memory (set by the compiler only).
+register("buffer_address", MEMORY, "buf:memory", results=fixed(i64), check=_check_global_buffer)
 register("buffer_stride", MEMORY, "buf:memory", {"dim": Attr(INT)}, fixed(i64),
          check=_check_dim)
 register("alloc", MEMORY, attrs={"scope": Attr(Enum(MemScope)), "dtype": Attr(SCALAR_TYPE),

@@ -6,7 +6,7 @@ import torch
 from rule_kernels import fresh_cache, records  # noqa: F401
 
 import tilejit as tj
-from tilejit.examples import row_softmax, run_softmax
+from tilejit.examples import layer_norm, row_softmax, run_layer_norm, run_softmax
 from tilejit.ir.parser import parse_kernel
 from tilejit.ir.verifier import verify
 from tilejit.knobs import knobs
@@ -61,8 +61,29 @@ WRITE_BEFORE_READ = """\
   %s = alloc"""
 
 
+def test_a_box_written_before_the_last_read_must_share_no_memory_with_the_copied_box():
+    """out (maybe x) is written before t is read: in place only where, at run time, the
+    bytes of out's box and x's box do not meet."""
+    text = ROW_SUM_IR.replace("  %s = alloc", WRITE_BEFORE_READ, 1)
+    kernel = read_copies_in_place(verify(parse_kernel(located(text))))
+    verify(kernel)
+    text = str(kernel)
+    assert str(parse_kernel(text)) == text
+    assert "buffer_address(%x)" in text and "buffer_address(%out)" in text
+    assert text.count("{pred = le}") == 4     # two dims in bounds; out's end <= x's start, or x's end <= out's start
+    assert [op.name for op in kernel.body.ops].count("if") == 1
+
+
+RUN_TIME_START_WRITE = """  %4 = binary(%0, %0) {op = mul} : i32
+  %w = region(%out, %4, %1) {sizes = [2, 40], keep = [true, true]} : region<buffer<global, f32, [?, ?], strides=[?, 1]>, [2, 40]>
+  tile.copy(%w, %t)
+  %s = alloc"""
+
+
 @pytest.mark.parametrize("old, new", [
-    ("  %s = alloc", WRITE_BEFORE_READ),        # out (maybe x) written before t is read
+    ("  %s = alloc", RUN_TIME_START_WRITE),     # a written box that starts after the copy
+    ("  %s = alloc", "  %f = const {value = 1.0} : f32\n  store(%out, %f, %0, %1)\n"
+                    "  %s = alloc"),   # an element store
     ("  tile.reduce", "  tile.pointwise(%t, %t) {op = exp}\n  tile.reduce"),   # t written
     ("  tile.copy(%t, %2)", '  tile.copy(%t, %2) {config = {cache = "stream"}}'),
 ])
@@ -95,6 +116,36 @@ def test_softmax_into_its_own_input():
     expected = torch.softmax(x, 1)
     run_softmax(x, x)
     torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-6)
+
+
+@tj.kernel
+def doubled_rows(x, out, N: tj.constexpr):
+    t = tj.fragment((2, N), tj.float32)
+    tj.copy(t, x[0:2, 0:N])
+    tj.copy(out[1:3, 0:N], t * 2.0)
+
+
+def test_an_output_box_overlapping_the_input_box_takes_the_copy():
+    """out is x one row down: reading x in place would read row 1 after writing it."""
+    x = torch.randn(3, 24, generator=torch.Generator().manual_seed(3))
+    expected = x.clone()
+    expected[1:3] = 2 * x[0:2]
+    compiled = doubled_rows.warmup(x, x, N=24)
+    doubled_rows[(1,)](x, x, N=24)
+    assert "buffer_address" in compiled.asm["lowered"]
+    torch.testing.assert_close(x, expected)
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_layer_norm_reads_in_place_into_another_tensor_or_copies_into_its_own(same):
+    x = torch.randn(7, 300, generator=torch.Generator().manual_seed(4))
+    weight, bias = torch.randn(300), torch.randn(300)
+    expected = torch.nn.functional.layer_norm(x, (300,), weight, bias, 1e-5)
+    out = x if same else torch.empty_like(x)
+    compiled = layer_norm.warmup(x, weight, bias, out, 1e-5, N=300, BM=2, BLOCK=300)
+    run_layer_norm(x, weight, bias, out, block=300)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    assert "in_bounds = true" in compiled.asm["lowered"]
 
 
 def test_a_box_past_the_columns_takes_the_copy():

@@ -434,6 +434,10 @@ def emit_buffer_dim(em, op):
     return [em.i64(em[op.operands[0]].shape[op.attrs["dim"]])]
 
 
+def emit_buffer_address(em, op):
+    return [em.b.ptrtoint(em[op.operands[0]].ptr, I64)]
+
+
 def emit_buffer_stride(em, op):
     ref, dim = em[op.operands[0]], op.attrs["dim"]
     if isinstance(ref, RegionRef):
@@ -455,4 +459,5 @@ HANDLERS = {
     "atomic_cas_at": emit_atomic_cas, "load_vec_at": emit_load_vec,
     "store_vec_at": emit_store_vec, "bounds_check": emit_bounds_check,
     "buffer_dim": emit_buffer_dim, "buffer_stride": emit_buffer_stride,
+    "buffer_address": emit_buffer_address,
 }

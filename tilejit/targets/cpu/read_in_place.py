@@ -9,7 +9,8 @@ read anyway. Reading ``x`` in place needs the box to lie inside ``x``: past its 
 copy reads zeros, which no in-place read gives. So the ops from the copy on run twice,
 chosen at run time::
 
-    if <every start >= 0 and start + size <= the tensor's extent, in every dim>:
+    if <every start >= 0 and start + size <= the tensor's extent, in every dim,
+        and no box written before the last read shares a byte with the box>:
         the ops after the copy, reading the box through a region marked ``in_bounds``
         (dispatch then needs no masks for it)
     else:
@@ -23,9 +24,13 @@ it is):
   and one copy per CTA (no ``per_team``), which nothing used before;
 * every later use of the fragment is a tile primitive reading it (an operand after the
   first), not an element access, view or region of it;
-* from the copy to the last read of the fragment no op writes global or shared memory
-  (the copy's snapshot and the tensor agree until then, even where ``out`` is ``x``) nor is
-  anything but scalar, memory, control or tile ops (no barrier, async copy or TMA);
+* from the copy to the last read of the fragment nothing but scalar, memory, control or
+  tile ops run (no barrier, async copy or TMA), and the only writes to global or shared
+  memory are tile primitives writing a box of a global tensor whose starts are known
+  before the copy. The guard then also checks at run time that the bytes of each such box
+  and of the copied box do not meet (``buffer_address``), so the copy's snapshot and the
+  tensor agree until the last read: layer norm into another tensor reads in place, into
+  ``x`` itself it copies;
 * the kernel spins on no flag (another CTA could then write the box while it is read),
   and the block's terminator, if any, yields nothing.
 
@@ -39,7 +44,7 @@ from tilejit.ir.core import Block, KernelIR, Operation, Value, walk
 from tilejit.ir.opdef import OpGroup
 from tilejit.ir.ops_native import WRITING_ACCESSES
 from tilejit.ir.rewrite import clone_ops
-from tilejit.ir.types import MemScope, RegionType, i64
+from tilejit.ir.types import BufferType, MemScope, RegionType, i64
 from tilejit.passes.dispatch import TEAM_ONCE
 from tilejit.passes.dispatch.registry import context_for
 from tilejit.passes.effects import root_buffer, spin_flags
@@ -70,9 +75,17 @@ def _versioned(ops: list[Operation]) -> list[Operation] | None:
         return None
     tail_end = len(ops) - (terminator is not None)
     for index, op in enumerate(ops[:tail_end]):
-        if _copies_box(op, ops[:index]) and _reads_only(op, ops[index + 1:tail_end]):
-            return [*ops[:index], *_guard(op, ops[index:tail_end]), *ops[tail_end:]]
+        if not _copies_box(op, ops[:index]):
+            continue
+        writes = _box_writes(op, ops[index + 1:tail_end], _defined(ops[:index]))
+        if writes is not None:
+            return [*ops[:index], *_guard(op, ops[index:tail_end], writes), *ops[tail_end:]]
     return None
+
+
+def _defined(ops: list[Operation]) -> set[Value]:
+    """The values ``ops`` define at their own level (a guard placed after them sees them)."""
+    return {result for op in ops for result in op.results}
 
 
 def _copies_box(op: Operation, before: list[Operation]) -> bool:
@@ -95,9 +108,12 @@ def _copies_box(op: Operation, before: list[Operation]) -> bool:
                    for o in _and_nested(later))
 
 
-def _reads_only(copy: Operation, tail: list[Operation]) -> bool:
-    """Is the copied fragment only read by tile primitives in ``tail``, with nothing
-    written to global or shared memory up to its last read?"""
+def _box_writes(copy: Operation, tail: list[Operation],
+               defined: set[Value]) -> list[Operation] | None:
+    """The regions of global memory written in ``tail`` up to the copied fragment's last
+    read, each a box the guard can bound before the copy (then it checks at run time that
+    none shares memory with the copied box); None where the fragment is not only read by
+    tile primitives, or something else is written there."""
     fragment = copy.operands[0]
     last = -1
     for index, op in enumerate(tail):
@@ -106,10 +122,34 @@ def _reads_only(copy: Operation, tail: list[Operation]) -> bool:
                 if value is not fragment:
                     continue
                 if inner.opdef.group is not OpGroup.TILE or position == 0:
-                    return False
+                    return None
                 last = index
-    return last >= 0 and not any(_writes_shared_state(inner) for op in tail[:last + 1]
-                                 for inner in _and_nested(op))
+    if last < 0:
+        return None
+    boxes = []
+    for op in tail[:last + 1]:
+        for inner in _and_nested(op):
+            if not _writes_shared_state(inner):
+                continue
+            box = _global_box(inner, defined)
+            if box is None:
+                return None
+            boxes.append(box)
+    return boxes
+
+
+def _global_box(op: Operation, defined: set[Value]) -> Operation | None:
+    """The ``region`` op of the global tensor a tile primitive writes, where its starts are
+    known before the copy (defined there, or constants); else None."""
+    region = op.operands[0].owner if op.opdef.group is OpGroup.TILE else None
+    if getattr(region, "name", None) != "region":
+        return None
+    tensor, starts = region.operands[0], region.operands[1:]
+    if not isinstance(tensor.type, BufferType) or tensor.type.scope is not MemScope.GLOBAL:
+        return None   # a region of a region: its bounds are left to the copy
+    known = all(start in defined or getattr(start.owner, "name", None) == "const"
+                for start in starts)
+    return region if known else None
 
 
 def _writes_shared_state(op: Operation) -> bool:
@@ -125,23 +165,28 @@ def _scope(buffer: Value) -> MemScope | None:
     return t.buffer.scope if isinstance(t, RegionType) else getattr(t, "scope", None)
 
 
-def _guard(copy: Operation, tail: list[Operation]) -> list[Operation]:
-    """The run-time bounds check of ``copy``'s box and the ``if`` choosing between
-    reading the box in place and ``tail`` (the copy and the ops after it) as written."""
+def _guard(copy: Operation, tail: list[Operation], writes: list[Operation]) -> list[Operation]:
+    """The run-time check that ``copy``'s box lies inside its tensor and shares no memory
+    with a box in ``writes``, and the ``if`` choosing between reading the box in place
+    and ``tail`` (the copy and the ops after it) as written."""
     fragment, box = copy.operands
     region = box.owner
     tensor, starts = region.operands[0], region.operands[1:]
     b = Builder(copy.loc)
     prelude = Block()
     with b.insert_into(prelude):
-        inside = None
+        ok = None
         for dim, (start, size) in enumerate(zip(starts, region.attrs["sizes"])):
-            first = start if start.type == i64 else b.cast(start, i64)
+            first = _as_i64(b, start)
             end = b.binary("add", first, b.const(size, i64))
-            dim_ok = b.binary("and", b.cmp("ge", first, b.const(0, i64)),
-                              b.cmp("le", end, b.buffer_dim(tensor, dim)))
-            inside = dim_ok if inside is None else b.binary("and", inside, dim_ok)
-        _, then_block, else_block = b.if_(inside)
+            ok = _and(b, ok, b.binary("and", b.cmp("ge", first, b.const(0, i64)),
+                                      b.cmp("le", end, b.buffer_dim(tensor, dim))))
+        read_low, read_high = _byte_span(b, region)
+        for written in writes:
+            low, high = _byte_span(b, written)
+            ok = _and(b, ok, b.binary("or", b.cmp("le", high, read_low),
+                                      b.cmp("le", read_high, low)))
+        _, then_block, else_block = b.if_(ok)
     with b.insert_into(then_block):
         in_place = b.create("region", region.operands,
                             {**region.attrs, "in_bounds": True}).result
@@ -153,6 +198,31 @@ def _guard(copy: Operation, tail: list[Operation]) -> list[Operation]:
         else_block.ops += tail
         b.create("yield")
     return prelude.ops
+
+
+def _as_i64(b: Builder, value: Value) -> Value:
+    if getattr(value.owner, "name", None) == "const":   # a constant of the tail: made anew
+        return b.const(value.owner.attrs["value"], i64)
+    return value if value.type == i64 else b.cast(value, i64)
+
+
+def _and(b: Builder, acc: Value | None, term: Value) -> Value:
+    return term if acc is None else b.binary("and", acc, term)
+
+
+def _byte_span(b: Builder, region: Operation) -> tuple[Value, Value]:
+    """Bytes ``[low, high)`` that hold every element of ``region``'s box (of a global
+    tensor; past the tensor's end too, so it covers what a masked access touches)."""
+    tensor, starts = region.operands[0], region.operands[1:]
+    low = high = b.buffer_address(tensor)
+    size = b.const((tensor.type.dtype.bits + 7) // 8, i64)
+    for dim, (start, extent) in enumerate(zip(starts, region.attrs["sizes"])):
+        stride = b.binary("mul", b.buffer_stride(tensor, dim), size)
+        first = b.binary("mul", _as_i64(b, start), stride)
+        last = b.binary("add", first, b.binary("mul", b.const(extent - 1, i64), stride))
+        low = b.binary("add", low, b.binary("min", first, last))
+        high = b.binary("add", high, b.binary("max", first, last))
+    return low, b.binary("add", high, size)
 
 
 def _and_nested(op: Operation):

@@ -57,6 +57,7 @@ from tilejit.examples import (  # noqa: E402
 from tilejit.knobs import knobs  # noqa: E402
 
 CORES = os.cpu_count() or 1
+CASES = ("vector_add", "softmax", "layer_norm", "gemm", "compile", "triton")
 GEMM_TILES = (128, 128, 128)
 ADD_BLOCK = 1024
 
@@ -371,6 +372,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds")
     parser.add_argument("--rounds", type=int, default=None, help="alternating rounds per case")
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--only", nargs="*", choices=CASES, metavar="CASE",
+                        help=f"run only these cases, of {', '.join(CASES)} (default: all)")
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 5)
     blas, limits = openblas_note()
@@ -379,28 +382,38 @@ def main(argv=None) -> int:
         print(line, flush=True)
     table = Table()
     goals = not args.quick  # the goals are for the full sizes; --quick only informs
+    wanted = set(args.only or CASES)
+
+    def case(name, bench):   # bench(...) runs only where the case was asked for
+        return bench if name in wanted else (lambda *a, **k: None)
+
+    bench_vector_add_ = case("vector_add", bench_vector_add)
+    bench_native_add_ = case("vector_add", bench_native_add)
+    bench_softmax_ = case("softmax", bench_softmax)
+    bench_layer_norm_ = case("layer_norm", bench_layer_norm)
+    bench_gemm_ = case("gemm", bench_gemm)
     if args.quick:
-        bench_vector_add(table, 1 << 22, rounds, goals)
-        bench_native_add(table, 1 << 22, rounds)
-        bench_softmax(table, 1024, 1024, rounds, goals)
-        bench_softmax(table, 1024, 1000, rounds, goals)
-        bench_softmax(table, 1024, 781, rounds, goals)
-        bench_layer_norm(table, 1024, 1000, rounds, goals)
-        bench_layer_norm(table, 288, 8192, rounds, goals)
-        bench_gemm(table, 512, 512, 512, rounds, limits, goals)
-        bench_gemm(table, 500, 500, 500, rounds, limits, goals)
+        bench_vector_add_(table, 1 << 22, rounds, goals)
+        bench_native_add_(table, 1 << 22, rounds)
+        bench_softmax_(table, 1024, 1024, rounds, goals)
+        bench_softmax_(table, 1024, 1000, rounds, goals)
+        bench_softmax_(table, 1024, 781, rounds, goals)
+        bench_layer_norm_(table, 1024, 1000, rounds, goals)
+        bench_layer_norm_(table, 288, 8192, rounds, goals)
+        bench_gemm_(table, 512, 512, 512, rounds, limits, goals)
+        bench_gemm_(table, 500, 500, 500, rounds, limits, goals)
     else:
-        bench_vector_add(table, 1 << 26, rounds, goals)
-        bench_native_add(table, 1 << 26, rounds)
-        bench_softmax(table, 4096, 4096, rounds, goals, streaming=True)
-        bench_softmax(table, 4096, 1000, rounds, goals, one_core=True)
-        bench_softmax(table, 4096, 781, rounds, goals, one_core=True)
-        bench_layer_norm(table, 4096, 1000, rounds, goals, streaming=True)
-        bench_layer_norm(table, 1151, 8192, rounds, goals)
-        bench_gemm(table, 1024, 1024, 1024, rounds, limits, goals, one_core=True)
-        bench_gemm(table, 1000, 1000, 1000, rounds, limits, goals)
-    bench_cold_compile(table)
-    bench_triton(table, rounds)
+        bench_vector_add_(table, 1 << 26, rounds, goals)
+        bench_native_add_(table, 1 << 26, rounds)
+        bench_softmax_(table, 4096, 4096, rounds, goals, streaming=True)
+        bench_softmax_(table, 4096, 1000, rounds, goals, one_core=True)
+        bench_softmax_(table, 4096, 781, rounds, goals, one_core=True)
+        bench_layer_norm_(table, 4096, 1000, rounds, goals, streaming=True)
+        bench_layer_norm_(table, 1151, 8192, rounds, goals)
+        bench_gemm_(table, 1024, 1024, 1024, rounds, limits, goals, one_core=True)
+        bench_gemm_(table, 1000, 1000, 1000, rounds, limits, goals)
+    case("compile", bench_cold_compile)(table)
+    case("triton", bench_triton)(table, rounds)
     print()
     print(table.render())
     if args.json:

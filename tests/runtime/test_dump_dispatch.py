@@ -20,13 +20,18 @@ def launch():
     assert torch.equal(out, torch.arange(16.0))
 
 
+# x copied straight into out where their boxes share no bytes, else through the fragment
+# (cpu-read-copies-in-place): three copies in the log
+COPIES = 3
+
+
 def test_the_dispatch_log_is_printed_once(monkeypatch, fresh_cache, capfd):
     monkeypatch.setenv("TILEJIT_DUMP", "dispatch")
     launch()
     err = capfd.readouterr().err
-    assert err.count(LOG_HEADER) == 1 and err.count("| copy ") == 2, err
+    assert err.count(LOG_HEADER) == 1 and err.count("| copy ") == COPIES, err
     copy_through.clear_memory_cache()
     launch()   # from the disk cache
     err = capfd.readouterr().err
     assert copy_through.cache_info().disk_hits == 1
-    assert err.count(LOG_HEADER) == 1 and err.count("| copy ") == 2, err
+    assert err.count(LOG_HEADER) == 1 and err.count("| copy ") == COPIES, err

@@ -136,6 +136,27 @@ def test_an_output_box_overlapping_the_input_box_takes_the_copy():
     torch.testing.assert_close(x, expected)
 
 
+@tj.kernel
+def doubled_at(x, out, off, N: tj.constexpr):
+    t = tj.fragment((N,), tj.float32)
+    tj.copy(t, x[0:N])
+    tj.copy(out[off:off + N], t * 2.0)
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_a_written_box_may_start_at_a_kernel_argument(same):
+    """out's start is a parameter, known before the copy: the guard bounds its box (in
+    place into another tensor; into x one element down, the copy)."""
+    x = torch.randn(9, generator=torch.Generator().manual_seed(5))
+    out = x if same else torch.zeros(9)
+    expected = out.clone()
+    expected[1:9] = 2 * x[0:8]
+    compiled = doubled_at.warmup(x, out, 1, N=8)
+    doubled_at[(1,)](x, out, 1, N=8)
+    assert "buffer_address(%out)" in compiled.asm["lowered"]
+    torch.testing.assert_close(out, expected)
+
+
 @pytest.mark.parametrize("same", [False, True])
 def test_layer_norm_reads_in_place_into_another_tensor_or_copies_into_its_own(same):
     x = torch.randn(7, 300, generator=torch.Generator().manual_seed(4))

@@ -77,15 +77,10 @@ def _versioned(ops: list[Operation]) -> list[Operation] | None:
     for index, op in enumerate(ops[:tail_end]):
         if not _copies_box(op, ops[:index]):
             continue
-        writes = _box_writes(op, ops[index + 1:tail_end], _defined(ops[:index]))
+        writes = _box_writes(op, ops[index + 1:tail_end])
         if writes is not None:
             return [*ops[:index], *_guard(op, ops[index:tail_end], writes), *ops[tail_end:]]
     return None
-
-
-def _defined(ops: list[Operation]) -> set[Value]:
-    """The values ``ops`` define at their own level (a guard placed after them sees them)."""
-    return {result for op in ops for result in op.results}
 
 
 def _copies_box(op: Operation, before: list[Operation]) -> bool:
@@ -108,8 +103,7 @@ def _copies_box(op: Operation, before: list[Operation]) -> bool:
                    for o in _and_nested(later))
 
 
-def _box_writes(copy: Operation, tail: list[Operation],
-               defined: set[Value]) -> list[Operation] | None:
+def _box_writes(copy: Operation, tail: list[Operation]) -> list[Operation] | None:
     """The regions of global memory written in ``tail`` up to the copied fragment's last
     read, each a box the guard can bound before the copy (then it checks at run time that
     none shares memory with the copied box); None where the fragment is not only read by
@@ -126,28 +120,29 @@ def _box_writes(copy: Operation, tail: list[Operation],
                 last = index
     if last < 0:
         return None
+    made_after = {result for op in tail for inner in _and_nested(op) for result in inner.results}
     boxes = []
     for op in tail[:last + 1]:
         for inner in _and_nested(op):
             if not _writes_shared_state(inner):
                 continue
-            box = _global_box(inner, defined)
+            box = _global_box(inner, made_after)
             if box is None:
                 return None
             boxes.append(box)
     return boxes
 
 
-def _global_box(op: Operation, defined: set[Value]) -> Operation | None:
+def _global_box(op: Operation, made_after: set[Value]) -> Operation | None:
     """The ``region`` op of the global tensor a tile primitive writes, where its starts are
-    known before the copy (defined there, or constants); else None."""
+    known before the copy (not made after it, or constants); else None."""
     region = op.operands[0].owner if op.opdef.group is OpGroup.TILE else None
     if getattr(region, "name", None) != "region":
         return None
     tensor, starts = region.operands[0], region.operands[1:]
     if not isinstance(tensor.type, BufferType) or tensor.type.scope is not MemScope.GLOBAL:
         return None   # a region of a region: its bounds are left to the copy
-    known = all(start in defined or getattr(start.owner, "name", None) == "const"
+    known = all(start not in made_after or getattr(start.owner, "name", None) == "const"
                 for start in starts)
     return region if known else None
 

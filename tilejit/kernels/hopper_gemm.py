@@ -1,4 +1,5 @@
-"""A warp-specialized bf16/fp16 GEMM for Hopper (``sm_90a``): C = A @ B, A [M, K], B [K, N].
+"""A warp-specialized GEMM for Hopper (``sm_90a``): C = A @ B, A [M, K], B [K, N], bf16 /
+fp16 (``hopper_gemm``); the same kernel multiplies scaled fp8 e4m3 (``fp8_gemm``, below).
 
 The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
 
@@ -22,6 +23,15 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
   clipped at C's edges by the hardware) and waits for its bulk group.
 
+fp8 (``fp8_gemm``; constexpr options of the one kernel): wgmma reads fp8 operands K-major
+only, so B comes as [N, K] (``B_NK``: its ring holds [BN, BK] tiles, the gemm transposes
+it). ``SCALING`` says where the scales enter: "tensor" multiplies the accumulator once by
+``SA[0] * SB[0]`` before the epilogue; "block" (DeepSeek-V3's 1 x 128 scales of A, 128 x 128
+of B; BK = 128, so a K step is a scale block) runs each K step's wgmma into a fresh f32
+fragment ``part`` and promotes it, ``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc``
+(one fma a value), each consumer thread reading the scales of its own rows (A's rows past
+M masked). The tile's BN divides 128, so one B scale covers it.
+
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
 
@@ -43,18 +53,21 @@ _SWIZZLES = {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}
 SM_REGISTERS, MAX_THREAD_REGS = 65536, 255      # Hopper: 64K 32-bit registers per SM
 WARPGROUP_THREADS = 128
 PRODUCER_REGS, CONSUMER_REGS = 40, 232           # setmaxnreg's limits (see register_split)
+SCALE_BLOCK = 128       # fp8 block scales (DeepSeek-V3): A's 1 x 128, B's 128 x 128
 
 
 @tj.kernel
 def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
                        BK: tj.constexpr, CONSUMERS: tj.constexpr, LA: tj.constexpr,
                        LB: tj.constexpr, LC: tj.constexpr, PRODUCER_REGS: tj.constexpr,
-                       CONSUMER_REGS: tj.constexpr):
+                       CONSUMER_REGS: tj.constexpr, B_NK: tj.constexpr = False,
+                       SCALING: tj.constexpr = "none", SA=tj.constexpr(None),
+                       SB=tj.constexpr(None)):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
     staged = tj.alloc_barriers(CONSUMERS)
     a_ring = tj.alloc_shared((STAGES, BM, BK), A.dtype, layout=LA)
-    b_ring = tj.alloc_shared((STAGES, BK, BN), B.dtype, layout=LB)
+    b_ring = tj.alloc_shared((STAGES, BN, BK) if B_NK else (STAGES, BK, BN), B.dtype, layout=LB)
     if tj.thread_id() == 0:
         for s in tj.static_range(STAGES):
             tj.mbarrier_init(full[s], 1)                 # the producer's expect_tx arrival
@@ -75,8 +88,12 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                 tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
                 tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
                               barrier=full[s], dispatch="tma")
-                tj.copy_async(b_ring[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
-                              barrier=full[s], dispatch="tma")
+                if B_NK:
+                    tj.copy_async(b_ring[s], B[n0:n0 + BN, k * BK:(k + 1) * BK],
+                                  barrier=full[s], dispatch="tma")
+                else:
+                    tj.copy_async(b_ring[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
+                                  barrier=full[s], dispatch="tma")
     else:
         rows = BM // CONSUMERS
         c_stage = tj.alloc_shared((BM, BN), C.dtype, layout=LC)   # a slice per consumer
@@ -87,12 +104,26 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     tj.setmaxnreg(CONSUMER_REGS, "inc")
                     acc = tj.fragment((rows, BN), tj.float32)
                     tj.fill(acc, 0.0)
+                    if SCALING == "block":      # one K step's products, before its scales
+                        part = tj.fragment((rows, BN), tj.float32)
+                        row_scale = tj.fragment((rows, 1), tj.float32)
+                        inside_m = tj.arange(0, rows) + (m0 + c * rows) < A.shape[0]
+                    else:                       # the products go straight into acc
+                        part = acc
                     for k in range(num_k):
                         s = k % STAGES
                         tj.mbarrier_wait(full[s], (k // STAGES) % 2)
-                        tj.gemm_async(acc, a_ring[s, c * rows:(c + 1) * rows, :],
-                                      b_ring[s, :, :], dispatch="wgmma")
+                        tj.gemm_async(part, a_ring[s, c * rows:(c + 1) * rows, :],
+                                      b_ring[s, :, :], transpose_b=B_NK,
+                                      accum=SCALING != "block", dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
+                        if SCALING == "block":  # acc += part * scale_a[row, k] * scale_b[., k]
+                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1],
+                                    mask=inside_m[:, None], other=0.0)
+                            tj.mul(row_scale, row_scale, SB[n0 // SCALE_BLOCK, k])
+                            tj.fma(acc, part, row_scale, acc)
+                    if SCALING == "tensor":
+                        tj.mul(acc, acc, SA[0] * SB[0])
                     tj.copy(c_tile, acc)
                     tj.fence_proxy_async()      # the tile's writes, before TMA reads it
                     tj.mbarrier_arrive(staged[c])
@@ -143,18 +174,26 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"hopper_gemm multiplies [M, K] by [K, N], got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
+    return _tile_config(a.shape[0], b.shape[1], a.dtype, out_dtype or a.dtype, block_m,
+                        block_n, block_k, stages, consumers, b_nk=False)
+
+
+def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, consumers, b_nk):
+    """The grid and options of either entry point: A [M, K] and B ([N, K] when ``b_nk``,
+    else [K, N]) of ``dtype`` in shared rings, C of ``out_dtype``."""
     if consumers is None:
         consumers = 2 if block_m >= 128 else 1
     if block_m % (64 * consumers):
         raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
                          f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
     producer_regs, consumer_regs = register_split(consumers)
-    grid = (tj.cdiv(a.shape[0], block_m), tj.cdiv(b.shape[1], block_n))
+    grid = (tj.cdiv(m, block_m), tj.cdiv(n, block_n))
+    b_tile = (block_n, block_k) if b_nk else (block_k, block_n)
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
-                   LA=ring_layout(stages, block_m, block_k, a.dtype),
-                   LB=ring_layout(stages, block_k, block_n, b.dtype),
-                   LC=ring_layout(None, block_m, block_n, out_dtype or a.dtype),
-                   PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs,
+                   LA=ring_layout(stages, block_m, block_k, dtype),
+                   LB=ring_layout(stages, *b_tile, dtype),
+                   LC=ring_layout(None, block_m, block_n, out_dtype),
+                   PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs, B_NK=b_nk,
                    num_warps=4 * (1 + consumers))
     return grid, options
 
@@ -162,14 +201,75 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
 def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
                 consumers=None):
     """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
-    dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the kernel itself, CUDA tensors
-    launch the ``sm_90a`` build. Rows of a, b and out must be whole 16-byte multiples
-    (a tensor map's strides); ``consumers`` (1 or 2 warpgroups) defaults to 2 for
-    ``block_m >= 128``."""
+    dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the
+    kernel itself, CUDA tensors launch the ``sm_90a`` build. Rows of a, b and out must be
+    whole 16-byte multiples (a tensor map's strides); ``consumers`` (1 or 2 warpgroups)
+    defaults to 2 for ``block_m >= 128``."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
     grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
                                        block_k=block_k, stages=stages, consumers=consumers,
                                        out_dtype=out.dtype)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
+    return out
+
+
+def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k=128,
+                    stages=4, consumers=None, out_dtype=torch.bfloat16):
+    """The grid and the kernel's options for ``fp8_gemm``, the scaling mode among them
+    ("tensor" when both scales hold one value, else "block")."""
+    if a.dtype != torch.float8_e4m3fn or b.dtype != a.dtype:
+        raise TypeError(f"fp8_gemm takes two float8_e4m3fn matrices, got {a.dtype} and "
+                        f"{b.dtype}")
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"fp8_gemm multiplies A [M, K] by B given as [N, K] (wgmma reads "
+                         f"fp8 K-major), got {tuple(a.shape)} and {tuple(b.shape)}")
+    (m, k), n = a.shape, b.shape[0]
+    if k % 16:
+        raise ValueError(f"K = {k}: an fp8 row must be a multiple of 16 bytes (a tensor "
+                         f"map's stride)")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"fp8_gemm writes bfloat16, float16 or float32, not {out_dtype}")
+    scales = (scale_a, scale_b)
+    if any(s.dtype != torch.float32 for s in scales):
+        raise TypeError(f"the scales must be float32, got {scale_a.dtype} and {scale_b.dtype}")
+    if all(s.numel() == 1 for s in scales):
+        scaling = "tensor"
+    else:
+        scaling = "block"
+        blocks = tj.cdiv(k, SCALE_BLOCK)
+        wanted = ((m, blocks), (tj.cdiv(n, SCALE_BLOCK), blocks))
+        if tuple(scale_a.shape) != wanted[0] or tuple(scale_b.shape) != wanted[1]:
+            raise ValueError(f"block scales for M, N, K = {m}, {n}, {k} are scale_a {wanted[0]} "
+                             f"(1 x 128) and scale_b {wanted[1]} (128 x 128), got "
+                             f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)} (per-tensor "
+                             f"scales hold one value each)")
+        if block_k != SCALE_BLOCK or SCALE_BLOCK % block_n:
+            raise ValueError(f"block scales need block_k = 128 (one scale per K step) and a "
+                             f"block_n dividing 128 (one B scale per tile), got "
+                             f"block_k={block_k}, block_n={block_n}")
+    grid, options = _tile_config(m, n, a.dtype, out_dtype, block_m, block_n, block_k,
+                                 stages, consumers, b_nk=True)
+    return grid, dict(options, SCALING=scaling)
+
+
+def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, block_m=128,
+             block_n=128, block_k=128, stages=4, consumers=None):
+    """C = (a * scale_a) @ (b * scale_b).T for float8_e4m3fn torch matrices a [M, K] and
+    b [N, K] (K contiguous: torch's ``_scaled_mm`` takes this b transposed, a column-major
+    [K, N]), f32 accumulation, C [M, N] of ``out_dtype`` (or ``out``'s dtype).
+
+    The scales are float32: per tensor, one value each (0-d tensors), applied once to the
+    accumulator; or per block (DeepSeek-V3), scale_a [M, ceil(K / 128)] one per row and
+    128-wide K block, scale_b [ceil(N / 128), ceil(K / 128)] one per 128 x 128 block of b,
+    applied to each K step's products (block_k = 128, block_n dividing 128). K must be a
+    multiple of 16 (fp8 rows of whole 16 bytes) and C's rows whole 16-byte multiples."""
+    if out is None:
+        out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
+    grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,
+                                    block_k=block_k, stages=stages, consumers=consumers,
+                                    out_dtype=out.dtype)
+    if options["SCALING"] == "tensor":
+        scale_a, scale_b = scale_a.reshape(1), scale_b.reshape(1)
+    hopper_gemm_kernel[grid](a, b, out, a.shape[1], SA=scale_a, SB=scale_b, **options)
     return out

@@ -1,14 +1,21 @@
 """kernels.hopper_gemm against torch.matmul (cuBLAS) on the GEMM shapes of the TIRx paper's
 Figure 8 (issue 14, "Checks on a GPU"): M = 8192 tokens and the (N, K) of the QKV, O,
-gate/up and down projections of four models, bf16.
+gate/up and down projections of four models, bf16; with ``--fp8``, kernels.fp8_gemm on the
+same shapes (e4m3 operands, bf16 C) against ``torch._scaled_mm`` with per-tensor scales:
+first per-tensor against per-tensor, then our block scales (1 x 128 / 128 x 128) against
+the same per-tensor torch figure (torch's per-tensor call does less work: its ratio is a
+lower bound of a like-for-like one).
 
     OUT=/some/dir python benchmarks/bench_hopper_gemm.py [--repeat 20] [--shapes llama-3.1-8b]
+    OUT=/some/dir python benchmarks/bench_hopper_gemm.py --fp8
 
 Needs an NVIDIA Hopper GPU (sm_90a); without one it says so and exits with status 2.
 Each shape is checked against torch.matmul first (a failing shape is recorded, not timed);
 times are CUDA-event medians after warm-up. The results go to $OUT/bench_hopper_gemm.json
-(or the working directory) and a table to stdout; the geometric mean of the speed-ups is
-issue 14's figure (goal >= 0.9x cuBLAS). No figure of this script has been measured yet.
+($OUT/bench_fp8_gemm.json with --fp8; or the working directory; rewritten after each shape,
+so a run stopped early keeps what it measured) and a table to stdout; the geometric mean of
+the speed-ups is issue 14's figure (goal >= 0.9x cuBLAS, >= 0.9x torch._scaled_mm for
+fp8). No figure of this script has been measured yet.
 """
 from __future__ import annotations
 
@@ -23,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from tilejit.kernels import hopper_gemm
+from tilejit.kernels import fp8_gemm, hopper_gemm
 
 # (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim) of
 # each model's Hugging Face config.json, checked field by field on 2026-12-03 against copies
@@ -84,10 +91,75 @@ def bench_shape(model, name, n, k, repeat):
     return row
 
 
+def bench_fp8_shape(model, name, n, k, repeat, scaling):
+    """fp8_gemm with ``scaling`` ("tensor" or "block") against torch._scaled_mm per tensor;
+    checked first against an f32 reference on 256 rows (the whole [M, K] in f32 would be
+    large at K = 28672)."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(M, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    one_a, one_b = (torch.tensor(s, device="cuda") for s in (0.5, 0.25))
+    if scaling == "tensor":
+        scale_a, scale_b = one_a, one_b
+        factor_a = scale_a.expand(M, k)
+        factor_b = scale_b.expand(n, k)
+    else:
+        blocks = math.ceil(k / 128)
+        scale_a = torch.rand(M, blocks, device="cuda", generator=gen) + 0.5
+        scale_b = torch.rand(math.ceil(n / 128), blocks, device="cuda", generator=gen) + 0.5
+        factor_a = scale_a.repeat_interleave(128, 1)[:, :k]
+        factor_b = scale_b.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    out = torch.empty(M, n, device="cuda", dtype=torch.bfloat16)
+    row = dict(model=model, projection=name, scaling=scaling, M=M, N=n, K=k)
+    start = time.perf_counter()
+    fp8_gemm(a, b, scale_a, scale_b, out=out)      # the first launch compiles (or hits the cache)
+    torch.cuda.synchronize()
+    row["first_launch_s"] = time.perf_counter() - start
+    rows = torch.arange(0, M, M // 256, device="cuda")
+    expected = (a[rows].float() * factor_a[rows]) @ (b.float() * factor_b).T
+    error = ((out[rows].float() - expected).abs().max() / expected.abs().max()).item()
+    row["max_rel_error"] = error
+    if not error < 1e-2:
+        row["status"] = "wrong result"
+        return row
+    torch_out = torch.empty_like(out)
+    row["tilejit_ms"] = median_ms(lambda: fp8_gemm(a, b, scale_a, scale_b, out=out), repeat)
+    row["torch_ms"] = median_ms(lambda: torch._scaled_mm(
+        a, b.T, scale_a=one_a, scale_b=one_b, out_dtype=torch.bfloat16, out=torch_out), repeat)
+    row["tilejit_tflops"] = 2 * M * n * k / row["tilejit_ms"] / 1e9
+    row["speedup_vs_torch"] = row["torch_ms"] / row["tilejit_ms"]
+    row["status"] = "ok"
+    return row
+
+
+GEOMEANS = {"bf16": "geomean_speedup_vs_cublas", "tensor": "geomean_tensor_vs_scaled_mm",
+            "block": "geomean_block_vs_per_tensor_scaled_mm"}
+
+
+def geomeans(rows, ratio):
+    """Issue 14's figures: the geometric mean of the speed-ups of each group of rows."""
+    groups = {}
+    for row in rows:
+        if row["status"] == "ok":
+            groups.setdefault(GEOMEANS[row.get("scaling", "bf16")], []).append(row[ratio])
+    return {name: math.exp(sum(map(math.log, values)) / len(values))
+            for name, values in groups.items()}
+
+
+def row_text(row, ratio):
+    reference = row.get("torch_ms", row.get("cublas_ms"))
+    return (f"{row['model']:14s} {row['projection']:8s} {row.get('scaling', 'bf16'):6s} "
+            f"N={row['N']:6d} K={row['K']:6d}  " +
+            (f"{row['tilejit_ms']:.3f} ms vs {reference:.3f} ms  {row[ratio]:.2f}x"
+             if row["status"] == "ok" else row["status"]))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--shapes", nargs="*", choices=sorted(MODELS), default=sorted(MODELS))
+    parser.add_argument("--fp8", action="store_true",
+                        help="fp8_gemm (per-tensor and block scales) against torch._scaled_mm")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_hopper_gemm: no CUDA GPU (torch.cuda.is_available() is False); this "
@@ -98,23 +170,22 @@ def main() -> int:
         print(f"bench_hopper_gemm: the GPU is sm_{capability[0]}{capability[1]}; the kernel's "
               f"wgmma and TMA need sm_90a (Hopper). Nothing measured.", file=sys.stderr)
         return 2
-    rows = []
-    for model in args.shapes:
-        for name, n, k in projections(*MODELS[model]):
-            row = bench_shape(model, name, n, k, args.repeat)
-            rows.append(row)
-            print(f"{model:14s} {name:8s} N={n:6d} K={k:6d}  " + (
-                f"{row['tilejit_ms']:.3f} ms vs cuBLAS {row['cublas_ms']:.3f} ms  "
-                f"{row['speedup_vs_cublas']:.2f}x" if row["status"] == "ok" else row["status"]))
-    speedups = [r["speedup_vs_cublas"] for r in rows if r["status"] == "ok"]
-    geomean = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
-    summary = dict(device=torch.cuda.get_device_name(), rows=rows,
-                   geomean_speedup_vs_cublas=geomean,
-                   wrong=[f"{r['model']}/{r['projection']}" for r in rows
-                          if r["status"] != "ok"])
-    path = Path(os.environ.get("OUT", ".")) / "bench_hopper_gemm.json"
-    path.write_text(json.dumps(summary, indent=2))
-    print(f"geomean vs cuBLAS: {geomean}; written to {path}")
+    name = "bench_fp8_gemm" if args.fp8 else "bench_hopper_gemm"
+    path = Path(os.environ.get("OUT", ".")) / f"{name}.json"
+    cases = [(model, *shape) for model in args.shapes for shape in projections(*MODELS[model])]
+    if args.fp8:
+        cases = [case + (scaling,) for scaling in ("tensor", "block") for case in cases]
+    ratio = "speedup_vs_torch" if args.fp8 else "speedup_vs_cublas"
+    rows, summary = [], dict(device=torch.cuda.get_device_name())
+    for case in cases:
+        row = (bench_fp8_shape if args.fp8 else bench_shape)(*case[:4], args.repeat, *case[4:])
+        rows.append(row)
+        print(row_text(row, ratio))
+        summary.update(rows=rows, wrong=[f"{r['model']}/{r['projection']}" for r in rows
+                                         if r["status"] != "ok"], **geomeans(rows, ratio))
+        path.write_text(json.dumps(summary, indent=2))
+    print(f"geomeans: { {k: v for k, v in summary.items() if k.startswith('geomean')} }; "
+          f"written to {path}")
     return 0 if not summary["wrong"] else 1
 
 

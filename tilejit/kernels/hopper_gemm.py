@@ -29,8 +29,8 @@ it). ``SCALING`` says where the scales enter: "tensor" multiplies the accumulato
 ``SA[0] * SB[0]`` before the epilogue; "block" (DeepSeek-V3's 1 x 128 scales of A, 128 x 128
 of B; BK = 128, so a K step is a scale block) runs each K step's wgmma into a fresh f32
 fragment ``part`` and promotes it, ``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc``
-(one fma a value), each consumer thread reading the scales of its own rows (A's rows past
-M masked). The tile's BN divides 128, so one B scale covers it.
+(one fma a value), each consumer thread reading the scales of its own rows (those past M
+read as 0: the copy's bounds check). The tile's BN divides 128, so one B scale covers it.
 
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
@@ -107,7 +107,6 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     if SCALING == "block":      # one K step's products, before its scales
                         part = tj.fragment((rows, BN), tj.float32)
                         row_scale = tj.fragment((rows, 1), tj.float32)
-                        inside_m = tj.arange(0, rows) + (m0 + c * rows) < A.shape[0]
                     else:                       # the products go straight into acc
                         part = acc
                     for k in range(num_k):
@@ -118,8 +117,7 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                                       accum=SCALING != "block", dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
                         if SCALING == "block":  # acc += part * scale_a[row, k] * scale_b[., k]
-                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1],
-                                    mask=inside_m[:, None], other=0.0)
+                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1])
                             tj.mul(row_scale, row_scale, SB[n0 // SCALE_BLOCK, k])
                             tj.fma(acc, part, row_scale, acc)
                     if SCALING == "tensor":

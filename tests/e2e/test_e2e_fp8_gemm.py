@@ -208,6 +208,22 @@ def test_bad_arguments_are_explained(args, options, error, message):
         fp8_gemm(*args, **options)
 
 
+@pytest.mark.parametrize("change, message, check", [
+    (dict(SCALING="blocks"), "SCALING is none, tensor or block", "static_assert(SCALING in"),
+    (dict(BK=64), "block scales take BK = 128 .a K step is a scale block. and BN dividing 128",
+     'static_assert(SCALING != "block"'),
+])
+def test_the_kernel_refuses_options_it_cannot_honour_at_their_line(change, message, check):
+    """Launched directly (not through fp8_gemm), the kernel's own checks name the line."""
+    a, b, gen = _operands(64, 32, 128, seed=5)
+    scales = _block_scales(64, 32, 128, gen)
+    _, options = fp8_gemm_config(a, b, *scales, **SMALL)
+    with pytest.raises(tj.CompilationError, match=message) as info:
+        hopper_gemm_kernel.compile(a, b, torch.empty(64, 32, dtype=torch.bfloat16), 128,
+                                   SA=scales[0], SB=scales[1], **{**options, **change})
+    assert info.value.line == _kernel_line(check)
+
+
 def _kernel_line(text):
     lines, first = inspect.getsourcelines(hopper_gemm_kernel.fn)
     return first + next(i for i, line in enumerate(lines) if text in line)

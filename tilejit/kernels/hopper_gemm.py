@@ -63,6 +63,10 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                        CONSUMER_REGS: tj.constexpr, B_NK: tj.constexpr = False,
                        SCALING: tj.constexpr = "none", SA=tj.constexpr(None),
                        SB=tj.constexpr(None)):
+    tj.static_assert(SCALING in ("none", "tensor", "block"),
+                     "SCALING is none, tensor or block")
+    tj.static_assert(SCALING != "block" or (BK == SCALE_BLOCK and SCALE_BLOCK % BN == 0),
+                     "block scales take BK = 128 (a K step is a scale block) and BN dividing 128")
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
     staged = tj.alloc_barriers(CONSUMERS)
@@ -111,14 +115,16 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                         part = acc
                     for k in range(num_k):
                         s = k % STAGES
+                        if SCALING == "block":  # loads issued first: they fly during the waits
+                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1])
+                            b_scale = SB[n0 // SCALE_BLOCK, k]
                         tj.mbarrier_wait(full[s], (k // STAGES) % 2)
                         tj.gemm_async(part, a_ring[s, c * rows:(c + 1) * rows, :],
                                       b_ring[s, :, :], transpose_b=B_NK,
                                       accum=SCALING != "block", dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
                         if SCALING == "block":  # acc += part * scale_a[row, k] * scale_b[., k]
-                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1])
-                            tj.mul(row_scale, row_scale, SB[n0 // SCALE_BLOCK, k])
+                            tj.mul(row_scale, row_scale, b_scale)
                             tj.fma(acc, part, row_scale, acc)
                     if SCALING == "tensor":
                         tj.mul(acc, acc, SA[0] * SB[0])

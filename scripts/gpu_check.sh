@@ -20,7 +20,10 @@
 #   3b. benchmarks/bench_cuda_launch.py: host µs per cache-hit launch of a 3-tensor kernel;
 #   3c. benchmarks/bench_hopper_gemm.py --fp8: fp8_gemm (per-tensor and block scales) against
 #      torch._scaled_mm on the models' projection shapes (bench_fp8_gemm.json, written after
-#      each shape, so a run cut short by its time limit keeps its rows);
+#      each shape, so a run cut short by its time limit keeps its rows). Its results are
+#      checked there against f32 at 1e-2: test_e2e_fp8_gemm.py is not among step 2b's files,
+#      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (DeepSeek-V3
+#      measured about 14), beyond the mirror's f32 tolerance (1e-4) at the tests' K;
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
 #   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_fp8.log,
@@ -33,9 +36,10 @@
 # Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
 #      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
 #      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_FP8_TIMEOUT (60),
-#      GPU_CHECK_NOTEBOOK_TIMEOUT (30): 570 s in all at worst, inside a 600 s device call. GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
+#      GPU_CHECK_NOTEBOOK_TIMEOUT (30): 570 s in all at worst, inside a 600 s device call.
+#      GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
-#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix, the fp8 GEMM; pytest stops between tests
+#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix; pytest stops between tests
 #      when the time is up, so the later files may go unchecked: see the junit counts).
 #      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
@@ -119,7 +123,7 @@ E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/te
 tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
 tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py \
 tests/e2e/test_e2e_tma.py tests/e2e/test_e2e_wgmma.py tests/e2e/test_e2e_hopper_gemm.py \
-tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py tests/e2e/test_e2e_fp8_gemm.py}"
+tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py}"
 echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
 # SIGINT when the time is up: pytest stops between tests and still writes its report.
 # shellcheck disable=SC2086

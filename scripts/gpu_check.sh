@@ -22,8 +22,8 @@
 #      torch._scaled_mm on the models' projection shapes (bench_fp8_gemm.json, written after
 #      each shape, so a run cut short by its time limit keeps its rows). Its results are
 #      checked there against f32 at 1e-2: test_e2e_fp8_gemm.py is not among step 2b's files,
-#      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (DeepSeek-V3
-#      measured about 14), beyond the mirror's f32 tolerance (1e-4) at the tests' K;
+#      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (about 14,
+#      by the DeepSeek-V3 report), likely beyond the mirror's f32 tolerance (1e-4);
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
 #   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_fp8.log,

@@ -30,11 +30,14 @@ def nvdisasm() -> str | None:
     if found:
         return found
     try:
-        import nvidia.cuda_nvdisasm as package
+        import nvidia
     except ImportError:
         return None
-    candidate = Path(package.__path__[0]) / "bin" / "nvdisasm"
-    return str(candidate) if candidate.exists() else None
+    # the wheel's layout: nvidia/cuda_nvdisasm/bin (CUDA 12) or nvidia/cu13/bin (CUDA 13)
+    for root in map(Path, nvidia.__path__):
+        for candidate in sorted(root.glob("*/bin/nvdisasm")):
+            return str(candidate)
+    return None
 
 
 def sass(cubin: bytes, tmp_path) -> str:

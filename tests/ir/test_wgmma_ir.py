@@ -120,6 +120,49 @@ def test_reading_an_accumulator_before_the_wait_is_refused():
 
 
 
+def test_a_wait_that_keeps_groups_pending_gives_values_still_in_flight():
+    """wgmma_wait_group 1 may leave the group that writes them pending."""
+    text = wgmma_kernel(16, A, B).replace("{pending = 0}", "{pending = 1}")
+    with pytest.raises(CompilationError, match="store_at reads %w0, an accumulator of a "
+                       "wgmma_wait_group still in flight"):
+        verify(parse_kernel(text))
+
+
+def test_in_flight_accumulators_may_stay_in_their_registers():
+    """A store into private memory keeps them (gemm_async(wait=False) leaves them there for
+    the next K step); a load of them gives plain values, which wgmma-groups guards."""
+    regs = ("  %regs = alloc {scope = local, dtype = f32, shape = [8]} : "
+            "buffer<local, f32, [8]> loc(3:4)\n")
+    text = wgmma_kernel(16, A, B, wait=False).replace("  sync loc(4:4)", regs + "  sync loc(4:4)")
+    for i in range(8):
+        text = text.replace(f"store_at(%d, %c{i}, %p{i})", f"store_at(%regs, %c{i}, %k{i})")
+    kernel = verify(parse_kernel(text))
+    assert str(kernel) == text
+
+
+WAIT_TILE_IR = """kernel @k() loc("/src/k.py":1:0) {{
+  %acc = alloc {{scope = {scope}, dtype = {dtype}, shape = [64, 32]}} : buffer<{scope}, {dtype}, [64, 32]> loc(2:4)
+  wgmma_wait(%acc) {{pending = {pending}}} loc(3:4)
+}}"""
+
+
+def test_the_tile_wait_round_trips():
+    text = WAIT_TILE_IR.format(scope="fragment", dtype="f32", pending=1)
+    assert str(verify(parse_kernel(text))) == text
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(scope="shared", dtype="f32", pending=0), "accumulator 0 is f32 in shared memory, "
+                                                     "not an f32 fragment"),
+    (dict(scope="fragment", dtype="f16", pending=0), "accumulator 0 is f16 in fragment"),
+    (dict(scope="fragment", dtype="f32", pending=-1), "non-negative number of groups"),
+])
+def test_the_verifier_explains_bad_tile_waits(fields, message):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(WAIT_TILE_IR.format(**fields)))
+    assert info.value.line == 3
+
+
 def setmaxnreg_kernel(count=232, action="inc") -> str:
     return ('kernel @k() {num_warps = 8} loc("/src/k.py":1:0) {\n'
             f'  setmaxnreg {{count = {count}, action = {action}}} loc(2:4)\n}}')

@@ -5,8 +5,8 @@ same block, in an enclosing block, or an argument of an enclosing region); opera
 attributes and result types fit the op's ``OpDef``; region block arguments have the types
 the ``RegionSpec`` asks for; each region ends with its terminator and terminators appear
 nowhere else; terminators pass the types the parent expects; values still in flight (a
-wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``) reach only the ops that may
-take them. Then ``OpDef.check(op)``.
+wgmma's accumulators before the wait that retires it, ``ops_wgmma.in_flight``) reach only
+the ops that may take them (``ops_wgmma.takes_in_flight``). Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """
@@ -17,7 +17,7 @@ from tilejit.errors import CompilationError
 from .attrs import KERNEL_ATTRS, AttrError, check_attrs
 from .core import Block, KernelIR, Operation, Value, walk
 from .ops import OpDefError
-from .ops_wgmma import IN_FLIGHT, IN_FLIGHT_READERS
+from .ops_wgmma import in_flight, takes_in_flight
 from .printer import Printer
 
 __all__ = ["verify"]
@@ -81,12 +81,12 @@ class _Verifier:
             self.fail(last, f"{last.name} passes {len(passed)} value(s) {_types(passed)} but "
                             f"{parent.name} expects {len(expected)} {_types(expected)}")
 
-    def operand(self, op: Operation, value: Value, visible: set[Value]):
-        producer = getattr(value.owner, "name", None)
-        if producer in IN_FLIGHT and op.name not in IN_FLIGHT_READERS \
-                and not op.opdef.terminator:
+    def operand(self, op: Operation, index: int, visible: set[Value]):
+        value = op.operands[index]
+        if in_flight(value.owner) and not takes_in_flight(op, index):
             self.fail(op, f"{op.name} reads {self.printer.name(value)}, an accumulator of a "
-                          f"{producer} still in flight: read it after wgmma_wait_group")
+                          f"{value.owner.name} still in flight: read it after a "
+                          "wgmma_wait_group that keeps no group pending")
         if value in visible:
             return
         if value in self.seen:
@@ -98,8 +98,8 @@ class _Verifier:
         self.fail(op, f"operand {self.printer.name(value)} of {op.name} {why}")
 
     def op(self, op: Operation, visible: set[Value]):
-        for value in op.operands:
-            self.operand(op, value, visible)
+        for index in range(len(op.operands)):
+            self.operand(op, index, visible)
         try:
             op.opdef.validate([v.type for v in op.operands], op.attrs, op.result_types,
                               len(op.regions))

@@ -28,7 +28,7 @@ multiply is a race there, as the hardware may still read it. (A full queue drops
 multiplies without recording their reads: that can hide such a race, never invent one.) The values
 themselves are computed at the issue, a legal schedule; fence, commit and wait hand the
 accumulators on. That a wait is missing before a read of the accumulators is the
-verifier's refusal, before any target (``IN_FLIGHT``).
+verifier's refusal and the ``wgmma-groups`` pass's, before any target.
 
 ``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
 count, whole warpgroups at team warpgroup) are the verifier's and scope analysis's, so a

@@ -6,6 +6,7 @@ per-thread lowering reports (the multiply's shared reads complete at the wait th
 retires its group); reading the accumulator before the wait is a CompilationError at
 the read's line; the sm_90a build keeps one group in flight in the loop."""
 import inspect
+import re
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ from support.gpu import needs_nvrtc
 
 import tilejit as tj
 from tilejit.layout import SwizzleMode, smem_layout
+from tilejit.targets.cuda.nvrtc import compile_cuda
 
 STAGES, BM, BN, BK = 3, 64, 32, 16
 LAYOUTS = dict(LA=smem_layout((STAGES, BM, BK), "float16", SwizzleMode.B32),
@@ -111,19 +113,36 @@ def test_reading_the_accumulator_before_its_group_retires_is_refused():
     assert info.value.line == line_of("# read in flight")
 
 
+def _in_a_loop(ptx: list[str], index: int) -> bool:
+    """Whether line ``index`` lies between a label and a branch back to it."""
+    labels = {line[:-1]: n for n, line in enumerate(ptx[:index]) if line.endswith(":")}
+    return any(line.startswith(("bra", "@")) and line.split()[-1].rstrip(";") in labels
+               for line in ptx[index:])
+
+
 @needs_nvrtc
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
-    specs = [tj.TensorSpec(shape, tj.float16, device="cuda")
-             for shape in ((4096, 4096), (4096, 4096), (4096, 4096))]
-    specs[2] = tj.TensorSpec((4096, 4096), tj.float32, device="cuda")
+    specs = [tj.TensorSpec((4096, 4096), dtype, device="cuda")
+             for dtype in (tj.float16, tj.float16, tj.float32)]
     compiled = in_flight_gemm.compile(*specs, 4096, STAGES=STAGES, BM=BM, BN=BN, BK=BK,
                                       num_warps=8, target="cuda", arch="sm_90a", **LAYOUTS)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
-    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1    # in the K loop
-    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1    # after it
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
+    assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1
+    assert _in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 1;"))
+    assert not _in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 0;"))
     assert ptx.count("wgmma.commit_group.sync.aligned;") == 1
     assert [line.split()[0] for line in ptx if line.startswith("wgmma.mma_async")] == \
         ["wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16"]
     meta = compiled.metadata
     assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
+    # ptxas keeps the group in flight: it reports a wait it had to inject (C7517) or
+    # multiplies it serialized (C7515) when registers of a pending wgmma are touched, as
+    # they are once the source reads an accumulator before the loop's wait
+    source = compiled.asm["cuda"]
+    assert "wgmma" not in compile_cuda(source, "sm_90a").log
+    wait = re.search(r'asm volatile\("wgmma.wait_group.sync.aligned 1;" : "\+f"\((\w+)\)',
+                     source)
+    early = source.replace(wait[0], f"{wait[1]} *= 2.0f; {wait[0]}", 1)
+    assert "C7517" in compile_cuda(early, "sm_90a").log

@@ -97,6 +97,18 @@ def test_a_read_before_the_retiring_wait_is_refused_at_its_line(case, gemm, read
     assert info.value.line == line_of(read)
 
 
+def test_per_thread_each_wait_carries_its_accumulators_registers():
+    """carry-wgmma-accumulators: a thread's 16 values of acc [64, 32] (wgmma's layout),
+    loaded from its registers, through wgmma_wait_group, stored back."""
+    lowered = groups.compile(*_args(), CASE="loop", simt=True, **LAYOUTS).asm["lowered"]
+    waits = [line.strip() for line in lowered.splitlines() if "= wgmma_wait_group(" in line]
+    assert [re.search(r"\{pending = (\d)\}", line)[1] for line in waits] == ["1", "0"]
+    for line in waits:
+        values = re.search(r"wgmma_wait_group\(([^)]*)\)", line)[1].split(", ")
+        assert len(values) == 16
+    assert "wgmma_wait(" not in lowered
+
+
 def test_the_cpus_own_lowering_drops_the_waits_and_runs():
     a, b = torch.randn(64, 16).half(), torch.randn(16, 32).half()
     c, d = torch.zeros(64, 32), torch.zeros(64, 32)

@@ -31,7 +31,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, KernelIR, Operation, Value, walk
 from ..ir.rewrite import Rewriter, clone_ops
 from ..ir.storage import held_per_thread, storage_elements
-from ..ir.types import BufferType, MemScope, RegionType, i32
+from ..ir.types import BufferType, RegionType, i32
 from .dispatch.registry import PER_THREAD, context_for
 from .effects import root_buffer
 

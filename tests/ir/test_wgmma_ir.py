@@ -186,3 +186,49 @@ def test_the_verifier_explains_bad_setmaxnreg(count, action, message):
     with pytest.raises(CompilationError, match=message) as info:
         verify(parse_kernel(setmaxnreg_kernel(count, action)))
     assert info.value.line == 2
+
+
+def carried_kernel(body_read: str = "", after: str = "%v0") -> str:
+    """A loop keeping one m64n8k16 group in flight across iterations (wait_group 1), the
+    last retired after it; ``body_read``: a line read in the body; ``after``: the value
+    stored after the loop."""
+    acc = ", ".join(["f32"] * 4)
+
+    def values(prefix):
+        return ", ".join(f"%{prefix}{i}" for i in range(4))
+    return "\n".join([
+        'kernel @k(%x: buffer<global, f32, [?], strides=[1]>) loc("/src/k.py":1:0) {',
+        "  %z = const {value = 0.0} : f32 loc(2:4)",
+        "  %d = const {value = 0} : i64 loc(2:4)",
+        "  %lb = const {value = 0} : i32 loc(2:4)",
+        "  %ub = const {value = 4} : i32 loc(2:4)",
+        "  %st = const {value = 1} : i32 loc(2:4)",
+        f"  {values('r')} = for(%lb, %ub, %st, %z, %z, %z, %z) : {acc} loc(3:4) {{",
+        f"  ^(%i: i32, {', '.join(f'%a{i}: f32' for i in range(4))}):",
+        *([body_read] if body_read else []),
+        f"    {values('f')} = wgmma_fence({values('a')}) : {acc} loc(5:8)",
+        f"    {values('m')} = wgmma_mma_async(%d, %d, {values('f')}) {{n = 8, a_type = f16}} : "
+        f"{acc} loc(6:8)",
+        f"    {values('c')} = wgmma_commit_group({values('m')}) : {acc} loc(7:8)",
+        f"    {values('w')} = wgmma_wait_group({values('c')}) {{pending = 1}} : {acc} loc(8:8)",
+        f"    yield({values('w')}) loc(9:8)",
+        "  }",
+        f"  {values('v')} = wgmma_wait_group({values('r')}) {{pending = 0}} : {acc} loc(10:4)",
+        f"  store_at(%x, {after}, %lb) loc(11:4)",
+        "}"])
+
+
+def test_a_group_carried_by_a_loop_is_followed():
+    text = carried_kernel()
+    assert str(verify(parse_kernel(text))) == text
+
+
+@pytest.mark.parametrize("body_read, after, message, line", [
+    ("    %s = binary(%a0, %a1) {op = add} : f32 loc(4:8)", "%v0",
+     "binary reads %a0, an accumulator of a wgmma_wait_group still in flight", 4),
+    ("", "%r0", "store_at reads %r0, an accumulator of a wgmma_wait_group still in flight", 11),
+])
+def test_a_read_of_a_loop_carried_accumulator_is_refused(body_read, after, message, line):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(carried_kernel(body_read, after)))
+    assert info.value.line == line

@@ -43,6 +43,14 @@ def groups(A, B, C, D, CASE: tj.constexpr, LA: tj.constexpr, LB: tj.constexpr):
             tj.copy(D[0:64, 0:32], other)                          # read other
         tj.copy(C[0:64, 0:32], acc)
         tj.wgmma_wait(0)
+    if CASE == "no wait in the loop":   # a group more each iteration: the list is capped
+        for k in range(5):
+            tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)
+        tj.wgmma_wait(0)
+    if CASE == "another family":
+        tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)      # gemm before mma
+        tj.gemm(acc, a, b)                                          # mma gemm
+        tj.wgmma_wait(0)
     if CASE == "one branch":
         if C[0, 0] > 0.0:
             tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)   # gemm in a branch
@@ -76,6 +84,11 @@ def test_a_group_carried_around_the_loop_reaches_both_waits():
     assert str(parse_kernel(text)) == text
 
 
+def test_groups_piling_up_in_a_loop_reach_a_fixpoint():
+    waits, _ = _waits("no wait in the loop")
+    assert waits == ["wgmma_wait(%acc) {pending = 0}"]
+
+
 def test_a_wait_carries_every_accumulator_it_may_retire():
     waits, _ = _waits("two groups")
     assert waits == ["wgmma_wait(%acc, %other) {pending = 1}",
@@ -86,11 +99,13 @@ def test_a_wait_carries_every_accumulator_it_may_retire():
     ("loop without the last wait", "# gemm acc", "# read acc"),
     ("two groups, the newer read", "# gemm other", "# read other"),
     ("one branch", "# gemm in a branch", "# read acc"),
+    ("another family", "# gemm before mma", "# mma gemm"),   # only wgmma chains
 ])
 def test_a_read_before_the_retiring_wait_is_refused_at_its_line(case, gemm, read):
     name = "other" if "other" in read else "acc"
+    what = "gemm" if "mma" in read else "copy"
     with pytest.raises(tj.CompilationError, match=(
-            rf"copy touches '{name}' while the wgmma group of the gemm_async at line "
+            rf"{what} touches '{name}' while the wgmma group of the gemm_async at line "
             rf"{line_of(gemm)} \(wait=False\) may still be in flight: a tj.wgmma_wait\(n\) "
             "that retires it is missing before this line")) as info:
         groups.compile(*_args(), CASE=case, **LAYOUTS)

@@ -17,7 +17,8 @@ thread's earlier register writes of the accumulators before the multiply reads t
 Fence, commit and wait take the accumulators and give them back (the same types), so SSA
 orders them with the multiplies; only the results of a wait that keeps no group pending
 may be read as numbers: the verifier refuses any other op reading a multiply's, a
-commit's or a ``pending > 0`` wait's results (:func:`in_flight`), except a store into
+commit's or a ``pending > 0`` wait's results (:func:`in_flight`) -- or what a fence, a
+loop's carried values or a region op's results pass them on to -- except a store into
 private or fragment memory -- the accumulator registers themselves, which hold a group in
 flight from one K step to the next. Whether those registers are read before the wait that
 retires their group is ``passes/wgmma_groups.py``'s check, on the tile IR.
@@ -61,7 +62,8 @@ _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (by
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
 # The ops that may take results the tensor cores still write (the verifier's check, with
 # terminators and stores into the accumulator registers: :func:`takes_in_flight`)
-IN_FLIGHT_READERS = frozenset({"wgmma_mma_async", "wgmma_commit_group", "wgmma_wait_group"})
+IN_FLIGHT_READERS = frozenset({"wgmma_fence", "wgmma_mma_async", "wgmma_commit_group",
+                               "wgmma_wait_group"})
 _REGISTERS = (MemScope.LOCAL, MemScope.FRAGMENT)
 SETMAXNREG_RANGE, SETMAXNREG_STEP = (24, 256), 8   # per-thread registers (PTX ISA setmaxnreg)
 

@@ -13,8 +13,8 @@ so a group a loop iteration leaves in flight (the pipelined mainloop's
 ``wgmma_wait(1)``) reaches the next iteration and the code after the loop. Any other op
 that touches an accumulator that may be pending -- a copy of it, an epilogue's pointwise
 op, an element load -- is a CompilationError at its line naming the gemm and the wait that
-is missing. A later ``gemm_async`` into the same accumulator may: wgmma orders
-multiplies into one accumulator. Each ``wgmma_wait`` then gets, as operands, every
+is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator may:
+wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as operands, every
 accumulator that may be pending where it runs: the values it carries.
 
 ``carry-wgmma-accumulators`` (after ``lower-addresses``): per thread each ``wgmma_wait``
@@ -129,7 +129,8 @@ class _Groups:
 
     def gemm(self, op: Operation, groups: Groups) -> Groups:
         acc = self.root(op.operands[0])
-        self.check_untouched(op, groups, skip=acc)
+        chained = op.attrs["dispatch"] == "wgmma"   # another family's gemm must wait first
+        self.check_untouched(op, groups, skip=acc if chained else None)
         if op.attrs["wait"]:   # its own wait retires acc's groups (and carries only acc)
             return tuple(g for g in (frozenset(p for p in group if p[0] is not acc)
                                      for group in groups) if g)

@@ -33,7 +33,7 @@ from ..ir.rewrite import Rewriter, clone_ops
 from ..ir.storage import held_per_thread, storage_elements
 from ..ir.types import BufferType, RegionType, i32
 from .dispatch.registry import PER_THREAD, context_for
-from .effects import root_buffer
+from .effects import ALIASING_OPS, root_buffer
 
 __all__ = ["MAX_TRACKED_GROUPS", "carry_accumulators", "run"]
 
@@ -41,7 +41,6 @@ __all__ = ["MAX_TRACKED_GROUPS", "carry_accumulators", "run"]
 # later, never sooner): enough for any wait count a kernel writes, and the fixpoint ends.
 MAX_TRACKED_GROUPS = 8
 _LOOPS = ("for", "while")
-_ALIASES = ("region", "view")   # ops that name memory without touching it
 
 # A group: frozenset of (accumulator root, the gemm_async that left it in flight).
 Groups = tuple
@@ -92,7 +91,7 @@ class _Groups:
             pending.update(dict.fromkeys(self.visible.get(root, root) for group in groups
                                          for root, _ in group))
             return groups[len(groups) - kept:] if kept else ()
-        if op.name not in _ALIASES and not op.opdef.terminator:   # a yield passes it on
+        if op.name not in ALIASING_OPS and not op.opdef.terminator:   # a yield passes it on
             self.check_untouched(op, groups)
         if not op.regions:
             return groups
@@ -203,5 +202,6 @@ def carry_accumulators(kernel: KernelIR) -> KernelIR:
             b.create("store_at", (acc, value, offset))
         return ()
 
+    # one sweep: what it makes holds no wgmma_wait (a second would only rebuild the kernel)
     return Rewriter([("wgmma_wait", carry, "carry-wgmma-accumulators")],
-                    "carry-wgmma-accumulators").run(kernel)
+                    "carry-wgmma-accumulators").sweep(kernel)

@@ -47,6 +47,12 @@ def groups(A, B, C, D, CASE: tj.constexpr, LA: tj.constexpr, LB: tj.constexpr):
         for k in range(5):
             tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)
         tj.wgmma_wait(0)
+    if CASE == "out of scope":
+        with tj.warpgroup():
+            inner = tj.fragment((64, 32), tj.float32)
+            tj.fill(inner, 0.0)
+            tj.gemm_async(inner, a, b, dispatch="wgmma", wait=False)
+        tj.wgmma_wait(0)
     if CASE == "another family":
         tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)      # gemm before mma
         tj.gemm(acc, a, b)                                          # mma gemm
@@ -87,6 +93,24 @@ def test_a_group_carried_around_the_loop_reaches_both_waits():
 def test_groups_piling_up_in_a_loop_reach_a_fixpoint():
     waits, _ = _waits("no wait in the loop")
     assert waits == ["wgmma_wait(%acc) {pending = 0}"]
+
+
+def test_an_accumulator_a_block_yields_is_carried_by_the_name_it_has_after_it():
+    waits, text = _waits("out of scope")
+    assert waits == ["wgmma_wait(%inner) {pending = 0}"]
+    assert "%inner = team {kind = warpgroup}" in text
+
+
+def test_an_accumulator_out_of_scope_is_retired_but_not_carried():
+    """IR whose warpgroup block keeps its fragment: the wait after the block still retires
+    the group, and nothing can read the fragment later."""
+    frontend = groups.compile(*_args(), CASE="out of scope", **LAYOUTS).asm["ir"]
+    kept = re.sub(r"%inner = team \{kind = warpgroup\} : buffer<[^>]*>",
+                  "team {kind = warpgroup}", frontend)
+    kept = kept.replace("yield(%inner_1)", "yield")
+    assert kept.count("team {kind = warpgroup} loc") == 1 and "yield(%inner_1)" not in kept
+    text = run_pipeline(parse_kernel(kept), dump=(), passes=["wgmma-groups"])[1]["wgmma-groups"]
+    assert "wgmma_wait {pending = 0}" in text
 
 
 def test_a_wait_carries_every_accumulator_it_may_retire():

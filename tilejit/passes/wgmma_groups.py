@@ -72,14 +72,20 @@ class _Groups:
         self.carried: dict[Operation, dict[Value, None]] = {}
         self.alias: dict[Value, Value] = {}   # a region op's result -> the root it yields
         self.visible: dict[Value, Value] = {}  # a root -> its latest name (a region's result)
+        self.in_scope: set[Value] = set()       # values the op being looked at may use
 
     def root(self, value: Value) -> Value:
         root = root_buffer(value)
         return self.alias.get(root, root)
 
     def block(self, block: Block, groups: Groups) -> Groups:
+        defined = [*block.args, *(v for op in block.ops for v in op.results)]
+        added = [v for v in defined if v not in self.in_scope]
+        self.in_scope.update(block.args)
         for op in block.ops:
             groups = self.op(op, groups)
+            self.in_scope.update(op.results)
+        self.in_scope.difference_update(added)
         return groups
 
     def op(self, op: Operation, groups: Groups) -> Groups:
@@ -87,9 +93,10 @@ class _Groups:
             return self.gemm(op, groups)
         if op.name == "wgmma_wait":
             kept = op.attrs["pending"]
-            pending = self.carried.setdefault(op, {})
-            pending.update(dict.fromkeys(self.visible.get(root, root) for group in groups
-                                         for root, _ in group))
+            # an accumulator out of scope here is read nowhere after it: nothing to carry
+            names = (self.visible.get(root, root) for group in groups for root, _ in group)
+            self.carried.setdefault(op, {}).update(
+                dict.fromkeys(name for name in names if name in self.in_scope))
             return groups[len(groups) - kept:] if kept else ()
         if op.name not in ALIASING_OPS and not op.opdef.terminator:   # a yield passes it on
             self.check_untouched(op, groups)

@@ -17,8 +17,14 @@ from tilejit.layout import SwizzleMode, smem_layout
 from tilejit.targets.cuda.nvrtc import compile_cuda
 
 STAGES, BM, BN, BK = 3, 64, 32, 16
-LAYOUTS = dict(LA=smem_layout((STAGES, BM, BK), "float16", SwizzleMode.B32),
-               LB=smem_layout((STAGES, BK, BN), "float16", SwizzleMode.B64))
+
+
+def tiles(stages=STAGES, bm=BM, bn=BN, bk=BK) -> dict:
+    """The constexprs of a tile config: rings swizzled as wide as a row allows."""
+    modes = {32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: SwizzleMode.B128}
+    return dict(STAGES=stages, BM=bm, BN=bn, BK=bk,
+                LA=smem_layout((stages, bm, bk), "float16", modes[min(128, 2 * bk)]),
+                LB=smem_layout((stages, bk, bn), "float16", modes[min(128, 2 * bn)]))
 
 
 @tj.kernel
@@ -77,20 +83,24 @@ def line_of(text: str) -> int:
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
-def _run(m, n, k, **options):
+def _run(m, n, k, config=None, **options):
+    config = config or tiles()
     gen = torch.Generator().manual_seed(m + n + k)
     a = torch.randn(m, k, generator=gen).half()
     b = torch.randn(k, n, generator=gen).half()
     c = torch.full((m, n), -1.0)
-    grid = (tj.cdiv(m, BM), tj.cdiv(n, BN))
-    in_flight_gemm[grid](a, b, c, k, STAGES=STAGES, BM=BM, BN=BN, BK=BK, num_warps=8,
-                         **LAYOUTS, **options)
+    grid = (tj.cdiv(m, config["BM"]), tj.cdiv(n, config["BN"]))
+    in_flight_gemm[grid](a, b, c, k, num_warps=8, **config, **options)
     return a, b, c
 
 
-def test_a_group_kept_in_flight_across_k_steps_matches_torch():
-    """M, N and K tiles masked (TMA's out-of-bounds fill), 7 K steps over 3 stages."""
-    a, b, c = _run(80, 40, 104)
+@pytest.mark.parametrize("shape, config", [
+    ((80, 40, 104), tiles()),      # M, N, K tiles masked: 7 K steps over 3 stages
+    ((136, 72, 80), tiles(stages=2, bm=128, bn=64, bk=32)),   # 2 x 2 multiplies a group
+])
+def test_a_group_kept_in_flight_across_k_steps_matches_torch(shape, config):
+    """Edges filled with zeros by TMA (out of bounds) and clipped on C's copy."""
+    a, b, c = _run(*shape, config)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
 
 
@@ -125,8 +135,8 @@ def _in_a_loop(ptx: list[str], index: int) -> bool:
 def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
     specs = [tj.TensorSpec((4096, 4096), dtype, device="cuda")
              for dtype in (tj.float16, tj.float16, tj.float32)]
-    compiled = in_flight_gemm.compile(*specs, 4096, STAGES=STAGES, BM=BM, BN=BN, BK=BK,
-                                      num_warps=8, target="cuda", arch="sm_90a", **LAYOUTS)
+    compiled = in_flight_gemm.compile(*specs, 4096, num_warps=8, target="cuda", arch="sm_90a",
+                                      **tiles())
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
     assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1

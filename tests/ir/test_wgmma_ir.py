@@ -120,6 +120,49 @@ def test_reading_an_accumulator_before_the_wait_is_refused():
 
 
 
+def test_a_wait_that_keeps_groups_pending_gives_values_still_in_flight():
+    """wgmma_wait_group 1 may leave the group that writes them pending."""
+    text = wgmma_kernel(16, A, B).replace("{pending = 0}", "{pending = 1}")
+    with pytest.raises(CompilationError, match="store_at reads %w0, an accumulator of a "
+                       "wgmma_wait_group still in flight"):
+        verify(parse_kernel(text))
+
+
+def test_in_flight_accumulators_may_stay_in_their_registers():
+    """A store into private memory keeps them (gemm_async(wait=False) leaves them there for
+    the next K step); a load of them gives plain values, which wgmma-groups guards."""
+    regs = ("  %regs = alloc {scope = local, dtype = f32, shape = [8]} : "
+            "buffer<local, f32, [8]> loc(3:4)\n")
+    text = wgmma_kernel(16, A, B, wait=False).replace("  sync loc(4:4)", regs + "  sync loc(4:4)")
+    for i in range(8):
+        text = text.replace(f"store_at(%d, %c{i}, %p{i})", f"store_at(%regs, %c{i}, %k{i})")
+    kernel = verify(parse_kernel(text))
+    assert str(kernel) == text
+
+
+WAIT_TILE_IR = """kernel @k() loc("/src/k.py":1:0) {{
+  %acc = alloc {{scope = {scope}, dtype = {dtype}, shape = [64, 32]}} : buffer<{scope}, {dtype}, [64, 32]> loc(2:4)
+  wgmma_wait(%acc) {{pending = {pending}}} loc(3:4)
+}}"""
+
+
+def test_the_tile_wait_round_trips():
+    text = WAIT_TILE_IR.format(scope="fragment", dtype="f32", pending=1)
+    assert str(verify(parse_kernel(text))) == text
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(scope="shared", dtype="f32", pending=0), "accumulator 0 is f32 in shared memory, "
+                                                     "not an f32 fragment"),
+    (dict(scope="fragment", dtype="f16", pending=0), "accumulator 0 is f16 in fragment"),
+    (dict(scope="fragment", dtype="f32", pending=-1), "non-negative number of groups"),
+])
+def test_the_verifier_explains_bad_tile_waits(fields, message):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(WAIT_TILE_IR.format(**fields)))
+    assert info.value.line == 3
+
+
 def setmaxnreg_kernel(count=232, action="inc") -> str:
     return ('kernel @k() {num_warps = 8} loc("/src/k.py":1:0) {\n'
             f'  setmaxnreg {{count = {count}, action = {action}}} loc(2:4)\n}}')
@@ -143,3 +186,49 @@ def test_the_verifier_explains_bad_setmaxnreg(count, action, message):
     with pytest.raises(CompilationError, match=message) as info:
         verify(parse_kernel(setmaxnreg_kernel(count, action)))
     assert info.value.line == 2
+
+
+def carried_kernel(body_read: str = "", after: str = "%v0") -> str:
+    """A loop keeping one m64n8k16 group in flight across iterations (wait_group 1), the
+    last retired after it; ``body_read``: a line read in the body; ``after``: the value
+    stored after the loop."""
+    acc = ", ".join(["f32"] * 4)
+
+    def values(prefix):
+        return ", ".join(f"%{prefix}{i}" for i in range(4))
+    return "\n".join([
+        'kernel @k(%x: buffer<global, f32, [?], strides=[1]>) loc("/src/k.py":1:0) {',
+        "  %z = const {value = 0.0} : f32 loc(2:4)",
+        "  %d = const {value = 0} : i64 loc(2:4)",
+        "  %lb = const {value = 0} : i32 loc(2:4)",
+        "  %ub = const {value = 4} : i32 loc(2:4)",
+        "  %st = const {value = 1} : i32 loc(2:4)",
+        f"  {values('r')} = for(%lb, %ub, %st, %z, %z, %z, %z) : {acc} loc(3:4) {{",
+        f"  ^(%i: i32, {', '.join(f'%a{i}: f32' for i in range(4))}):",
+        *([body_read] if body_read else []),
+        f"    {values('f')} = wgmma_fence({values('a')}) : {acc} loc(5:8)",
+        f"    {values('m')} = wgmma_mma_async(%d, %d, {values('f')}) {{n = 8, a_type = f16}} : "
+        f"{acc} loc(6:8)",
+        f"    {values('c')} = wgmma_commit_group({values('m')}) : {acc} loc(7:8)",
+        f"    {values('w')} = wgmma_wait_group({values('c')}) {{pending = 1}} : {acc} loc(8:8)",
+        f"    yield({values('w')}) loc(9:8)",
+        "  }",
+        f"  {values('v')} = wgmma_wait_group({values('r')}) {{pending = 0}} : {acc} loc(10:4)",
+        f"  store_at(%x, {after}, %lb) loc(11:4)",
+        "}"])
+
+
+def test_a_group_carried_by_a_loop_is_followed():
+    text = carried_kernel()
+    assert str(verify(parse_kernel(text))) == text
+
+
+@pytest.mark.parametrize("body_read, after, message, line", [
+    ("    %s = binary(%a0, %a1) {op = add} : f32 loc(4:8)", "%v0",
+     "binary reads %a0, an accumulator of a wgmma_wait_group still in flight", 4),
+    ("", "%r0", "store_at reads %r0, an accumulator of a wgmma_wait_group still in flight", 11),
+])
+def test_a_read_of_a_loop_carried_accumulator_is_refused(body_read, after, message, line):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(carried_kernel(body_read, after)))
+    assert info.value.line == line

@@ -31,6 +31,7 @@ __all__ = [
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
     "mbarrier_wait", "cp_async_commit", "cp_async_wait", "bulk_wait", "fence_proxy_async",
+    "wgmma_wait",
     "setmaxnreg", "tfilter", "thread", "warp", "warpgroup", "wg", "cta", "cluster",
     "copy", "copy_async", "gemm", "gemm_async", "reduce", "arange",
     "zeros", "full", "trans", "permute", "broadcast_to", "expand_dims", "reshape", "gather",
@@ -287,13 +288,18 @@ def cp_async_commit(*, _sem):
     return _sem.b.cp_async_commit()
 
 
+def _pending_groups(name: str, pending) -> None:
+    """A group wait's count: a compile-time int >= 0, else a CompilationError."""
+    if isinstance(pending, builtins.bool) or not isinstance(pending, builtins.int) or pending < 0:
+        raise CompilationError(f"tj.{name}(pending) needs a compile-time int >= 0 (the groups "
+                               f"left in flight), got {pending!r}")
+
+
 @builtin("cp_async_wait")
 def cp_async_wait(pending=0, *, _sem):
     """Wait until at most ``pending`` (a compile-time int) of this thread's committed
     cp.async groups are still in flight; the others' copies have landed."""
-    if isinstance(pending, builtins.bool) or not isinstance(pending, builtins.int) or pending < 0:
-        raise CompilationError("tj.cp_async_wait(pending) needs a compile-time int >= 0 (the "
-                               f"groups left in flight), got {pending!r}")
+    _pending_groups("cp_async_wait", pending)
     return _sem.b.cp_async_wait(pending)
 
 
@@ -302,9 +308,7 @@ def bulk_wait(pending=0, read=False, *, _sem):
     """Wait until at most ``pending`` (a compile-time int) of this thread's bulk groups (each
     ``copy_async`` store of family ``tma`` is one) are still in flight: the others have
     written global memory, or with ``read=True`` read their shared tile (it may be reused)."""
-    if isinstance(pending, builtins.bool) or not isinstance(pending, builtins.int) or pending < 0:
-        raise CompilationError("tj.bulk_wait(pending) needs a compile-time int >= 0 (the "
-                               f"groups left in flight), got {pending!r}")
+    _pending_groups("bulk_wait", pending)
     if not isinstance(read, builtins.bool):
         raise CompilationError(f"tj.bulk_wait(read=) needs a compile-time bool, got {read!r}")
     return _sem.b.create("bulk_wait", attrs={"pending": pending, "read": read})
@@ -508,9 +512,18 @@ def gemm(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=
 
 @builtin("gemm_async")
 def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=None,
-               config=None, _sem):
+               config=None, wait=True, _sem):
     return _sem.tile.gemm(C, A, B, transpose_a, transpose_b, accum, dispatch, config,
-                          is_async=True)
+                          is_async=True, wait=wait)
+
+
+@builtin("wgmma_wait")
+def wgmma_wait(pending=0, *, _sem):
+    """Wait until at most ``pending`` (a compile-time int) of the wgmma groups that
+    ``tj.gemm_async(..., dispatch="wgmma", wait=False)`` left in flight are still pending:
+    the older groups' accumulators are written and their shared operands free."""
+    _pending_groups("wgmma_wait", pending)
+    return _sem.b.create("wgmma_wait", (), {"pending": pending})
 
 
 @builtin("reduce")

@@ -194,7 +194,8 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
         return self.b.tile("atomic", dst, val, op=op, order=order, sync_scope=sync_scope,
                            **self._attrs(None, None))
 
-    def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False):
+    def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False,
+             wait=True):
         name = "gemm_async" if is_async else "gemm"
         tiles = {role: self._tile(x, role, name) for role, x in (("C", C), ("A", A), ("B", B))}
         for role, x in tiles.items():
@@ -204,6 +205,12 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
         flags = {"transpose_a": self._flag(transpose_a, "transpose_a", name),
                  "transpose_b": self._flag(transpose_b, "transpose_b", name),
                  "accum": self._flag(accum, "accum", name)}
+        if is_async:
+            flags["wait"] = self._flag(wait, "wait", name)
+            if not wait and dispatch != "wgmma":
+                raise CompilationError(f"tj.gemm_async(wait=False) leaves its group in flight "
+                                       f"for a later tj.wgmma_wait(n): it needs "
+                                       f"dispatch=\"wgmma\", got dispatch={dispatch!r}")
         a, b, c = (tiles[r].type.shape for r in "ABC")
         m, k = a[::-1] if transpose_a else a
         k2, n = b[::-1] if transpose_b else b

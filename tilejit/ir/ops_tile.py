@@ -199,7 +199,10 @@ _tile("tile.copy", "dst:memory src:memory *mask:tile_or_scalar",
       {"other": Attr(Optional(SCALAR), None)}, _check_copy)
 _tile("tile.copy_async", "dst:memory src:memory *barrier", check=_check_copy_async)
 _tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
-_tile("tile.gemm_async", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
+# wait: the primitive waits for its own multiplies; False leaves them in flight (family
+# wgmma: the kernel retires the group with wgmma_wait, passes/wgmma_groups.py checks it)
+_tile("tile.gemm_async", "C:memory A:memory B:memory", {**GEMM_ATTRS, "wait": Attr(BOOL, True)},
+      _check_gemm)
 # steps: the reduced elements are computed from src (value 0) and srcs (broadcast to src)
 # by a fused chain (passes/fusion.py) instead of read from src alone.
 _tile("tile.reduce", "dst:memory src:memory *srcs:tile_or_scalar",

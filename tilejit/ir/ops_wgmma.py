@@ -15,9 +15,19 @@ closes the thread's group of issued multiplies and ``wgmma_wait_group {pending =
 returns once all but the N most recent groups completed. ``wgmma_fence`` orders the
 thread's earlier register writes of the accumulators before the multiply reads them.
 Fence, commit and wait take the accumulators and give them back (the same types), so SSA
-orders them with the multiplies; only the wait's results may be read as numbers: the
-verifier refuses any other op reading a multiply's or commit's results (``IN_FLIGHT``);
-it does not follow them through a loop's carried values.
+orders them with the multiplies; only the results of a wait that keeps no group pending
+may be read as numbers: the verifier refuses any other op reading a multiply's, a
+commit's or a ``pending > 0`` wait's results (:func:`in_flight`) -- or what a fence, a
+loop's carried values or a region op's results pass them on to -- except a store into
+private or fragment memory -- the accumulator registers themselves, which hold a group in
+flight from one K step to the next. Whether those registers are read before the wait that
+retires their group is ``passes/wgmma_groups.py``'s check, on the tile IR.
+
+``wgmma_wait {pending = N}`` is that wait in the tile IR (``tj.wgmma_wait(n)``): its
+operands are the accumulator fragments whose groups may be pending there (the
+``wgmma-groups`` pass names them); per thread it becomes ``wgmma_wait_group`` on their
+values (``carry-wgmma-accumulators``), so a GPU compiler orders every later read of them
+after it.
 
 ``setmaxnreg {count = N, action = inc|dec}`` moves the warpgroup's per-thread register
 limit to N, taking registers from the CTA's pool or giving them back (a warp-specialized
@@ -35,10 +45,10 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
-__all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
+__all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT_READERS", "MatrixDescriptor",
            "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
            "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
-           "wgmma_accumulators", "wgmma_k"]
+           "in_flight", "takes_in_flight", "wgmma_accumulators", "wgmma_k"]
 
 SYNC = OpGroup.SYNC
 WGMMA_M = 64                        # m64nNkK: N a multiple of 8 in [8, 256]
@@ -50,11 +60,32 @@ SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core ma
 _SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
 _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (bytes >> 4)
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
-# Results the tensor cores still write after the op returns, and the ops that may take them
-# (the verifier's check; terminators may too: a pipelined loop carries them)
-IN_FLIGHT = frozenset({"wgmma_mma_async", "wgmma_commit_group"})
-IN_FLIGHT_READERS = frozenset({"wgmma_mma_async", "wgmma_commit_group", "wgmma_wait_group"})
+# The ops that may take results the tensor cores still write (the verifier's check, with
+# terminators and stores into the accumulator registers: :func:`takes_in_flight`)
+IN_FLIGHT_READERS = frozenset({"wgmma_fence", "wgmma_mma_async", "wgmma_commit_group",
+                               "wgmma_wait_group"})
+_REGISTERS = (MemScope.LOCAL, MemScope.FRAGMENT)
 SETMAXNREG_RANGE, SETMAXNREG_STEP = (24, 256), 8   # per-thread registers (PTX ISA setmaxnreg)
+
+
+def in_flight(op) -> bool:
+    """Whether the tensor cores may still write ``op``'s results after it returns: a
+    multiply's and a commit's, and a wait's that leaves groups pending (the newest may be
+    the one that writes them)."""
+    name = getattr(op, "name", None)
+    return name in ("wgmma_mma_async", "wgmma_commit_group") or \
+        (name == "wgmma_wait_group" and op.attrs["pending"] > 0)
+
+
+def takes_in_flight(op, index: int) -> bool:
+    """Whether operand ``index`` of ``op`` may be a value still in flight: the wgmma ops
+    that hand accumulators on, a terminator (a loop carries them), and the stored value of
+    a store into private or fragment memory (the accumulator registers; the stores the
+    wgmma rule makes)."""
+    if op.name in IN_FLIGHT_READERS or op.opdef.terminator:
+        return True
+    return op.name in ("store", "store_at") and index == 1 \
+        and op.operands[0].type.scope in _REGISTERS
 
 
 def wgmma_accumulators(n: int) -> int:
@@ -224,6 +255,17 @@ def _check_passthrough(op):
     return _check_accumulators(op, op.operands)
 
 
+def _check_wait(op):
+    if op.attrs["pending"] < 0:
+        return f"wgmma_wait keeps a non-negative number of groups pending, not " \
+               f"{op.attrs['pending']}"
+    for index, acc in enumerate(op.operands):
+        if acc.type.scope not in _REGISTERS or acc.type.dtype != f32:
+            return (f"wgmma_wait's accumulator {index} is {acc.type.dtype} in "
+                    f"{acc.type.scope} memory, not an f32 fragment")
+    return None
+
+
 def _check_setmaxnreg(op):
     count, (low, high) = op.attrs["count"], SETMAXNREG_RANGE
     if count % SETMAXNREG_STEP or not low <= count <= high:
@@ -263,6 +305,10 @@ _register("wgmma_wait_group", SYNC, "*acc:scalar", {"pending": Attr(INT)}, _same
           check=_check_passthrough,
           doc="waits until at most `pending` committed wgmma groups are in flight; its "
               "results are the accumulators, readable")
+_register("wgmma_wait", SYNC, "*acc:buffer", {"pending": Attr(INT)}, fixed(), check=_check_wait,
+          doc="tj.wgmma_wait(n): waits until at most `pending` committed wgmma groups are in "
+              "flight; acc: the accumulator fragments whose groups may be pending, readable "
+              "after it when it retires them")
 _register("setmaxnreg", SYNC, attrs={"count": Attr(INT), "action": Attr(Choice("inc", "dec"))},
           results=fixed(), check=_check_setmaxnreg,
           doc="moves the warpgroup's per-thread register limit to `count`: `inc` takes "

@@ -5,8 +5,10 @@ same block, in an enclosing block, or an argument of an enclosing region); opera
 attributes and result types fit the op's ``OpDef``; region block arguments have the types
 the ``RegionSpec`` asks for; each region ends with its terminator and terminators appear
 nowhere else; terminators pass the types the parent expects; values still in flight (a
-wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``) reach only the ops that may
-take them. Then ``OpDef.check(op)``.
+wgmma's accumulators before the wait that retires it, ``ops_wgmma.in_flight``, and what a
+loop, a branch or a team region carries them into: a loop's iteration arguments and
+results, a region op's results) reach only the ops that may take them
+(``ops_wgmma.takes_in_flight``). Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """
@@ -17,7 +19,7 @@ from tilejit.errors import CompilationError
 from .attrs import KERNEL_ATTRS, AttrError, check_attrs
 from .core import Block, KernelIR, Operation, Value, walk
 from .ops import OpDefError
-from .ops_wgmma import IN_FLIGHT, IN_FLIGHT_READERS
+from .ops_wgmma import in_flight, takes_in_flight
 from .printer import Printer
 
 __all__ = ["verify"]
@@ -25,6 +27,44 @@ __all__ = ["verify"]
 
 def _types(types) -> str:
     return "(" + ", ".join(map(str, types)) + ")"
+
+
+def _yielded(region: Block) -> tuple[Value, ...]:
+    last = region.ops[-1] if region.ops else None
+    if last is None or not last.opdef.terminator:
+        return ()
+    return tuple(last.operands[last.opdef.yields_from:])
+
+
+def _in_flight_values(kernel: KernelIR) -> dict[Value, str]:
+    """Values the tensor cores may still write -> the op that made them in flight: the
+    results of ``ops_wgmma.in_flight`` ops and, to a fixpoint, the values control flow
+    passes them on to (a group a loop iteration leaves pending reaches the next one)."""
+    flight = {v: op.name for op in walk(kernel.body) if in_flight(op) for v in op.results}
+    if not flight:
+        return flight
+    edges = []   # (value, the value it becomes)
+    for op in walk(kernel.body):
+        yields = [_yielded(region) for region in op.regions]
+        if op.name == "for":
+            carried = op.regions[0].args[1:]
+            edges += [*zip(op.operands[3:], carried), *zip(yields[0], carried),
+                      *zip(op.operands[3:], op.results)]
+        elif op.name == "while":
+            before, after = op.regions
+            edges += [*zip(op.operands, before.args), *zip(yields[1], before.args),
+                      *zip(yields[0], after.args)]
+        elif op.name == "wgmma_fence":   # hands its accumulators on as they are
+            edges += zip(op.operands, op.results)
+        for values in yields[:1] if op.name == "while" else yields:
+            edges += zip(values, op.results)
+    changed = True
+    while changed:
+        changed = False
+        for value, becomes in edges:
+            if value in flight and becomes not in flight:
+                flight[becomes], changed = flight[value], True
+    return flight
 
 
 class _Verifier:
@@ -36,6 +76,7 @@ class _Verifier:
             for region in op.regions:
                 self.defined.update(region.args)
         self.seen: set[Value] = set()  # values whose definition the walk has passed
+        self.in_flight = _in_flight_values(kernel)
         self._printer: Printer | None = None
 
     @property
@@ -81,12 +122,12 @@ class _Verifier:
             self.fail(last, f"{last.name} passes {len(passed)} value(s) {_types(passed)} but "
                             f"{parent.name} expects {len(expected)} {_types(expected)}")
 
-    def operand(self, op: Operation, value: Value, visible: set[Value]):
-        producer = getattr(value.owner, "name", None)
-        if producer in IN_FLIGHT and op.name not in IN_FLIGHT_READERS \
-                and not op.opdef.terminator:
+    def operand(self, op: Operation, index: int, visible: set[Value]):
+        value = op.operands[index]
+        if value in self.in_flight and not takes_in_flight(op, index):
             self.fail(op, f"{op.name} reads {self.printer.name(value)}, an accumulator of a "
-                          f"{producer} still in flight: read it after wgmma_wait_group")
+                          f"{self.in_flight[value]} still in flight: read it after a "
+                          "wgmma_wait_group that keeps no group pending")
         if value in visible:
             return
         if value in self.seen:
@@ -98,8 +139,8 @@ class _Verifier:
         self.fail(op, f"operand {self.printer.name(value)} of {op.name} {why}")
 
     def op(self, op: Operation, visible: set[Value]):
-        for value in op.operands:
-            self.operand(op, value, visible)
+        for index in range(len(op.operands)):
+            self.operand(op, index, visible)
         try:
             op.opdef.validate([v.type for v in op.operands], op.attrs, op.result_types,
                               len(op.regions))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from ..ir.core import KernelIR, Value, walk
 from ..ir.ops_native import READING_ACCESSES, WRITING_ACCESSES
 
-__all__ = ["root_buffer", "written_parameters"]
+__all__ = ["ALIASING_OPS", "root_buffer", "written_parameters"]
 
 _WRITES = WRITING_ACCESSES
-_DERIVED = frozenset({"region", "view"})   # ops whose result aliases their first operand
+ALIASING_OPS = frozenset({"region", "view"})   # ops whose result aliases their first operand
 
 
 def written_parameters(kernel: KernelIR) -> list[str]:
@@ -32,6 +32,6 @@ def spin_flags(kernel: KernelIR) -> set[Value]:
 def root_buffer(buffer: Value) -> Value:
     """The buffer (an alloc's result or a parameter) whose memory ``buffer`` names, through
     regions and views."""
-    while buffer.owner is not None and getattr(buffer.owner, "name", None) in _DERIVED:
+    while buffer.owner is not None and getattr(buffer.owner, "name", None) in ALIASING_OPS:
         buffer = buffer.owner.operands[0]
     return buffer

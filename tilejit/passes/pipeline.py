@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import addresses, dispatch, fusion, layout_inference, scope_analysis
-from . import shared_plan, software_pipeline, sync_hazards
+from . import shared_plan, software_pipeline, sync_hazards, wgmma_groups
 from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
@@ -34,12 +34,14 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("scope-analysis", scope_analysis.run),
     ("infer-fragment-layouts", layout_inference.run),    # per-thread kernels only
     ("sync-hazards", sync_hazards.run),
+    ("wgmma-groups", wgmma_groups.run),                  # gemm_async(wait=False)
     ("fuse-pointwise", fusion.run),
     ("dispatch", dispatch.run),
     ("lower-tiles", lower_tiles.run),
     ("place-fragments", addresses.place_fragments),      # per-thread kernels only
     ("plan-shared-memory", shared_plan.run),
     ("lower-addresses", addresses.lower_addresses),      # per-thread kernels only
+    ("carry-wgmma-accumulators", wgmma_groups.carry_accumulators),
 ]
 
 DUMP_ALL = "passes"  # TILEJIT_DUMP=passes prints the IR after every pass

@@ -25,8 +25,12 @@ Lowering, the same code in every thread: it reads its M * N / 128 values of C (z
 without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
 from two ``wgmma_desc`` (the root buffer and the block's first element) on that row
 block's accumulators, commits, waits for the group (pending 0) and stores D back into C:
-the primitive completes before the next statement (a legal schedule of the asynchronous
-op; overlapping it with later statements is left to a later pass).
+the primitive completes before the next statement. With ``wait=False`` it stores the
+committed, still in-flight D into C's registers and leaves the wait to the kernel
+(``tj.wgmma_wait(n)``, the tile op ``wgmma_wait``: ``passes/wgmma_groups.py`` checks that
+nothing else touches C before the wait that retires the group, and gives the wait C's
+values to carry); a later ``gemm_async`` on the same C chains onto the group in flight,
+as wgmma allows for one accumulator.
 """
 from __future__ import annotations
 
@@ -246,7 +250,8 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
                                     (desc("A", starts[step], a_fields), b_desc, *acc[mine]),
                                     attrs).results
     acc = list(em.b.create("wgmma_commit_group", acc).results)
-    acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
+    if call.attrs["wait"]:   # else C's registers hold the group in flight (tj.wgmma_wait)
+        acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
     for idx, value in zip(indices, acc):
         em.store(c, value, idx)
 

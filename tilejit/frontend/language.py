@@ -26,7 +26,7 @@ from tilejit.ir.types import MemScope, TeamKind
 __all__ = [
     "constexpr", "cdiv", "func", "DeviceFunction",
     "cta_id", "program_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg", "lane_id",
-    "thread_id", "cta_id_in_cluster",
+    "thread_id", "cta_id_in_cluster", "cta_rank_in_cluster", "cluster_sync", "remote",
     "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_psum", "alloc_barriers",
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
@@ -160,6 +160,7 @@ cta_id = _id_builtin("cta_id", "cta_id", True)
 program_id = _id_builtin("program_id", "cta_id", True)
 num_ctas = _id_builtin("num_ctas", "num_ctas", True)
 cta_id_in_cluster = _id_builtin("cta_id_in_cluster", "cta_id_in_cluster", True)
+cta_rank_in_cluster = _id_builtin("cta_rank_in_cluster", "cta_rank_in_cluster", False)
 warpgroup_id = _id_builtin("warpgroup_id", "warpgroup_id", False)
 warp_id = _id_builtin("warp_id", "warp_id", False)
 warp_id_in_wg = _id_builtin("warp_id_in_wg", "warp_id_in_wg", False)
@@ -205,6 +206,19 @@ def static_range(*args, _sem):
 @builtin("sync")
 def sync(*, _sem):
     return _sem.b.sync()
+
+
+@builtin("cluster_sync")
+def cluster_sync(*, _sem):
+    """Barrier of every thread of every CTA in the cluster (and so of the CTA)."""
+    return _sem.b.create("cluster_sync")
+
+
+@builtin("remote")
+def remote(x, cta_rank, *, _sem):
+    """``x`` (a shared buffer from alloc_shared, or mbarriers) as it lies in the shared memory
+    of the cluster's CTA of rank ``cta_rank``: distributed shared memory."""
+    return _sem.memory.remote(x, cta_rank)
 
 
 @builtin("static_assert")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import CompilationError, SourceLocation
 from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.ops_cluster import CTA_BARRIERS
 from ..ir.rewrite import Rewriter
 from ..ir.storage import shared_alignment, storage_bytes, team_copies
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
@@ -149,7 +150,8 @@ class _Program:
         return False
 
     def is_cta_barrier(self, op: Operation) -> bool:
-        barrier = op.name == "sync" or (op.name == "single" and op.attrs["team"] is TeamKind.CTA)
+        barrier = op.name in CTA_BARRIERS or (op.name == "single"
+                                              and op.attrs["team"] is TeamKind.CTA)
         return barrier and not self.filtered(op)
 
     def barrier_after(self, op: Operation) -> tuple[int, int | None]:

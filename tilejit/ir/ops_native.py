@@ -231,12 +231,14 @@ def _check_atomic(op):
     return None
 
 
-def is_root_buffer(value) -> bool:
-    """A buffer with storage of its own: an ``alloc`` (in this CTA, or another of the cluster
-    through ``cluster_map``), or a kernel argument (a global one)."""
+def is_root_buffer(value, remote: bool = False) -> bool:
+    """A buffer with storage of its own: an ``alloc``, or a kernel argument (a global one);
+    with ``remote``, also another CTA's alloc (``cluster_map``), which element accesses
+    reach but the asynchronous proxy's copies and the tensor cores do not."""
     owner = value.owner
-    if getattr(owner, "name", None) in ("alloc", "cluster_map"):   # cluster_map: another
-        return True                                                  # CTA's alloc
+    if getattr(owner, "name", None) == "alloc" or \
+            (remote and getattr(owner, "name", None) == "cluster_map"):
+        return True
     return not hasattr(owner, "name") and value.type.scope is MemScope.GLOBAL
 
 
@@ -244,7 +246,7 @@ def _check_flat(op):
     """load_at, store_at, atomic_at, atomic_cas_at: a root buffer, values of its element
     type, one integer offset."""
     buf, *values, _ = op.operands
-    if not is_root_buffer(buf):
+    if not is_root_buffer(buf, remote=True):
         return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
     for value in values:
         if value.type != buf.type.dtype:
@@ -275,7 +277,7 @@ def _check_vector(op):
     if problem:
         return problem
     flat = op.name.endswith("_at")
-    if flat and not is_root_buffer(buf):
+    if flat and not is_root_buffer(buf, remote=True):
         return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
     if op.name.startswith("store"):
         values = op.operands[2:] if flat else op.operands[1:1 + count]

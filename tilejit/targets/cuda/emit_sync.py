@@ -173,6 +173,8 @@ def _space(p: CudaPrinter, op: Operation) -> tuple[str, str]:
     """(PTX state space, address operand) of a flat atomic's element."""
     buf = op.operands[0]
     ref = f"&{element(p, op)}"
+    if getattr(buf.owner, "name", None) == "cluster_map":   # a generic address (mapa)
+        return "", f'"l"({ref})'
     if buf.type.scope is MemScope.SHARED:
         return ".shared::cta", f'"r"(tj_smem_addr({ref}))'
     return ".global", f'"l"({ref})'

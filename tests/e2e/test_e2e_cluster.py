@@ -1,0 +1,236 @@
+"""Thread-block clusters: ``tj.cluster_sync()``, ``tj.cta_rank_in_cluster()`` and
+distributed shared memory (``tj.remote``) on the CPU in both lowerings, where the CTAs of a
+cluster run together; the race detector sees accesses of another CTA's shared memory; a
+cluster whose CTAs wait on each other forever is a LaunchError, not a hang. The cuda
+target prints them as ``barrier.cluster``, ``%cluster_ctarank``, ``mapa`` and
+``mbarrier.arrive...shared::cluster`` (NVRTC, sm_90a) and refuses them before sm_90 at the
+kernel's line."""
+import inspect
+
+import pytest
+import torch
+
+import tilejit as tj
+from support.gpu import needs_nvrtc
+from tilejit.errors import CompilationError, LaunchError
+
+N = 64
+
+
+def line_of(kernel, text: str) -> int:
+    lines, first = inspect.getsourcelines(kernel.fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@tj.kernel
+def exchange(x, out, N: tj.constexpr):
+    """Each CTA of a 2-CTA cluster writes twice its row of x into the other's shared
+    buffer; after the cluster barrier each stores what it received."""
+    s = tj.alloc_shared((N,), tj.float32)
+    other = tj.remote(s, 1 - tj.cta_rank_in_cluster())
+    with tj.thread():
+        t = tj.thread_id()
+        if t < N:
+            other[t] = x[tj.cta_id(0), t] * 2.0
+    tj.cluster_sync()
+    with tj.thread():
+        t = tj.thread_id()
+        if t < N:
+            out[tj.cta_id(0), t] = s[t]
+    tj.cluster_sync()   # no CTA leaves while the other may still write its memory
+
+
+@tj.kernel
+def handoff(x, out, N: tj.constexpr):
+    """CTA rank 1 copies its row of x into CTA 0's shared tile and arrives on CTA 0's
+    mbarrier; CTA 0 waits on it and stores the tile."""
+    s = tj.alloc_shared((N,), tj.float32)
+    bars = tj.alloc_barriers(1)
+    with tj.thread():
+        if tj.thread_id() == 0:
+            tj.mbarrier_init(bars[0], 1)
+    tj.cluster_sync()   # CTA 0's barrier is initialized before CTA 1 arrives on it
+    if tj.cta_rank_in_cluster() == 1:
+        tj.copy(tj.remote(s, 0), x[tj.cta_id(0), 0:N])
+        tj.sync()
+        with tj.thread():
+            if tj.thread_id() == 0:
+                tj.mbarrier_arrive(tj.remote(bars, 0)[0])
+    else:
+        tj.mbarrier_wait(bars[0], 0)
+        tj.copy(out[tj.cta_id(0) // 2, 0:N], s)
+    tj.cluster_sync()
+
+
+@tj.kernel
+def racy(x, out, N: tj.constexpr):
+    """exchange without its first cluster barrier."""
+    s = tj.alloc_shared((N,), tj.float32)
+    other = tj.remote(s, 1 - tj.cta_rank_in_cluster())
+    with tj.thread():
+        t = tj.thread_id()
+        if t < N:
+            other[t] = x[tj.cta_id(0), t] * 2.0
+    with tj.thread():
+        t = tj.thread_id()
+        if t < N:
+            out[tj.cta_id(0), t] = s[t]
+    tj.cluster_sync()
+
+
+@tj.kernel
+def stuck(out):
+    """CTA rank 1 waits on an mbarrier nobody arrives on, before the cluster barrier that
+    CTA 0 waits at."""
+    bars = tj.alloc_barriers(1)
+    with tj.thread():
+        if tj.thread_id() == 0:
+            tj.mbarrier_init(bars[0], 1)
+    if tj.cta_rank_in_cluster() == 1:
+        tj.mbarrier_wait(bars[0], 0)
+    tj.cluster_sync()
+    with tj.thread():
+        if tj.thread_id() == 0:
+            out[tj.cta_id(0)] = 1
+
+
+@tj.kernel
+def ranks(out):
+    """out[cta] = rank in the cluster + 10 * the x coordinate in it."""
+    with tj.thread():
+        if tj.thread_id() == 0:
+            out[tj.cta_id(1), tj.cta_id(0)] = \
+                tj.cta_rank_in_cluster() + 10 * tj.cta_id_in_cluster(0)
+
+
+def swapped_pairs(x: torch.Tensor) -> torch.Tensor:
+    """Rows 2i and 2i + 1 swapped: what each CTA of a 2-CTA cluster receives."""
+    return x.view(-1, 2, x.shape[1]).flip(1).reshape(x.shape)
+
+
+def test_two_ctas_exchange_rows_through_distributed_shared_memory():
+    x = torch.randn(6, N)
+    out = torch.zeros(6, N)
+    exchange[(6,)](x, out, N=N, cluster=(2,), target="cpu")
+    torch.testing.assert_close(out, swapped_pairs(x * 2.0), rtol=0, atol=0)
+
+
+def test_a_copy_and_an_mbarrier_arrival_reach_another_cta():
+    x = torch.randn(4, N)
+    out = torch.zeros(2, N)
+    handoff[(4,)](x, out, N=N, cluster=(2,), target="cpu")
+    torch.testing.assert_close(out, x[1::2], rtol=0, atol=0)
+
+
+def test_ranks_count_x_fastest_within_the_cluster():
+    out = torch.full((4, 6), -1, dtype=torch.int32)
+    ranks[(6, 4)](out, cluster=(3, 2), target="cpu")
+    x, y = torch.meshgrid(torch.arange(6), torch.arange(4), indexing="xy")
+    expected = (x % 3) + 3 * (y % 2) + 10 * (x % 3)
+    assert torch.equal(out, expected.to(torch.int32))
+
+
+def test_a_cluster_waiting_on_itself_is_a_deadlock_error_not_a_hang():
+    out = torch.zeros(4, dtype=torch.int32)
+    with pytest.raises(LaunchError, match=r"kernel 'stuck': deadlock in CTA 0 .*every unit is "
+                                          r"waiting.*cluster_sync\(\) \(cluster barrier\)") as info:
+        stuck[(4,)](out, cluster=(2,), target="cpu")
+    assert info.value.loc.line == line_of(stuck, "tj.cluster_sync()")
+
+
+def test_a_rank_outside_the_cluster_is_an_error():
+    @tj.kernel
+    def far(x, out, N: tj.constexpr):
+        s = tj.alloc_shared((N,), tj.float32)
+        other = tj.remote(s, 2)
+        with tj.thread():
+            if tj.thread_id() == 0:
+                other[0] = 1.0
+        tj.cluster_sync()
+
+    with pytest.raises(LaunchError, match=r"out-of-bounds tj.remote .*index \[2\] outside "
+                                          r"shape \[2\]"):
+        far[(2,)](torch.zeros(2, N), torch.zeros(2, N), N=N, cluster=(2,), target="cpu")
+
+
+def test_only_an_arrival_reaches_another_ctas_mbarrier():
+    @tj.kernel
+    def waits_remotely(out):
+        bars = tj.alloc_barriers(1)
+        tj.mbarrier_wait(tj.remote(bars, 0)[0], 0)
+
+    with pytest.raises(CompilationError, match="mbarrier_wait on another CTA's mbarriers "
+                                               r"\(cluster_map, tj.remote\): only "
+                                               "mbarrier_arrive reaches them") as info:
+        waits_remotely[(2,)](torch.zeros(2), cluster=(2,), target="cpu")
+    assert info.value.loc.line == line_of(waits_remotely, "tj.mbarrier_wait")
+
+
+def test_remote_maps_only_shared_buffers():
+    @tj.kernel
+    def maps_global(x):
+        y = tj.remote(x, 0)
+        with tj.thread():
+            y[0] = 1.0
+
+    with pytest.raises(CompilationError, match="cluster_map maps a shared buffer this CTA "
+                                               "allocates") as info:
+        maps_global[(2,)](torch.zeros(2), cluster=(2,), target="cpu")
+    assert info.value.loc.line == line_of(maps_global, "tj.remote")
+
+
+@pytest.mark.team_once_only("the race detector runs per thread (simt=True)")
+def test_the_race_detector_sees_another_ctas_accesses():
+    x = torch.randn(4, N)
+    with pytest.raises(LaunchError, match=r"data race on shared buffer 'other' element 0 in "
+                                          r"CTA 1: thread 0 of the cluster's CTA of rank 0 read "
+                                          r"it at line \d+ and thread 0 of the cluster's CTA of "
+                                          r"rank 1 wrote it .* \(add tj.cluster_sync\(\)") as info:
+        racy[(4,)](x, torch.zeros(4, N), N=N, cluster=(2,), target="cpu", simt=True)
+    assert info.value.loc.line == line_of(racy, "other[t] =")
+    out = torch.zeros(4, N)   # with the barrier: no race, the detector on
+    exchange[(4,)](x, out, N=N, cluster=(2,), target="cpu", simt=True)
+    torch.testing.assert_close(out, swapped_pairs(x * 2.0), rtol=0, atol=0)
+    meta = exchange.compiled_kernels()[-1].metadata["backend"]
+    assert meta["race_check"] and meta["cluster_ctas"] == 2
+
+
+# ------------------------------------------------------------------------------ cuda
+def _ptx(kernel, *specs, arch="sm_90a", **kwargs):
+    compiled = kernel.compile(*specs, target="cuda", arch=arch, **kwargs)
+    return [line.strip() for line in compiled.asm["ptx"].splitlines()]
+
+
+def _spec(*shape):
+    return tj.TensorSpec(shape, tj.float32, device="cuda")
+
+
+@pytest.mark.team_once_only("compiles for the cuda target")
+@needs_nvrtc
+def test_cuda_prints_cluster_barrier_ranks_and_distributed_shared_memory(fresh_cache):
+    ptx = _ptx(exchange, _spec(4, N), _spec(4, N), N=N, cluster=(2,))
+    assert any(line.startswith("mov.u32") and line.endswith(", %cluster_ctarank;")
+               for line in ptx)
+    assert ptx.count("barrier.cluster.arrive;") == 2 and ptx.count("barrier.cluster.wait;") == 2
+    assert any(line.startswith("mapa.u64") for line in ptx)
+    ids = _ptx(ranks, tj.TensorSpec((4, 6), tj.int32, device="cuda"), cluster=(3, 2))
+    assert any(line.endswith(", %cluster_ctaid.x;") for line in ids)   # not blockIdx % 3
+    remote = _ptx(handoff, _spec(4, N), _spec(2, N), N=N, cluster=(2,))
+    assert any(line.startswith("mapa.shared::cluster.u32") for line in remote)
+    assert any(line.startswith("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [")
+               for line in remote)
+
+
+@pytest.mark.team_once_only("compiles for the cuda target")
+@needs_nvrtc
+def test_cuda_refuses_cluster_ops_before_sm_90_at_their_line(fresh_cache):
+    with pytest.raises(CompilationError, match=r"tj.cluster_sync\(\) needs thread-block "
+                                               r"clusters \(sm_90 or later\); compiling for "
+                                               "sm_80") as info:
+        stuck.compile(tj.TensorSpec((4,), tj.int32, device="cuda"), target="cuda",
+                      arch="sm_80")
+    assert info.value.loc.line == line_of(stuck, "tj.cluster_sync()")
+    with pytest.raises(CompilationError, match=r"tj.remote\(...\) needs thread-block "
+                                               "clusters") as info:
+        exchange.compile(_spec(4, N), _spec(4, N), N=N, target="cuda", arch="sm_80")
+    assert info.value.loc.line == line_of(exchange, "tj.remote")

@@ -103,6 +103,31 @@ def ranks(out):
                 tj.cta_rank_in_cluster() + 10 * tj.cta_id_in_cluster(0)
 
 
+@tj.kernel
+def halves(x, out, BM: tj.constexpr, BN: tj.constexpr, MASK: tj.constexpr = 0b11):
+    """The CTAs of a 2-CTA cluster each TMA-load one half of the cluster's BM x BN tile of x,
+    multicast to the CTAs of MASK; each then sums the rows of the whole tile."""
+    bar = tj.alloc_barriers(1)
+    tile = tj.alloc_shared((BM, BN), x.dtype)
+    rank = tj.cta_rank_in_cluster()
+    H: tj.constexpr = BM // 2
+    if tj.thread_id() == 0:
+        tj.mbarrier_init(bar[0], 1)
+    tj.cluster_sync()   # every CTA's barrier is initialized before a half lands in it
+    if tj.thread_id() == 0:
+        tj.mbarrier_arrive_expect_tx(bar[0], BM * BN * x.dtype.itemsize)   # both halves
+        row = (tj.cta_id(0) // 2) * BM + rank * H
+        tj.copy_async(tile[rank * H:rank * H + H, 0:BN], x[row:row + H, 0:BN], barrier=bar[0],
+                      dispatch="tma", multicast=MASK)
+    tj.mbarrier_wait(bar[0], 0)
+    v = tj.fragment((BM, BN), x.dtype)
+    tj.copy(v, tile)
+    sums = tj.fragment((BM,), x.dtype)
+    tj.reduce(sums, v, "sum", axis=1)
+    tj.copy(out[tj.cta_id(0), 0:BM], sums)
+    tj.cluster_sync()
+
+
 def swapped_pairs(x: torch.Tensor) -> torch.Tensor:
     """Rows 2i and 2i + 1 swapped: what each CTA of a 2-CTA cluster receives."""
     return x.view(-1, 2, x.shape[1]).flip(1).reshape(x.shape)
@@ -128,6 +153,51 @@ def test_ranks_count_x_fastest_within_the_cluster():
     x, y = torch.meshgrid(torch.arange(6), torch.arange(4), indexing="xy")
     expected = (x % 3) + 3 * (y % 2) + 10 * (x % 3)
     assert torch.equal(out, expected.to(torch.int32))
+
+
+def test_a_multicast_tma_load_fills_the_tile_of_every_cta_in_the_mask():
+    x = torch.randn(48, 32)
+    out = torch.zeros(6, 16)
+    halves[(6,)](x, out, BM=16, BN=32, cluster=(2,), target="cpu")
+    expected = x.view(3, 16, 32).sum(2).repeat_interleave(2, 0)
+    torch.testing.assert_close(out, expected)
+    compiled = halves.compile(x, out, BM=16, BN=32, cluster=(2,), target="cpu")
+    assert {r.rule for r in compiled.dispatch_log if r.primitive == "copy_async"} == {"tma"}
+
+
+def test_without_multicast_to_it_a_ctas_barrier_never_completes():
+    """Both halves land in CTA 0 alone: CTA 1 waits for bytes nobody sends, and CTA 0 for
+    CTA 1 at the last cluster barrier (the first waiting unit is reported)."""
+    with pytest.raises(LaunchError, match=r"deadlock in CTA 0 .*every unit is waiting .*the "
+                                          r"first waits at cluster_sync\(\)") as info:
+        halves[(2,)](torch.randn(16, 32), torch.zeros(2, 16), BM=16, BN=32, MASK=0b01,
+                     cluster=(2,), target="cpu")
+    assert info.value.loc.line > line_of(halves, "tj.mbarrier_wait")
+
+
+def test_multicast_is_a_tma_loads():
+    @tj.kernel
+    def plain(x, out):
+        bar = tj.alloc_barriers(1)
+        tile = tj.alloc_shared((16, 32), x.dtype)
+        if tj.thread_id() == 0:
+            tj.copy_async(tile, x[0:16, 0:32], barrier=bar[0], multicast=3)
+
+    with pytest.raises(CompilationError, match="multicast= is a TMA load's: pass "
+                                               "dispatch=\"tma\" and barrier=") as info:
+        plain[(2,)](torch.zeros(16, 32), torch.zeros(1), cluster=(2,), target="cpu")
+    assert info.value.loc.line == line_of(plain, "tj.copy_async")
+
+    @tj.kernel
+    def masked(x, out, MASK: tj.constexpr):
+        bar = tj.alloc_barriers(1)
+        tile = tj.alloc_shared((16, 32), x.dtype)
+        if tj.thread_id() == 0:
+            tj.copy_async(tile, x[0:16, 0:32], barrier=bar[0], dispatch="tma", multicast=MASK)
+
+    with pytest.raises(CompilationError, match="multicast= is a compile-time mask of CTA ranks"):
+        masked[(2,)](torch.zeros(16, 32), torch.zeros(1), MASK=1 << 16, cluster=(2,),
+                     target="cpu")
 
 
 def test_a_cluster_waiting_on_itself_is_a_deadlock_error_not_a_hang():
@@ -219,6 +289,17 @@ def test_cuda_prints_cluster_barrier_ranks_and_distributed_shared_memory(fresh_c
     assert any(line.startswith("mapa.shared::cluster.u32") for line in remote)
     assert any(line.startswith("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [")
                for line in remote)
+
+
+@pytest.mark.team_once_only("compiles for the cuda target")
+@needs_nvrtc
+def test_cuda_prints_a_multicast_tma_load(fresh_cache):
+    ptx = _ptx(halves, _spec(48, 32), _spec(6, 16), BM=16, BN=32, cluster=(2,))
+    (load,) = [line for line in ptx if line.startswith("cp.async.bulk.tensor")]
+    assert load.startswith("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
+                           "complete_tx::bytes.multicast::cluster [")
+    assert load.endswith("], %rs1;") or load.split(", ")[-1].startswith("%rs")   # ctaMask
+    assert any(line.startswith("mov.u16") and line.endswith(", 3;") for line in ptx)
 
 
 @pytest.mark.team_once_only("compiles for the cuda target")

@@ -510,8 +510,11 @@ def scatter(dst, index, src, axis, *, dispatch=None, config=None, _sem):
 
 
 @builtin("copy_async")
-def copy_async(dst, src, barrier=None, *, dispatch=None, config=None, _sem):
-    return _sem.tile.copy(dst, src, barrier, dispatch, config, is_async=True)
+def copy_async(dst, src, barrier=None, *, dispatch=None, config=None, multicast=None, _sem):
+    """``multicast=mask`` (a TMA load): the tile lands in every CTA of the cluster whose
+    rank's bit is set, at dst's offset, and completes on each one's barrier."""
+    return _sem.tile.copy(dst, src, barrier, dispatch, config, is_async=True,
+                          multicast=multicast)
 
 
 @builtin("gemm")

@@ -85,7 +85,14 @@ def emit_cluster_map(em, op):
     src, rank = em.operands(op)
     if op.operands[1].type != i32:
         rank = emit_native.cast(em, rank, op.operands[1].type, i32)
+    return [in_cta(em, op, src, rank, op.result.name_hint)]
+
+
+def in_cta(em, op, src, rank, name: str | None = None):
+    """``src`` (a BufferRef of shared memory or a BarrierRef of this CTA) at the same offset
+    in the cluster's CTA of ``rank`` (an i32 value or int)."""
     b, frame, ctas = em.b, em.frame, em.mc.units.ctas
+    rank = ir.Constant(I32, rank) if isinstance(rank, int) else rank
     what = src.name
     site = em.mc.add_site("bounds", op, buffer=f"CTA ranks of the cluster (tj.remote({what}))",
                           scope="cluster", rank=1, access="tj.remote")
@@ -100,11 +107,11 @@ def emit_cluster_map(em, op):
     data, sync = peer(PEER_DATA, frame.data), peer(PEER_SYNC, frame.sync)
     if isinstance(src, BufferRef):
         offset = b.sub(b.ptrtoint(src.ptr, I64), b.ptrtoint(frame.data, I64))
-        name = op.result.name_hint or f"{what} of another CTA"
-        return [replace(src, ptr=em.byte_ptr(data, offset), name=name, arenas=(data, sync))]
+        return replace(src, ptr=em.byte_ptr(data, offset), arenas=(data, sync),
+                       name=name or f"{what} of another CTA")
     offset = b.sub(b.ptrtoint(src.ptr, I64), b.ptrtoint(frame.sync, I64))
-    return [replace(src, ptr=em.byte_ptr(sync, offset), name=f"{what} of another CTA",
-                    sync=sync)]
+    return replace(src, ptr=em.byte_ptr(sync, offset), name=f"{what} of another CTA",
+                   sync=sync)
 
 
 HANDLERS = {"cluster_sync": emit_cluster_sync, "cluster_map": emit_cluster_map}

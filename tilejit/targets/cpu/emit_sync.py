@@ -175,10 +175,11 @@ def emit_alloc_barrier(em, op):
                        race.reserve_clocks(em.mc, count))]
 
 
-def _barrier(em, op, first: int = 0):
-    """Pointer to the state of ``bar[index]`` (operands ``first`` and ``first + 1``),
-    bounds-checked in debug."""
-    bar: BarrierRef = em[op.operands[first]]
+def _barrier(em, op, first: int = 0, bar: BarrierRef | None = None):
+    """Pointer to the state of ``bar[index]`` (operands ``first`` and ``first + 1``; ``bar``:
+    the barriers operand ``first`` names, as another CTA holds them), bounds-checked in
+    debug."""
+    bar = bar or em[op.operands[first]]
     index = types.to_i64(em.b, em[op.operands[first + 1]], op.operands[first + 1].type)
     if em.options.debug:
         site = em.mc.add_site("bounds", op, buffer=bar.name, scope="barrier", rank=1)
@@ -277,9 +278,10 @@ def mbarrier_complete_tx(em, op):
     return []
 
 
-def complete_tx(em, op, first: int, nbytes) -> None:
-    """``nbytes`` (i32) of the barrier at operands ``first``, ``first + 1`` landed."""
-    state, bar, index = _barrier(em, op, first)
+def complete_tx(em, op, first: int, nbytes, bar: BarrierRef | None = None) -> None:
+    """``nbytes`` (i32) of the barrier at operands ``first``, ``first + 1`` (of ``bar``,
+    another CTA's, when given) landed."""
+    state, bar, index = _barrier(em, op, first, bar)
     _release(em, bar, index)   # on behalf of the thread that issued the async copy
     _update(em, state, 0, em.b.neg(nbytes))
 

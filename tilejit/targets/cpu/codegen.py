@@ -25,7 +25,8 @@ from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
 from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PEERS, CTX_PROGRESS, CTX_STOP,
-                     CoroFrame, PlainFrame, counted_loop, emit_scheduler)
+                     CoroFrame, PlainFrame, counted_loop)
+from .scheduler import emit_scheduler
 from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,

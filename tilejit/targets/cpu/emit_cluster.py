@@ -26,8 +26,8 @@ from tilejit.ir.types import i32
 from . import abi, emit_native, race
 from .emit_memory import BufferRef
 from .emit_sync import emit_sync, rendezvous_field
-from .frames import (CTX, CTX_ALIVE, PEER_CLUSTER, PEER_DATA, PEER_SYNC, cluster_rank,
-                     ctx_field, ctx_peer)
+from .frames import CTX, CTX_ALIVE, PEER_CLUSTER, PEER_DATA, PEER_SYNC
+from .scheduler import cluster_rank, ctx_field, ctx_peer
 from .types import I32, I64, PTR
 
 __all__ = ["HANDLERS"]

@@ -24,7 +24,7 @@ from llvmlite import ir
 from tilejit.ir.types import ScalarType, f64, i1
 
 from . import types
-from .frames import cluster_rank
+from .scheduler import cluster_rank
 from .types import F32, F64, I32
 
 _FLOAT_SUFFIX = {F32: "f32", F64: "f64"}

@@ -58,7 +58,8 @@ from tilejit.passes.dispatch import PER_THREAD
 from tilejit.passes.effects import root_buffer, spin_flags
 
 from . import abi
-from .frames import PEER_CLUSTER, cluster_rank, counted_loop, ctx_peer
+from .frames import PEER_CLUSTER, counted_loop
+from .scheduler import cluster_rank, ctx_peer
 from .types import I1, I8, I32, I64, PTR, VOID
 from .units import THREAD
 

@@ -48,7 +48,8 @@ def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
     def cta_of(handle) -> _ClusterCta:
         if ctas == 1:
             return _ClusterCta(ctx0, handle, data0, sync0, origin, ir.Constant(I32, 0))
-        rank, unit = b.udiv(handle, ir.Constant(I32, count)), b.urem(handle, ir.Constant(I32, count))
+        per_cta = ir.Constant(I32, count)
+        rank, unit = b.udiv(handle, per_cta), b.urem(handle, per_cta)
         ctx = b.gep(ctx0, [rank], source_etype=CTX)
         data, sync = (b.load(ctx_peer(b, ctx, kind, rank, ctas), typ=PTR) for kind in (0, 1))
         coords = [b.add(o, c) for o, c in zip(origin, cluster_coords(b, rank, mc.kernel))]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import tilejit as tj
-from support.gpu import needs_nvrtc
+from support.gpu import needs_gpu, needs_nvrtc
 from tilejit.errors import CompilationError, LaunchError
 
 N = 64
@@ -315,3 +315,34 @@ def test_cuda_refuses_cluster_ops_before_sm_90_at_their_line(fresh_cache):
                                                "clusters") as info:
         exchange.compile(_spec(4, N), _spec(4, N), N=N, target="cuda", arch="sm_80")
     assert info.value.loc.line == line_of(exchange, "tj.remote")
+
+
+@pytest.mark.team_once_only("compiles for the cuda target")
+@needs_nvrtc
+def test_cuda_refuses_ranks_outside_the_cluster(fresh_cache):
+    """A GPU faults or hangs on them; the CPU reports them at run time."""
+    with pytest.raises(CompilationError, match=r"multicast=0x3 names CTA rank 1, outside the "
+                                               r"kernel's cluster of 1 CTA \(cluster=\(1, 1, "
+                                               r"1\)\)") as info:
+        halves.compile(_spec(48, 32), _spec(6, 16), BM=16, BN=32, target="cuda")
+    assert info.value.loc.line == line_of(halves, "tj.copy_async")
+
+
+# ------------------------------------------------------------------------------ on a GPU
+@pytest.mark.gpu
+@pytest.mark.team_once_only("runs on the GPU")
+@needs_gpu
+def test_the_cluster_kernels_on_the_gpu_match_torch():
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("thread-block clusters need sm_90")
+    x = torch.randn(6, N, device="cuda")
+    out = torch.zeros(6, N, device="cuda")
+    exchange[(6,)](x, out, N=N, cluster=(2,))
+    torch.testing.assert_close(out, swapped_pairs(x * 2.0), rtol=0, atol=0)
+    out = torch.zeros(3, N, device="cuda")
+    handoff[(6,)](x, out, N=N, cluster=(2,))
+    torch.testing.assert_close(out, x[1::2], rtol=0, atol=0)
+    x = torch.randn(48, 32, device="cuda")
+    sums = torch.zeros(6, 16, device="cuda")
+    halves[(6,)](x, sums, BM=16, BN=32, cluster=(2,))
+    torch.testing.assert_close(sums, x.view(3, 16, 32).sum(2).repeat_interleave(2, 0))

@@ -9,8 +9,12 @@ the same offset in the other CTA's shared memory, which plain loads and stores r
 mbarriers it prints nothing: ``mbarrier_arrive`` on it maps the barrier's shared address
 with ``mapa.shared::cluster.u32`` and arrives with ``mbarrier.arrive.release.cluster.
 shared::cluster``. Only arrivals reach another CTA's mbarriers (PTX waits on the CTA's own).
+A rank known at compile time (a constant ``tj.remote`` rank, a multicast mask) must lie in
+the kernel's cluster: ``check_ranks``.
 """
 from __future__ import annotations
+
+import math
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
@@ -28,6 +32,22 @@ def needs_clusters(p: CudaPrinter, op: Operation, what: str) -> None:
                                f"later); compiling for {p.arch}", op.loc)
 
 
+def check_ranks(p: CudaPrinter, op: Operation, ranks, what: str) -> None:
+    """A GPU has no CTA of a rank past the cluster's (a write there faults or hangs): the
+    ranks known at compile time must lie in it."""
+    size = math.prod(p.kernel.attrs["cluster"])
+    outside = [r for r in ranks if not 0 <= r < size]
+    if outside:
+        raise CompilationError(f"{what} names CTA rank {outside[0]}, outside the kernel's "
+                               f"cluster of {size} CTA{'s' if size > 1 else ''} "
+                               f"(cluster={tuple(p.kernel.attrs['cluster'])})", op.loc)
+
+
+def _static_rank(op: Operation) -> list[int]:
+    value = getattr(op.operands[1].owner, "attrs", {}).get("value")
+    return [value] if isinstance(value, int) and op.operands[1].owner.name == "const" else []
+
+
 def remote_barrier(p: CudaPrinter, op: Operation) -> str | None:
     """The shared::cluster address of the mbarrier ``mbarrier_arrive`` names through
     ``cluster_map``, or None for one of the CTA's own."""
@@ -41,6 +61,7 @@ def remote_barrier(p: CudaPrinter, op: Operation) -> str | None:
 
 def print_cluster_map(p: CudaPrinter, op: Operation) -> None:
     needs_clusters(p, op, "tj.remote(...)")
+    check_ranks(p, op, _static_rank(op), "tj.remote(...)")
     if isinstance(op.result.type, BarrierType):
         return   # its mbarrier_arrive maps the address (remote_barrier)
     src, rank = op.operands

@@ -18,8 +18,10 @@ for the launcher, which encodes them from the tensor argument (``tensor_map``).
 from __future__ import annotations
 
 from tilejit.ir.core import Operation
+from tilejit.ir.ops_tma import multicast_ranks
 
 from .emit import CudaPrinter
+from .emit_cluster import check_ranks
 from .emit_async import _needs
 
 __all__ = ["HANDLERS", "MIN_SM"]
@@ -56,6 +58,7 @@ def print_tma_load_at(p: CudaPrinter, op: Operation) -> None:
     nd, place, operands = _tensor(p, op, src, coords)
     bar_operand = f"%{2 + len(coords)}"
     mask = op.attrs["multicast"]
+    check_ranks(p, op, multicast_ranks(op), f"multicast={mask:#x}")
     multicast, mask_operand = ("", "") if not mask else \
         (".multicast::cluster", f", %{3 + len(coords)}")
     mask_value = f', "h"((unsigned short){mask:#x})' if mask else ""

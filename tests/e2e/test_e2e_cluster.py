@@ -155,6 +155,36 @@ def test_ranks_count_x_fastest_within_the_cluster():
     assert torch.equal(out, expected.to(torch.int32))
 
 
+@tj.kernel
+def ring(out):
+    """In 2 x 2 clusters each CTA sends its rank and coordinates to the CTA of the next
+    rank."""
+    s = tj.alloc_shared((1,), tj.int32)
+    me = tj.cta_rank_in_cluster()
+    following = tj.remote(s, (me + 1) % 4)
+    with tj.thread():
+        if tj.thread_id() == 0:
+            following[0] = me + 100 * (tj.cta_id(0) + 10 * tj.cta_id(1))
+    tj.cluster_sync()
+    with tj.thread():
+        if tj.thread_id() == 0:
+            out[tj.cta_id(1), tj.cta_id(0)] = s[0]
+    tj.cluster_sync()
+
+
+def test_ranks_name_the_ctas_of_a_two_dimensional_cluster():
+    out = torch.zeros(4, 6, dtype=torch.int32)
+    ring[(6, 4)](out, cluster=(2, 2), target="cpu")
+    expected = torch.zeros(4, 6, dtype=torch.int32)
+    for y in range(4):
+        for x in range(6):
+            rank = (x % 2) + 2 * (y % 2)
+            sender = (rank - 1) % 4                       # x fastest within the cluster
+            sx, sy = x - x % 2 + sender % 2, y - y % 2 + sender // 2
+            expected[y, x] = sender + 100 * (sx + 10 * sy)
+    assert torch.equal(out, expected)
+
+
 def test_a_multicast_tma_load_fills_the_tile_of_every_cta_in_the_mask():
     x = torch.randn(48, 32)
     out = torch.zeros(6, 16)

@@ -128,6 +128,56 @@ def halves(x, out, BM: tj.constexpr, BN: tj.constexpr, MASK: tj.constexpr = 0b11
     tj.cluster_sync()
 
 
+@tj.kernel
+def cluster_gemm(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.constexpr,
+                 BK: tj.constexpr, REMOTE: tj.constexpr = True):
+    """C = A @ B in 2 x 1 clusters, as a warp-specialized pipeline: the two CTAs of a
+    cluster share B's tiles, each loading half of each (TMA multicast to both); a stage is
+    refilled once the consumers of both CTAs released it (REMOTE: each consumer thread
+    also arrives on the other CTA's ``empty`` barrier)."""
+    full = tj.alloc_barriers(STAGES)
+    empty = tj.alloc_barriers(STAGES)
+    a_ring = tj.alloc_shared((STAGES, BM, BK), A.dtype)
+    b_ring = tj.alloc_shared((STAGES, BK, BN), B.dtype)
+    rank = tj.cta_rank_in_cluster()
+    if tj.thread_id() == 0:
+        for s in tj.static_range(STAGES):
+            tj.mbarrier_init(full[s], 1)
+            tj.mbarrier_init(empty[s], (2 if REMOTE else 1) * 128)
+    tj.cluster_sync()
+    m0 = tj.cta_id(0) * BM
+    n0 = tj.cta_id(1) * BN
+    HK: tj.constexpr = BK // 2
+    if tj.warpgroup_id() == 0:
+        if tj.warp_id() == 0 and tj.elect_sync():
+            for k in range(tj.cdiv(K, BK)):
+                s = k % STAGES
+                tj.mbarrier_wait(empty[s], ((k // STAGES) % 2) ^ 1)
+                tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
+                tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
+                              barrier=full[s], dispatch="tma")
+                kb = k * BK + rank * HK
+                tj.copy_async(b_ring[s, rank * HK:rank * HK + HK, :],
+                              B[kb:kb + HK, n0:n0 + BN], barrier=full[s], dispatch="tma",
+                              multicast=0b11)
+    else:
+        with tj.warpgroup():
+            acc = tj.fragment((BM, BN), tj.float32)
+            tj.fill(acc, 0.0)
+            for k in range(tj.cdiv(K, BK)):
+                s = k % STAGES
+                tj.mbarrier_wait(full[s], (k // STAGES) % 2)
+                tj.gemm(acc, a_ring[s, :, :], b_ring[s, :, :])
+                tj.mbarrier_arrive(empty[s])
+                if REMOTE:
+                    tj.mbarrier_arrive(tj.remote(empty, 1 - rank)[s])
+            tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
+    tj.cluster_sync()
+
+
+GEMM = {"STAGES": 2, "BM": 16, "BN": 32, "BK": 16, "num_warps": 8, "cluster": (2, 1)}
+
+
 def swapped_pairs(x: torch.Tensor) -> torch.Tensor:
     """Rows 2i and 2i + 1 swapped: what each CTA of a 2-CTA cluster receives."""
     return x.view(-1, 2, x.shape[1]).flip(1).reshape(x.shape)
@@ -193,6 +243,24 @@ def test_a_multicast_tma_load_fills_the_tile_of_every_cta_in_the_mask():
     torch.testing.assert_close(out, expected)
     compiled = halves.compile(x, out, BM=16, BN=32, cluster=(2,), target="cpu")
     assert {r.rule for r in compiled.dispatch_log if r.primitive == "copy_async"} == {"tma"}
+
+
+def test_a_pipelined_2x1_cluster_gemm_shares_b_through_multicast():
+    A, B = torch.randn(64, 64), torch.randn(64, 32)
+    C = torch.zeros(64, 32)
+    cluster_gemm[(4, 1)](A, B, C, 64, target="cpu", **GEMM)
+    torch.testing.assert_close(C, A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.team_once_only("the race detector runs per thread (simt=True)")
+def test_a_stage_refilled_before_the_other_ctas_consumers_released_it_is_a_race():
+    A, B = torch.randn(64, 128), torch.randn(128, 32)
+    with pytest.raises(LaunchError, match=r"data race on shared buffer 'b_ring of another "
+                                          r"CTA' .* of the cluster's CTA of rank 0 read it .* "
+                                          r"of the cluster's CTA of rank 1 wrote it") as info:
+        cluster_gemm[(4, 1)](A, B, torch.zeros(64, 32), 128, REMOTE=False, target="cpu",
+                             simt=True, **GEMM)
+    assert info.value.loc.line == line_of(cluster_gemm, "tj.copy_async(b_ring")
 
 
 def test_without_multicast_to_it_a_ctas_barrier_never_completes():
@@ -315,6 +383,11 @@ def test_cuda_prints_cluster_barrier_ranks_and_distributed_shared_memory(fresh_c
     assert any(line.startswith("mapa.u64") for line in ptx)
     ids = _ptx(ranks, tj.TensorSpec((4, 6), tj.int32, device="cuda"), cluster=(3, 2))
     assert any(line.endswith(", %cluster_ctaid.x;") for line in ids)   # not blockIdx % 3
+    gemm = _ptx(cluster_gemm, _spec(64, 64), _spec(64, 32), _spec(64, 32), 64,
+                **{k: v for k, v in GEMM.items()})
+    assert sum(".multicast::cluster [" in line for line in gemm) == 1
+    assert sum(line.startswith("mbarrier.arrive.release.cluster.shared::cluster.b64")
+               for line in gemm) == 1
     remote = _ptx(handoff, _spec(4, N), _spec(2, N), N=N, cluster=(2,))
     assert any(line.startswith("mapa.shared::cluster.u32") for line in remote)
     assert any(line.startswith("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [")
@@ -376,3 +449,7 @@ def test_the_cluster_kernels_on_the_gpu_match_torch():
     sums = torch.zeros(6, 16, device="cuda")
     halves[(6,)](x, sums, BM=16, BN=32, cluster=(2,))
     torch.testing.assert_close(sums, x.view(3, 16, 32).sum(2).repeat_interleave(2, 0))
+    A, B = torch.randn(64, 64, device="cuda"), torch.randn(64, 32, device="cuda")
+    C = torch.zeros(64, 32, device="cuda")
+    cluster_gemm[(4, 1)](A, B, C, 64, **GEMM)
+    torch.testing.assert_close(C, A @ B, rtol=1e-3, atol=1e-3)

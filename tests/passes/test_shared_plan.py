@@ -115,6 +115,21 @@ def test_without_a_barrier_between_them_buffers_do_not_share():
     assert planned(k.build())[1] == {"a": 0, "b": 256}
 
 
+def test_a_buffer_other_ctas_reach_is_reused_only_behind_a_cluster_barrier():
+    """Another CTA may still write a through tj.remote after this CTA's sync: b may take
+    a's bytes only behind a cluster_sync."""
+    for barrier, offsets in (("sync", {"a": 0, "b": 256}), ("cluster_sync", {"a": 0, "b": 0})):
+        k = Kernel()
+        a, b = k.alloc("a", (64,)), k.alloc("b", (16,))
+        with k._next():
+            remote = k.b.create("cluster_map", (a, k.b.const(1, i32))).result
+        k.use(remote)
+        with k._next():
+            k.b.create(barrier)
+        k.use(b)
+        assert planned(k.build())[1] == offsets, barrier
+
+
 def test_the_largest_buffer_goes_first():
     k = Kernel()
     small, big = k.alloc("small", (4,)), k.alloc("big", (100,))

@@ -26,7 +26,7 @@ from tilejit.ir.types import MemScope, TeamKind
 __all__ = [
     "constexpr", "cdiv", "func", "DeviceFunction",
     "cta_id", "program_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg", "lane_id",
-    "thread_id", "cta_id_in_cluster",
+    "thread_id", "cta_id_in_cluster", "cta_rank_in_cluster", "cluster_sync", "remote",
     "alloc_shared", "alloc_local", "fragment", "alloc_tmem", "alloc_psum", "alloc_barriers",
     "range", "static_range", "sync", "static_assert", "device_print", "elect_sync",
     "mbarrier_init", "mbarrier_arrive", "mbarrier_expect_tx", "mbarrier_arrive_expect_tx",
@@ -161,6 +161,7 @@ cta_id = _id_builtin("cta_id", "cta_id", True)
 program_id = _id_builtin("program_id", "cta_id", True)
 num_ctas = _id_builtin("num_ctas", "num_ctas", True)
 cta_id_in_cluster = _id_builtin("cta_id_in_cluster", "cta_id_in_cluster", True)
+cta_rank_in_cluster = _id_builtin("cta_rank_in_cluster", "cta_rank_in_cluster", False)
 warpgroup_id = _id_builtin("warpgroup_id", "warpgroup_id", False)
 warp_id = _id_builtin("warp_id", "warp_id", False)
 warp_id_in_wg = _id_builtin("warp_id_in_wg", "warp_id_in_wg", False)
@@ -206,6 +207,19 @@ def static_range(*args, _sem):
 @builtin("sync")
 def sync(*, _sem):
     return _sem.b.sync()
+
+
+@builtin("cluster_sync")
+def cluster_sync(*, _sem):
+    """Barrier of every thread of every CTA in the cluster (and so of the CTA)."""
+    return _sem.b.create("cluster_sync")
+
+
+@builtin("remote")
+def remote(x, cta_rank, *, _sem):
+    """``x`` (a shared buffer from alloc_shared, or mbarriers) as it lies in the shared memory
+    of the cluster's CTA of rank ``cta_rank``: distributed shared memory."""
+    return _sem.memory.remote(x, cta_rank)
 
 
 @builtin("static_assert")
@@ -500,8 +514,11 @@ def scatter(dst, index, src, axis, *, dispatch=None, config=None, _sem):
 
 
 @builtin("copy_async")
-def copy_async(dst, src, barrier=None, *, dispatch=None, config=None, _sem):
-    return _sem.tile.copy(dst, src, barrier, dispatch, config, is_async=True)
+def copy_async(dst, src, barrier=None, *, dispatch=None, config=None, multicast=None, _sem):
+    """``multicast=mask`` (a TMA load): the tile lands in every CTA of the cluster whose
+    rank's bit is set, at dst's offset, and completes on each one's barrier."""
+    return _sem.tile.copy(dst, src, barrier, dispatch, config, is_async=True,
+                          multicast=multicast)
 
 
 @builtin("gemm")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation, Value
 from tilejit.ir.ops_native import MEMORY_ORDERS, SYNC_SCOPES
-from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType
+from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i32
 
 from .language import BoundBuiltin, builtin
 from .tile_shapes import IndexedTile
@@ -358,6 +358,19 @@ class MemorySemantics:
             return barrier, self.sem.to_ir(0)
         raise CompilationError(f"expected a barrier such as bars[i] (from tj.alloc_barriers), "
                                f"got {describe(barrier)}")
+
+    def remote(self, x, rank):
+        """``tj.remote(x, rank)``: ``x`` in the cluster's CTA of ``rank``."""
+        if not (is_int_number(rank) and not isinstance(rank, bool)
+                or is_scalar(rank) and rank.type.is_int):
+            raise CompilationError(f"tj.remote's CTA rank is an integer, got {describe(rank)}")
+        rank = self.sem.to_ir(rank, i32)
+        if isinstance(x, BarrierRef):
+            return BarrierRef(self.b.create("cluster_map", (x.barrier, rank)).result, x.index)
+        if is_value(x) and isinstance(x.type, (BufferType, BarrierType)):
+            return self.b.create("cluster_map", (x, rank)).result
+        raise CompilationError("tj.remote maps a shared buffer (from tj.alloc_shared) or "
+                               f"mbarriers into another CTA of the cluster, got {describe(x)}")
 
     def mbarrier(self, action: str, barrier, arg=None):
         bar, index = self.barrier_operands(barrier)

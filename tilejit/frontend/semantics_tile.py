@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_native import APPROX_UNARY_OPS
+from tilejit.ir.ops_tma import MULTICAST_CTAS
 from tilejit.ir.ops_tile import (POINTWISE_ARITY, POINTWISE_COMPARISONS, POINTWISE_FLOAT_ONLY,
                                   POINTWISE_INT_ONLY, POINTWISE_RANDOM)
 from tilejit.ir.types import MemScope, ScalarType, f32, i1, i32, i64, promote
@@ -102,7 +103,8 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
         return x
 
     # ----------------------------------------------------------------- primitives
-    def copy(self, dst, src, barrier, dispatch, config, is_async=False, mask=None, other=None):
+    def copy(self, dst, src, barrier, dispatch, config, is_async=False, mask=None, other=None,
+             multicast=None):
         name = "copy_async" if is_async else "copy"
         if isinstance(src, IndexedTile) or isinstance(dst, IndexedTile):
             if is_async or mask is not None:
@@ -115,11 +117,26 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
                                    f"not fit dst of shape {shape_text(dst.type.shape)}")
         barrier_operands = () if barrier is None else self.sem.memory.barrier_operands(barrier)
         attrs = self._attrs(dispatch, config)
+        if multicast is not None:
+            attrs["config"]["multicast"] = self._multicast(multicast, dispatch, barrier)
         if is_async:
             return self.b.tile(name, dst, src, *barrier_operands, **attrs)
         masks = () if mask is None else (self._mask(mask, dst),)
         return self.b.tile(name, dst, src, *masks, other=self._other(other, attrs, dst, src),
                            **attrs)
+
+    @staticmethod
+    def _multicast(mask, dispatch, barrier) -> int:
+        """``multicast=``: a compile-time mask of CTA ranks, for a TMA load."""
+        if not is_int_number(mask) or isinstance(mask, bool) \
+                or not 0 < mask < 1 << MULTICAST_CTAS:
+            raise CompilationError(f"tj.copy_async: multicast= is a compile-time mask of CTA "
+                                   f"ranks in the cluster (bit r: rank r; at most "
+                                   f"{MULTICAST_CTAS}), got {describe(mask)}")
+        if dispatch != "tma" or barrier is None:
+            raise CompilationError("tj.copy_async: multicast= is a TMA load's: pass "
+                                   "dispatch=\"tma\" and barrier=")
+        return int(mask)
 
     def _mask(self, mask, dst):
         """``mask=`` as an i1 operand: a bool tile broadcasting to dst, or a bool scalar."""

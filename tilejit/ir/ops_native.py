@@ -27,7 +27,8 @@ FLOAT_UNARY_OPS = UNARY_OPS[3:]
 # (``config={"approx": True}``; accuracy in docs/language.md); single precision only.
 APPROX_UNARY_OPS = ("exp", "exp2", "log", "log2", "sin", "cos")
 THREAD_INDEX_KINDS = ("cta_id", "num_ctas", "warpgroup_id", "warp_id", "warp_id_in_wg",
-                      "lane_id", "thread_id", "cta_id_in_cluster", "num_threads")
+                      "lane_id", "thread_id", "cta_id_in_cluster", "cta_rank_in_cluster",
+                      "num_threads")
 PER_DIM_INDEX_KINDS = ("cta_id", "num_ctas", "cta_id_in_cluster")
 ATOMIC_OPS = ("add", "max", "min", "xchg")
 # Memory order and synchronization scope of atomic and atomic_cas, as Triton's sem= and
@@ -149,6 +150,16 @@ def _check_thread_index(op):
     return None if dim == 0 else f"{op.attrs['kind']} has no dim {dim}"
 
 
+def _check_own_barrier(op):
+    """Only an arrival reaches another CTA's mbarrier (PTX: mbarrier.arrive has a
+    shared::cluster form; init, expect_tx and the waits act on the CTA's own)."""
+    if getattr(op.operands[0].owner, "name", None) == "cluster_map":
+        return (f"{op.name} on another CTA's mbarriers (cluster_map, tj.remote): only "
+                "mbarrier_arrive reaches them; the CTA that holds them initializes and "
+                "waits on them")
+    return None
+
+
 def _check_dim(op):
     dim, rank = op.attrs["dim"], op.operands[0].type.rank
     return None if 0 <= dim < rank else f"dim {dim} out of range for a rank-{rank} buffer"
@@ -220,10 +231,13 @@ def _check_atomic(op):
     return None
 
 
-def is_root_buffer(value) -> bool:
-    """A buffer with storage of its own: an ``alloc``, or a kernel argument (a global one)."""
+def is_root_buffer(value, remote: bool = False) -> bool:
+    """A buffer with storage of its own: an ``alloc``, or a kernel argument (a global one);
+    with ``remote``, also another CTA's alloc (``cluster_map``), which element accesses
+    reach but the asynchronous proxy's copies and the tensor cores do not."""
     owner = value.owner
-    if getattr(owner, "name", None) == "alloc":
+    if getattr(owner, "name", None) == "alloc" or \
+            (remote and getattr(owner, "name", None) == "cluster_map"):
         return True
     return not hasattr(owner, "name") and value.type.scope is MemScope.GLOBAL
 
@@ -232,7 +246,7 @@ def _check_flat(op):
     """load_at, store_at, atomic_at, atomic_cas_at: a root buffer, values of its element
     type, one integer offset."""
     buf, *values, _ = op.operands
-    if not is_root_buffer(buf):
+    if not is_root_buffer(buf, remote=True):
         return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
     for value in values:
         if value.type != buf.type.dtype:
@@ -263,7 +277,7 @@ def _check_vector(op):
     if problem:
         return problem
     flat = op.name.endswith("_at")
-    if flat and not is_root_buffer(buf):
+    if flat and not is_root_buffer(buf, remote=True):
         return f"{op.name} needs a root buffer (an alloc or a kernel argument), not a view"
     if op.name.startswith("store"):
         values = op.operands[2:] if flat else op.operands[1:1 + count]
@@ -541,11 +555,13 @@ register("sync", SYNC, attrs={"reason": Attr(Optional(STR), None)}, results=fixe
          doc="CTA-wide barrier; reason: why the sync-hazards pass inserted it")
 register("alloc_barrier", SYNC, attrs={"count": Attr(INT)},
          results=lambda types, a: (BarrierType(a["count"]),), check=_check_barrier_count)
-register("mbarrier_init", SYNC, "bar:barrier index:int count:int", results=fixed())
+register("mbarrier_init", SYNC, "bar:barrier index:int count:int", results=fixed(),
+         check=_check_own_barrier)
 register("mbarrier_arrive", SYNC, "bar:barrier index:int", results=fixed())
 register("mbarrier_expect_tx", SYNC, "bar:barrier index:int bytes:int",
-         {"arrive": Attr(BOOL, False)}, fixed())
-register("mbarrier_wait", SYNC, "bar:barrier index:int phase:int", results=fixed())
+         {"arrive": Attr(BOOL, False)}, fixed(), check=_check_own_barrier)
+register("mbarrier_wait", SYNC, "bar:barrier index:int phase:int", results=fixed(),
+         check=_check_own_barrier)
 register("intrinsic", SYNC, "*args", {"target": Attr(STR), "name": Attr(STR)},
          check=_check_intrinsic)
 register("device_print", SYNC, "*args", {"fmt": Attr(STR), "printf": Attr(BOOL, False)},

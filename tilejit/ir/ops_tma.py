@@ -6,7 +6,11 @@ instruction of one thread: the box's elements are stored densely in row-major or
 last dim fastest), their 16-byte chunks permuted by the ``swizzle`` mode (0, 32, 64 or
 128 bytes: ``layout/swizzle.py``'s ``SwizzleMode``), elements past the tensor's end read
 as zero; the box's bytes, all of them, complete on ``bar[bar_index]``'s transaction count
-(an ``mbarrier_arrive_expect_tx`` announced them). ``tma_store`` writes a box of shared
+(an ``mbarrier_arrive_expect_tx`` announced them). A load with ``multicast`` (a mask of
+CTA ranks, bit r for the cluster's CTA of rank r; 0: none) writes the box at the same
+offset of the shared memory of every CTA of the mask and completes its bytes on the
+mbarrier at the same offset in each (PTX ``.multicast::cluster``): one CTA loads what
+several use. ``tma_store`` writes a box of shared
 memory, stored the same way, back into the tensor (elements past its end are not
 written); it belongs to the thread's open bulk group: ``bulk_commit`` closes that group,
 ``bulk_wait {pending = N}`` returns once all but the N most recently committed groups
@@ -31,8 +35,8 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, ScalarType
 
-__all__ = ["TMA_MAX_BOX", "TMA_MAX_RANK", "TMA_SWIZZLES", "box_bytes", "box_problem",
-           "swizzled_byte"]
+__all__ = ["MULTICAST_CTAS", "TMA_MAX_BOX", "TMA_MAX_RANK", "TMA_SWIZZLES", "box_bytes",
+           "box_problem", "multicast_ranks", "swizzled_byte"]
 
 MEMORY, SYNC = OpGroup.MEMORY, OpGroup.SYNC
 TMA_MAX_RANK = 5            # cuTensorMapEncodeTiled: tensorRank 1..5 (tiled, no interleave)
@@ -111,6 +115,22 @@ def _check_flat(shared_index: int, tensor_index: int, first_coord: int):
     return check
 
 
+def _check_multicast(check):
+    def checked(op):
+        mask = op.attrs["multicast"]
+        if not 0 <= mask < 1 << MULTICAST_CTAS:
+            return (f"{op.name}'s multicast is a mask of the cluster's {MULTICAST_CTAS} CTA "
+                    f"ranks at most, not {mask:#x}")
+        return check(op)
+    return checked
+
+
+def multicast_ranks(op) -> list[int]:
+    """The CTA ranks a load writes: those of its multicast mask (none: the issuer's)."""
+    mask = op.attrs["multicast"]
+    return [r for r in range(MULTICAST_CTAS) if mask >> r & 1]
+
+
 def _check_pending(op):
     return None if op.attrs["pending"] >= 0 else \
         f"bulk_wait keeps a non-negative number of groups pending, not {op.attrs['pending']}"
@@ -122,13 +142,16 @@ def box_bytes(op) -> int:
 
 
 BOX = {"box": Attr(Tuple(INT)), "swizzle": Attr(INT, 0)}
+LOAD = {**BOX, "multicast": Attr(INT, 0)}
+MULTICAST_CTAS = 16   # PTX ctaMask is 16 bits: the largest (non-portable) cluster
 _register("tma_load", MEMORY, "dst:memory src:memory bar:barrier bar_index:int *indices:int",
-          BOX, fixed(), check=_check_logical(True),
+          LOAD, fixed(), check=_check_multicast(_check_logical(True)),
           doc="one thread's bulk copy of a box of a global tensor into shared memory, "
               "completing the box's bytes on bar[bar_index]: dst's then src's indices of the "
               "box's first element")
 _register("tma_load_at", MEMORY, "dst:buffer dst_offset:int src:buffer bar:barrier "
-          "bar_index:int *coords:int", BOX, fixed(), check=_check_flat(0, 2, 5),
+          "bar_index:int *coords:int", LOAD, fixed(),
+          check=_check_multicast(_check_flat(0, 2, 5)),
           doc="the flat tma_load: the box's element offset in dst, its coordinates in src")
 _register("tma_store", MEMORY, "dst:memory src:memory *indices:int", BOX, fixed(),
           check=_check_logical(False),

@@ -205,6 +205,8 @@ def buffer_addressing(buf: Value) -> Addressing | None:
     if name == "alloc":
         return (Addressing.row_major(t.shape) if t.layout is None
                 else Addressing.from_layout(t.layout, t.shape, thread_private=private))
+    if name == "cluster_map":   # another CTA's copy of the alloc, stored as it is
+        return buffer_addressing(buf.owner.operands[0])
     if name != "view":
         return None
     parent = buffer_addressing(buf.owner.operands[0])

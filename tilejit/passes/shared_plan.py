@@ -15,8 +15,9 @@ memory plan").
   into through ``yield``/``condition``, loop-carried arguments and the results of ``for``,
   ``if``, ``while``, ``team``), each use taken at the op that encloses it in the alloc's own
   block, so a use inside a loop or ``if`` holds the buffer over the whole construct. The
-  range then stays open until the next CTA-wide barrier that all threads pass (a ``sync`` or
-  a ``single {team = cta}`` under no thread filter) -- found after the last use in the
+  range then stays open until the next CTA-wide barrier that all threads pass (a ``sync``,
+  a ``cluster_sync`` or a ``single {team = cta}`` under no thread filter; for a buffer that
+  other CTAs reach through ``cluster_map``, a ``cluster_sync``) -- found after the last use in the
   alloc's block, else after the construct enclosing it, and so on outwards; with none, until
   the kernel ends; a range that stays open past the end of a loop covers the whole loop
   (the next iteration's beginning too). Bytes are reused only behind such a barrier:
@@ -38,6 +39,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import CompilationError, SourceLocation
 from ..ir.core import Block, KernelIR, Operation, Value
+from ..ir.ops_cluster import CTA_BARRIERS
 from ..ir.rewrite import Rewriter
 from ..ir.storage import shared_alignment, storage_bytes, team_copies
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
@@ -148,20 +150,24 @@ class _Program:
                 return True
         return False
 
-    def is_cta_barrier(self, op: Operation) -> bool:
-        barrier = op.name == "sync" or (op.name == "single" and op.attrs["team"] is TeamKind.CTA)
+    def is_cta_barrier(self, op: Operation, cluster: bool = False) -> bool:
+        """A barrier every thread of the CTA passes (``cluster``: of the cluster's CTAs)."""
+        if cluster:
+            return op.name == "cluster_sync" and not self.filtered(op)
+        barrier = op.name in CTA_BARRIERS or (op.name == "single"
+                                              and op.attrs["team"] is TeamKind.CTA)
         return barrier and not self.filtered(op)
 
-    def barrier_after(self, op: Operation) -> tuple[int, int | None]:
-        """The point of the first CTA-wide barrier every thread passes after ``op``, and
-        the first point of the outermost loop that search left (None if it left none): a
-        buffer released only after a loop is live over all of it, its next iterations'
-        beginnings included."""
+    def barrier_after(self, op: Operation, cluster: bool = False) -> tuple[int, int | None]:
+        """The point of the first CTA-wide barrier (``cluster``: cluster-wide) every thread
+        passes after ``op``, and the first point of the outermost loop that search left
+        (None if it left none): a buffer released only after a loop is live over all of it,
+        its next iterations' beginnings included."""
         loop_start = None
         while op is not None:
             block = self.block_of[op]
             later = block.ops[block.ops.index(op) + 1:]
-            barrier = next((o for o in later if self.is_cta_barrier(o)), None)
+            barrier = next((o for o in later if self.is_cta_barrier(o, cluster)), None)
             if barrier is not None:
                 return 2 * self.number[barrier], loop_start
             op = self.parent[block]
@@ -198,7 +204,8 @@ def _references(program: _Program, root: Value) -> set[Value]:
 def _live_range(program: _Program, alloc: Operation) -> tuple[int, int]:
     block = program.block_of[alloc]
     sites = list(program.users[alloc.result]) or [alloc]   # no memory is touched before
-    for value in _references(program, alloc.result) - {alloc.result}:
+    references = _references(program, alloc.result)
+    for value in references - {alloc.result}:
         owner = value.owner
         if isinstance(owner, Block):  # a region argument: held over its op
             owner = program.parent[owner]
@@ -208,7 +215,9 @@ def _live_range(program: _Program, alloc: Operation) -> tuple[int, int]:
         return 0, program.end
     first = min(enclosing, key=program.number.__getitem__)
     last = max(enclosing, key=program.last.__getitem__)
-    end, loop_start = program.barrier_after(last)
+    # Other CTAs reach a buffer through tj.remote until a cluster barrier orders them.
+    remote = any(getattr(v.owner, "name", None) == "cluster_map" for v in references)
+    end, loop_start = program.barrier_after(last, cluster=remote)
     start = 2 * program.number[first] + 1
     return (start if loop_start is None else min(start, loop_start)), end
 

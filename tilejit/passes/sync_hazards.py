@@ -55,6 +55,7 @@ from dataclasses import dataclass, replace
 from ..errors import CompilationError
 from ..ir.core import Block, KernelIR, Operation, Value
 from ..ir.opdef import OpGroup
+from ..ir.ops_cluster import CTA_BARRIERS
 from ..ir.scope import WARPS_PER_WARPGROUP, ActiveSet, describe_filter
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind
 from ..layout.axes import AxisKind
@@ -330,8 +331,8 @@ class _Walker:
 
     @staticmethod
     def _is_relevant(op: Operation) -> bool:
-        return (op.name in ("sync", "single", "mbarrier_arrive", "mbarrier_expect_tx",
-                            "mbarrier_wait")
+        return (op.name in ("single", "mbarrier_arrive", "mbarrier_expect_tx",
+                            "mbarrier_wait", *CTA_BARRIERS)
                 or any(_tracked(v) for v in op.operands[:1 if op.name in ("load", "store")
                                                         else len(op.operands)]))
 
@@ -345,7 +346,7 @@ class _Walker:
 
     def op(self, op: Operation, state: ScopeState, pending: dict) -> dict:
         name = op.name
-        if name == "sync":
+        if name in CTA_BARRIERS:
             return {}
         if name == "single":
             pending = self.fence(op.attrs["team"], state.active, pending)

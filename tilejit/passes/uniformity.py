@@ -24,7 +24,8 @@ __all__ = ["uniform_within"]
 
 THREAD_INDEX_UNIFORMITY = {
     "cta_id": TeamKind.CTA, "num_ctas": TeamKind.CLUSTER, "cta_id_in_cluster": TeamKind.CTA,
-    "num_threads": TeamKind.CLUSTER, "warpgroup_id": TeamKind.WARPGROUP,
+    "cta_rank_in_cluster": TeamKind.CTA, "num_threads": TeamKind.CLUSTER,
+    "warpgroup_id": TeamKind.WARPGROUP,
     "warp_id": TeamKind.WARP, "warp_id_in_wg": TeamKind.WARP,
     "lane_id": TeamKind.THREAD, "thread_id": TeamKind.THREAD,
 }

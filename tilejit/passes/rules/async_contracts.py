@@ -20,7 +20,7 @@ import dataclasses
 import math
 
 from ...ir.types import MemScope, bf16, f8e4m3, f8e5m2, f16, f32, i8, i32, u8
-from ..dispatch.call import PrimitiveCall
+from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, rules_for
 from ..loopgen import Emitter
 from . import elementwise
@@ -69,11 +69,30 @@ def element_copy(call: PrimitiveCall) -> Plan | Decline:
 
 
 def lower_immediate(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
-    """The copy at once, then its bytes completed on the barrier."""
-    elementwise.lower(as_copy(call), plan, em)
-    if call.extras:
-        bar, index = call.extras
-        em.b.mbarrier_complete_tx(bar, index, em.const(tile_bytes(call), i32))
+    """The copy at once, then its bytes completed on the barrier; a multicast load does
+    both in each CTA of its mask (through ``cluster_map``, as ``tj.remote``)."""
+    mask = call.config.get("multicast", 0)
+    for landing in ([call] if not mask else
+                    [_in_cta(call, em, rank) for rank in range(mask.bit_length())
+                     if mask >> rank & 1]):
+        elementwise.lower(as_copy(landing), plan, em)
+        if landing.extras:
+            bar, index = landing.extras
+            em.b.mbarrier_complete_tx(bar, index, em.const(tile_bytes(call), i32))
+
+
+def _in_cta(call: PrimitiveCall, em: Emitter, rank: int) -> PrimitiveCall:
+    """The load into the same tile and barrier of the cluster's CTA of ``rank``."""
+    dst, where = call["dst"], em.const(rank, i32)
+    region = dst.value.owner if dst.is_region else None
+    root = region.operands[0] if region is not None else dst.value
+    mapped = em.b.create("cluster_map", (root, where)).result
+    if region is not None:
+        mapped = em.b.create("region", (mapped, *region.operands[1:]), region.attrs).result
+    bar, index = call.extras
+    operands = tuple(Operand.of("dst", mapped) if o is dst else o for o in call.operands)
+    return dataclasses.replace(call, operands=operands,
+                               extras=(em.b.create("cluster_map", (bar, where)).result, index))
 
 
 def _role_reasons(call: PrimitiveCall, family: str, allowed) -> list[str]:
@@ -119,6 +138,8 @@ def tma_reasons(call: PrimitiveCall) -> list[str]:
                            "drop barrier=")
         if len(dst.shape) > 5:
             reasons.append(f"tma moves tiles of rank 1 to 5, got rank {len(dst.shape)}")
+        if dst.role is GLOBAL and call.config.get("multicast"):
+            reasons.append("a tma store writes one tensor: multicast= is a load's")
     return reasons
 
 

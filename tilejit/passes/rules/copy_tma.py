@@ -23,6 +23,8 @@ a store without) and:
 * each box keeps cuTensorMapEncodeTiled's limits (``ops_tma.box_problem``): dims of at most
   256, an inner dim of a multiple of 16 bytes, within the swizzle span.
 
+A load with ``config["multicast"]`` (``tj.copy_async(..., multicast=mask)``) writes every
+box into the CTAs of the mask (``ops_tma``), each box completing on each one's barrier.
 A load's boxes complete their bytes (the whole tile: ``tile_bytes``) on the barrier; a
 store's boxes form one bulk group (``bulk_commit``), which the kernel waits for with
 ``tj.bulk_wait(n)`` -- after a ``tj.fence_proxy_async()`` by the threads that wrote the
@@ -200,13 +202,15 @@ def check_tma(call: PrimitiveCall) -> Plan | Decline:
 def lower_tma(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, src, box = call["dst"], call["src"], plan.shape
     attrs = {"box": tuple(box), "swizzle": plan.details["swizzle"]}
+    load_attrs = {**attrs, "multicast": call.config.get("multicast", 0)}
     origins = itertools.product(*(range(0, n, b) for n, b in zip(dst.shape, box)))
     load = dst.role is MemScope.SHARED
     for origin in origins:
         place = [em.const(i) for i in origin]
         if load:
             bar, index = call.extras
-            em.b.create("tma_load", (dst.value, src.value, bar, index, *place, *place), attrs)
+            em.b.create("tma_load", (dst.value, src.value, bar, index, *place, *place),
+                        load_attrs)
         else:
             em.b.create("tma_store", (dst.value, src.value, *place, *place), attrs)
     if not load:

@@ -4,7 +4,10 @@
 data and sync state) once per call, and runs the CTAs of the chunks it claims (``abi``)
 one after the other: return early if the launcher asked it to stop, compute the CTA's
 coordinates, zero the sync state (NaN-fill the data in debug mode), then call the CTA
-body -- the plain unit function, or the scheduler of the unit coroutines. Argument slots
+body -- the plain unit function, or the scheduler of the unit coroutines. A kernel with
+clusters of C > 1 CTAs runs whole clusters instead (the linear ids it claims are
+clusters'): C copies of each arena and of the context, the peers table that lets each CTA
+reach the others' arenas, and the cluster's own state (``ModuleContext.cluster``). Argument slots
 reach the body as function parameters so that LLVM sees them as loop invariants (and
 global pointers as ``noalias`` when the caller promises it).
 """
@@ -16,18 +19,19 @@ from llvmlite import ir
 from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
-from . import (abi, emit_async, emit_control, emit_memory, emit_mma, emit_native, emit_sync,
-               emit_tma, emit_wgmma, race, types)
+from . import (abi, emit_async, emit_cluster, emit_control, emit_memory, emit_mma,
+               emit_native, emit_sync, emit_tma, emit_wgmma, race, types)
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
-from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PROGRESS, CTX_STOP, CoroFrame,
-                     PlainFrame, counted_loop, emit_scheduler)
+from .frames import (CTX, CTX_ALIVE, CTX_ERR, CTX_ERROR, CTX_PEERS, CTX_PROGRESS, CTX_STOP,
+                     CoroFrame, PlainFrame, counted_loop)
+from .scheduler import emit_scheduler
 from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
             **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS,
-            **emit_tma.HANDLERS, **emit_wgmma.HANDLERS}
+            **emit_tma.HANDLERS, **emit_wgmma.HANDLERS, **emit_cluster.HANDLERS}
 ENTRY = "run_ctas"
 ARENA_ALIGN = 64
 
@@ -62,6 +66,7 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
         "units_per_cta": units.count, "sites": mc.sites, "debug": options.debug,
         "noalias": options.noalias, "data_bytes": mc.data.size, "sync_bytes": mc.sync.size,
         "spin_loops": frame.spin_loops, "race_check": mc.race is not None,
+        "cluster_ctas": units.ctas,
     }
     return module, meta
 
@@ -131,7 +136,7 @@ def _load_slots(b: ir.IRBuilder, args, params) -> list:
 
 
 def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
-    m, units = mc.module, mc.units
+    m, units, ctas = mc.module, mc.units, mc.units.ctas
     fn = ir.Function(m, ir.FunctionType(I32, [PTR]), ENTRY)
     args, = fn.args
     args.add_attribute("noalias")
@@ -146,18 +151,38 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
     max_claims = header(abi.MAX_CLAIMS)
     grid64 = [header(abi.HEADER_SLOTS + d) for d in range(abi.GRID_SLOTS)]
     slot_values = _load_slots(b, args, params)
-    ctx = types.alloca(b, CTX)
+    contexts_type = ir.ArrayType(CTX, ctas)
+    contexts = types.alloca(b, contexts_type)
+    first_ctx = b.gep(contexts, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
+                      source_etype=contexts_type)
     private_claim = b.alloca(I64)
 
-    def ctx_field(field):
-        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
+    def ctx_field(rank: int, field: int):
+        return b.gep(contexts, [ir.Constant(I32, 0), ir.Constant(I32, rank),
+                                ir.Constant(I32, field)], source_etype=contexts_type)
 
     b.store(first, private_claim)
     claim = b.select(b.icmp_unsigned("==", shared_claim, ir.Constant(PTR, None)),
                      private_claim, shared_claim)
-    arenas = [_allocate(mc, b, size) for size in (mc.data.size, mc.sync.size)]
-    b.store(err, ctx_field(CTX_ERR))
-    b.store(stop, ctx_field(CTX_STOP))
+    # One allocation per arena holds the copies of every CTA of a cluster.
+    strides = [_arena_size(size) for size in (mc.data.size, mc.sync.size, mc.cluster.size)]
+    arenas = [_allocate(mc, b, size * count)
+              for size, count in zip(strides, (ctas, ctas, 1))]
+    peers = ir.Constant(PTR, None)
+    if ctas > 1:
+        table_type = ir.ArrayType(PTR, 2 * ctas + 1)
+        peers = types.alloca(b, table_type)
+        for index in range(2 * ctas + 1):
+            kind, rank = divmod(index, ctas)
+            base, _ = arenas[kind]
+            entry = b.gep(peers, [ir.Constant(I32, 0), ir.Constant(I32, index)],
+                          source_etype=table_type)
+            b.store(b.gep(base, [ir.Constant(I64, rank * strides[kind])],
+                          source_etype=ir.IntType(8)), entry)
+    for rank in range(ctas):
+        b.store(err, ctx_field(rank, CTX_ERR))
+        b.store(stop, ctx_field(rank, CTX_STOP))
+        b.store(peers, ctx_field(rank, CTX_PEERS))
 
     def free_arenas():
         if mc.streaming_stores:  # non-temporal stores are weakly ordered: drain them
@@ -180,6 +205,9 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
                 b.ret(ir.Constant(I32, abi.OUT_OF_MEMORY))
 
     grid = [b.trunc(g, I32) for g in grid64]
+    cluster = mc.kernel.attrs["cluster"]
+    # The claimed ids count clusters: in clusters of one CTA, CTAs.
+    clusters64 = [b.udiv(g, ir.Constant(I64, c)) for g, c in zip(grid64, cluster)]
 
     def run_chunk(_):
         start = b.atomic_rmw("add", claim, chunk, "monotonic")
@@ -195,21 +223,26 @@ def _emit_run_ctas(mc: ModuleContext, params, body: ir.Function) -> None:
         with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
             free_arenas()
             b.ret(ir.Constant(I32, abi.INTERRUPTED))
-        x, rest = b.urem(cta, grid64[0]), b.udiv(cta, grid64[0])
-        y, z = b.urem(rest, grid64[1]), b.udiv(rest, grid64[1])
-        if mc.sync.size:
-            fill_bytes(b, mc, arenas[1][0], arenas[1][1], 0)
+        x, rest = b.urem(cta, clusters64[0]), b.udiv(cta, clusters64[0])
+        y, z = b.urem(rest, clusters64[1]), b.udiv(rest, clusters64[1])
+        for ptr, size in arenas[1:]:   # the sync arenas and the cluster's state
+            if size:
+                fill_bytes(b, mc, ptr, size, 0)
         if mc.options.debug and mc.data.size:
             fill_bytes(b, mc, arenas[0][0], arenas[0][1], 0xFF)
-        for field, value in ((CTX_ALIVE, ir.Constant(I32, units.count)),
-                             (CTX_PROGRESS, ir.Constant(I64, 0)), (CTX_ERROR, ir.Constant(I32, 0))):
-            b.store(value, ctx_field(field))
+        for rank in range(ctas):
+            for field, value in ((CTX_ALIVE, ir.Constant(I32, units.count)),
+                                 (CTX_PROGRESS, ir.Constant(I64, 0)),
+                                 (CTX_ERROR, ir.Constant(I32, 0))):
+                b.store(value, ctx_field(rank, field))
         unit = [] if units.coroutine else [ir.Constant(I32, 0)]
-        coords = [b.trunc(c, I32) for c in (x, y, z)]
-        data_and_sync = [ptr for ptr, _ in arenas]
-        status = b.call(body, [ctx, *unit, *data_and_sync, *coords, *grid, *slot_values])
+        coords = [b.trunc(b.mul(c, ir.Constant(I64, n)), I32)
+                  for c, n in zip((x, y, z), cluster)]
+        data_and_sync = [ptr for ptr, _ in arenas[:2]]
+        status = b.call(body, [first_ctx, *unit, *data_and_sync, *coords, *grid, *slot_values])
         with b.if_then(b.icmp_unsigned("!=", status, ir.Constant(I32, 0)), likely=False):
-            b.store(cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
+            if ctas == 1:   # the scheduler of a cluster names the CTA that failed
+                b.store(cta, b.gep(err, [ir.Constant(I32, abi.ERR_CTA)], source_etype=I64))
             free_arenas()
             b.ret(status)
 
@@ -228,9 +261,12 @@ def _store_fence(mc: ModuleContext, b: ir.IRBuilder) -> None:
         b.fence("seq_cst")
 
 
+def _arena_size(size: int) -> int:
+    return -(-size // ARENA_ALIGN) * ARENA_ALIGN
+
+
 def _allocate(mc, b, size: int):
     if not size:
         return ir.Constant(PTR, None), 0
-    size = -(-size // ARENA_ALIGN) * ARENA_ALIGN
     alloc = mc.function("aligned_alloc", PTR, [I64, I64])
     return b.call(alloc, [ir.Constant(I64, ARENA_ALIGN), ir.Constant(I64, size)]), size

@@ -60,6 +60,7 @@ class BufferRef:
     strides: list | None = None
     addressing: Addressing | None = None
     reshaped: BufferRef | None = None
+    arenas: tuple | None = None   # (data, sync) of the CTA holding it: another's (tj.remote)
 
     @property
     def storage(self) -> Storage:
@@ -397,11 +398,13 @@ def emit_view(em, op):
     if layout is not None:
         storage = None if src.scope is MemScope.GLOBAL else src.storage
         return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
-                          addressing=Addressing.from_layout(layout, shape, storage))]
+                          addressing=Addressing.from_layout(layout, shape, storage),
+                          arenas=src.arenas)]
     if src.addressing == Addressing.row_major(tuple(src.shape)):
         return [BufferRef(src.ptr, src.dtype, src.scope, name, shape,
-                          addressing=Addressing.row_major(tuple(shape)))]
-    return [BufferRef(src.ptr, src.dtype, src.scope, name, shape, reshaped=src)]
+                          addressing=Addressing.row_major(tuple(shape)), arenas=src.arenas)]
+    return [BufferRef(src.ptr, src.dtype, src.scope, name, shape, reshaped=src,
+                      arenas=src.arenas)]
 
 
 def emit_region(em, op):

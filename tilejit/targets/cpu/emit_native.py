@@ -24,6 +24,7 @@ from llvmlite import ir
 from tilejit.ir.types import ScalarType, f64, i1
 
 from . import types
+from .scheduler import cluster_rank
 from .types import F32, F64, I32
 
 _FLOAT_SUFFIX = {F32: "f32", F64: "f64"}
@@ -326,6 +327,8 @@ def emit_thread_index(em, op):
     if kind == "cta_id_in_cluster":
         extent = em.mc.kernel.attrs["cluster"][dim]
         return [em.b.urem(frame.cta[dim], ir.Constant(I32, extent))]
+    if kind == "cta_rank_in_cluster":
+        return [cluster_rank(em.b, frame.cta, em.mc.kernel)]
     if kind == "num_threads":
         return [ir.Constant(I32, 32 * em.mc.kernel.attrs["num_warps"])]
     return [em.mc.units.thread_index(em.b, kind, frame.unit)]

@@ -48,10 +48,13 @@ class BarrierRef:
     count: int
     name: str
     clocks: int | None = None   # offset of the race detector's clocks, one per index
+    sync: ir.Value | None = None   # the sync arena holding it: another CTA's (tj.remote)
 
 
-def _field(em, base, index: int):
+def rendezvous_field(em, base, index: int):
+    """Field ``index`` (0: arrivals, 1: generation) of the rendezvous at ``base``."""
     return em.b.gep(base, [ir.Constant(I32, index)], source_etype=I32)
+
 
 
 def _i32(em, value, t):
@@ -60,13 +63,13 @@ def _i32(em, value, t):
 
 def _arrive(em, base) -> None:
     """Count this unit into the rendezvous at ``base`` (count, generation)."""
-    count = _field(em, base, 0)
+    count = rendezvous_field(em, base, 0)
     em.b.store(em.b.add(em.b.load(count, typ=I32), ir.Constant(I32, 1)), count)
     em.frame.progress()
 
 
 def _generation_moved(em, base, gen0):
-    return em.b.icmp_unsigned("!=", em.b.load(_field(em, base, 1), typ=I32), gen0)
+    return em.b.icmp_unsigned("!=", em.b.load(rendezvous_field(em, base, 1), typ=I32), gen0)
 
 
 # ----------------------------------------------------------------------------- sync
@@ -75,7 +78,7 @@ def emit_sync(em, op):
         return []
     b, frame = em.b, em.frame
     base = em.byte_ptr(frame.sync, em.mc.sync_state("sync", 8))
-    gen0 = b.load(_field(em, base, 1), typ=I32)
+    gen0 = b.load(rendezvous_field(em, base, 1), typ=I32)
     clocks = race.Rendezvous.make(em, 1, None, gen0, key=race.SYNC_CLOCKS)
     if clocks is not None:
         clocks.arrive(em)
@@ -83,15 +86,15 @@ def emit_sync(em, op):
     site = em.mc.add_site("wait", op, what="sync() (CTA barrier)")
 
     def ready():  # finished units no longer take part
-        count = b.load(_field(em, base, 0), typ=I32)
+        count = b.load(rendezvous_field(em, base, 0), typ=I32)
         alive = b.load(frame.ctx_field(CTX_ALIVE), typ=I32)
         release = b.and_(b.icmp_unsigned(">=", count, alive),
                          b.not_(_generation_moved(em, base, gen0)))
         with b.if_then(release):
-            b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            b.store(ir.Constant(I32, 0), rendezvous_field(em, base, 0))
             if clocks is not None:
                 clocks.released(em)
-            b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+            b.store(b.add(gen0, ir.Constant(I32, 1)), rendezvous_field(em, base, 1))
         return _generation_moved(em, base, gen0)
 
     frame.wait_until(em, ready, site)
@@ -114,15 +117,15 @@ def warp_exchange(em, op, key: str, nbytes: int, deposit, what: str):
     offset = em.mc.sync_state(key, stride * units.num_warps)
     base = em.byte_ptr(frame.sync, b.add(ir.Constant(I64, offset),
                                          b.mul(b.zext(warp, I64), ir.Constant(I64, stride))))
-    gen0 = b.load(_field(em, base, 1), typ=I32)
+    gen0 = b.load(rendezvous_field(em, base, 1), typ=I32)
     parity = b.zext(b.and_(gen0, ir.Constant(I32, 1)), I64)
     area = em.byte_ptr(base, b.add(ir.Constant(I64, 8), b.mul(parity, ir.Constant(I64, nbytes))))
     deposit(area)
     _arrive(em, base)
-    with b.if_then(b.icmp_unsigned("==", b.load(_field(em, base, 0), typ=I32),
+    with b.if_then(b.icmp_unsigned("==", b.load(rendezvous_field(em, base, 0), typ=I32),
                                    ir.Constant(I32, em.state.lanes))):
-        b.store(ir.Constant(I32, 0), _field(em, base, 0))
-        b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+        b.store(ir.Constant(I32, 0), rendezvous_field(em, base, 0))
+        b.store(b.add(gen0, ir.Constant(I32, 1)), rendezvous_field(em, base, 1))
     site = em.mc.add_site("wait", op, what=what)
     frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)
     return area
@@ -172,10 +175,11 @@ def emit_alloc_barrier(em, op):
                        race.reserve_clocks(em.mc, count))]
 
 
-def _barrier(em, op, first: int = 0):
-    """Pointer to the state of ``bar[index]`` (operands ``first`` and ``first + 1``),
-    bounds-checked in debug."""
-    bar: BarrierRef = em[op.operands[first]]
+def _barrier(em, op, first: int = 0, bar: BarrierRef | None = None):
+    """Pointer to the state of ``bar[index]`` (operands ``first`` and ``first + 1``; ``bar``:
+    the barriers operand ``first`` names, as another CTA holds them), bounds-checked in
+    debug."""
+    bar = bar or em[op.operands[first]]
     index = types.to_i64(em.b, em[op.operands[first + 1]], op.operands[first + 1].type)
     if em.options.debug:
         site = em.mc.add_site("bounds", op, buffer=bar.name, scope="barrier", rank=1)
@@ -212,7 +216,7 @@ def _update_fn(mc) -> ir.Function:
 def _release(em, bar: BarrierRef, index) -> None:
     """The race detector's release of what this unit did, on ``bar[index]``."""
     if bar.clocks is not None:
-        race.release(em, race.clock_at(em, bar.clocks, index))
+        race.release(em, race.clock_at(em, bar.clocks, index, bar.sync))
 
 
 def _update(em, state, arrivals, tx_delta) -> None:
@@ -227,7 +231,7 @@ def emit_mbarrier_init(em, op):
     count = _i32(em, em[op.operands[2]], op.operands[2].type)
     for index, value in ((PENDING, count), (EXPECTED, count), (TX, ir.Constant(I32, 0)),
                          (PHASE, ir.Constant(I32, 0))):
-        em.b.store(value, _field(em, state, index))
+        em.b.store(value, rendezvous_field(em, state, index))
     return []
 
 
@@ -258,13 +262,13 @@ def emit_mbarrier_wait(em, op):
     b = em.b
 
     def ready():
-        current = b.load(_field(em, state, PHASE), typ=I32)
+        current = b.load(rendezvous_field(em, state, PHASE), typ=I32)
         parity = b.and_(b.xor(current, phase), ir.Constant(I32, 1))
         return b.icmp_unsigned("!=", parity, ir.Constant(I32, 0))
 
     em.frame.wait_until(em, ready, site, [index, b.sext(phase, I64)])
     if bar.clocks is not None:
-        race.acquire(em, race.clock_at(em, bar.clocks, index))
+        race.acquire(em, race.clock_at(em, bar.clocks, index, bar.sync))
     return []
 
 
@@ -274,9 +278,10 @@ def mbarrier_complete_tx(em, op):
     return []
 
 
-def complete_tx(em, op, first: int, nbytes) -> None:
-    """``nbytes`` (i32) of the barrier at operands ``first``, ``first + 1`` landed."""
-    state, bar, index = _barrier(em, op, first)
+def complete_tx(em, op, first: int, nbytes, bar: BarrierRef | None = None) -> None:
+    """``nbytes`` (i32) of the barrier at operands ``first``, ``first + 1`` (of ``bar``,
+    another CTA's, when given) landed."""
+    state, bar, index = _barrier(em, op, first, bar)
     _release(em, bar, index)   # on behalf of the thread that issued the async copy
     _update(em, state, 0, em.b.neg(nbytes))
 
@@ -309,18 +314,18 @@ def emit_single(em, op):
     instance = b.udiv(em.frame.unit, ir.Constant(I32, units.units_per_team(team)))
     base = em.byte_ptr(em.frame.sync, b.add(ir.Constant(I64, base_offset),
                                             b.mul(b.zext(instance, I64), ir.Constant(I64, 8))))
-    gen0 = b.load(_field(em, base, 1), typ=I32)
+    gen0 = b.load(rendezvous_field(em, base, 1), typ=I32)
     clocks = race.Rendezvous.make(em, len(counts), instance, gen0)
     if clocks is not None:
         clocks.arrive(em)
     _arrive(em, base)
-    arrived = b.load(_field(em, base, 0), typ=I32)
+    arrived = b.load(rendezvous_field(em, base, 0), typ=I32)
     site = em.mc.add_site("wait", op, what=f"single region (team {team})")
     is_last = b.icmp_unsigned("==", arrived, _expected(em, counts, instance))
     region = op.regions[0]
     with b.if_else(is_last) as (last, other):
         with last:  # the last unit to arrive runs the region for its team
-            b.store(ir.Constant(I32, 0), _field(em, base, 0))
+            b.store(ir.Constant(I32, 0), rendezvous_field(em, base, 0))
             if clocks is not None:
                 clocks.released(em)
                 clocks.depart(em)
@@ -328,7 +333,7 @@ def emit_single(em, op):
                 em.emit_block(region)
             if clocks is not None and any(not o.opdef.terminator for o in region.ops):
                 clocks.region_done(em)
-            b.store(b.add(gen0, ir.Constant(I32, 1)), _field(em, base, 1))
+            b.store(b.add(gen0, ir.Constant(I32, 1)), rendezvous_field(em, base, 1))
             em.frame.progress()
         with other:
             em.frame.wait_until(em, lambda: _generation_moved(em, base, gen0), site)

@@ -8,7 +8,9 @@ tensor's coordinates ``coords + (i's place in the box)``; one past the tensor's 
 before its start) reads as zero and is never written, as TMA's out-of-bounds fill.
 
 A load lands at once and then completes the box's bytes on its mbarrier, so waits behave
-exactly as on the GPU (an ``expect_tx`` of another size never completes the phase). A store
+exactly as on the GPU (an ``expect_tx`` of another size never completes the phase); a
+multicast load lands in each CTA of its mask and completes on each one's mbarrier (the
+cluster's CTAs run together: ``emit_cluster.in_cta`` reaches their arenas). A store
 lands late, so that a kernel that forgets to wait loses it and its test sees that, as
 ``cp_async`` does (``emit_async``): ``tma_store_at`` queues the box (its function, both
 places and the tensor's dims, strides and coordinates) in its unit's queue in the CTA's
@@ -29,10 +31,11 @@ import math
 
 from llvmlite import ir
 
-from tilejit.ir.ops_tma import TMA_CHUNK, TMA_MAX_RANK, box_bytes
+from tilejit.ir.ops_tma import TMA_CHUNK, TMA_MAX_RANK, box_bytes, multicast_ranks
 
 from . import abi, race, types
 from .deferred import DeferredQueue
+from .emit_cluster import in_cta
 from .emit_sync import complete_tx
 from .frames import counted_loop
 from .types import I1, I8, I32, I64, PTR, VOID
@@ -163,12 +166,17 @@ def emit_tma_load_at(em, op):
     _check_tensor_map(em, op, tensor)
     offset = b.mul(types.to_i64(b, em[dst_offset], dst_offset.type),
                    ir.Constant(I64, shared.dtype.itemsize))
-    _race_box(em, op, shared, offset, box, swizzle, reads=False)
     argv = STORES.field(b, STORES.unit_state(em), SCRATCH, 0)
     _write_args(em, argv, tensor, coords)
-    b.call(_box_fn(em.mc, True, box, swizzle, shared.dtype.itemsize),
-           [shared.ptr, offset, tensor.ptr, argv])
-    complete_tx(em, op, 3, ir.Constant(I32, box_bytes(op)))
+    # A multicast box lands in each CTA of the mask: its tile and barrier at our offsets.
+    landings = [(shared, None)] if not op.attrs["multicast"] else \
+        [(in_cta(em, op, shared, rank), in_cta(em, op, em[op.operands[3]], rank))
+         for rank in multicast_ranks(op)]
+    for tile, bar in landings:
+        _race_box(em, op, tile, offset, box, swizzle, reads=False)
+        b.call(_box_fn(em.mc, True, box, swizzle, shared.dtype.itemsize),
+               [tile.ptr, offset, tensor.ptr, argv])
+        complete_tx(em, op, 3, ir.Constant(I32, box_bytes(op)), bar)
     return []
 
 

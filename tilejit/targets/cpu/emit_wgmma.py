@@ -210,16 +210,16 @@ def _queue_multiply(em, op, desc_a, desc_b) -> None:
 
 
 def _reads_function(mc) -> ir.Function:
-    """``i1 tj.wgmma.reads(err, sync, data, unit, entry)``: record, for the race detector,
+    """``i1 tj.wgmma.reads(err, sync, data, clock, unit, entry)``: record, for the race detector,
     the reads of the queued multiply ``entry``: A's 64 x K block and B's K x N (K of 32
     bytes); true on a race (the error record filled)."""
     name = "tj.wgmma.reads"
     fn = mc.module.globals.get(name)
     if fn is not None:
         return fn
-    fn = ir.Function(mc.module, ir.FunctionType(I1, [PTR, PTR, PTR, I32, PTR]), name)
+    fn = ir.Function(mc.module, ir.FunctionType(I1, [PTR, PTR, PTR, PTR, I32, PTR]), name)
     fn.linkage = "internal"
-    err, sync, data, unit, entry = fn.args
+    err, sync, data, clock, unit, entry = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     raced = fn.append_basic_block("raced")
 
@@ -240,7 +240,7 @@ def _reads_function(mc) -> ir.Function:
                                    _address(b, desc, mn, k, itemsize, True))
                 ptr = b.gep(data, [address], source_etype=ir.IntType(8))
                 failed = b.call(race.access_function(mc),
-                                [err, sync, data, unit, ptr, base, itemsize,
+                                [err, sync, data, clock, unit, ptr, base, itemsize,
                                  site, ir.Constant(I32, race.READ)])
                 go_on = fn.append_basic_block("read.ok")
                 b.cbranch(failed, raced, go_on)
@@ -276,8 +276,8 @@ def emit_wgmma_wait_group(em, op):
             group = b.load(MULTIPLIES.field(b, state, ENTRIES, i, GROUP), typ=I32)
             with b.if_then(b.icmp_signed("<", group, limit)):
                 failed = b.call(_reads_function(em.mc),
-                                [frame.err, frame.sync, frame.data, frame.unit,
-                                 MULTIPLIES.field(b, state, ENTRIES, i)])
+                                [frame.err, frame.sync, frame.data, race.own_clock(em),
+                                 race.unit_id(em), MULTIPLIES.field(b, state, ENTRIES, i)])
                 go_on = b.append_basic_block("wgmma.reads.ok")
                 b.cbranch(failed, frame.error_exit, go_on)
                 b.position_at_end(go_on)

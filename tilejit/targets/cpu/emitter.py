@@ -82,6 +82,7 @@ class ModuleContext:
     sites: list = field(default_factory=list)
     data: Arena = field(default_factory=Arena)   # shared memory, CTA-wide fragments
     sync: Arena = field(default_factory=Arena)   # barrier and scheduler state (zeroed per CTA)
+    cluster: Arena = field(default_factory=Arena)   # a cluster's shared sync state (ditto)
     named_state: dict = field(default_factory=dict)
     streaming_stores: bool = False  # non-temporal stores: run_ctas fences before returning
     race: object = None   # the race detector's state (``race.RaceState``), when it is on
@@ -94,6 +95,13 @@ class ModuleContext:
         """Offset of the named piece of sync state, reserved on first use."""
         if key not in self.named_state:
             self.named_state[key] = self.sync.reserve(nbytes, 8)
+        return self.named_state[key]
+
+    def cluster_state(self, key: str, nbytes: int) -> int:
+        """Offset of the named piece of the cluster's own state, reserved on first use."""
+        key = f"cluster.{key}"
+        if key not in self.named_state:
+            self.named_state[key] = self.cluster.reserve(nbytes, 8)
         return self.named_state[key]
 
     def add_site(self, kind: str, op: Operation, **info) -> int:

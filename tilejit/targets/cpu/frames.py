@@ -1,9 +1,10 @@
-"""The functions units run, and the per-CTA scheduler.
+"""The functions units run (their scheduler is in ``scheduler``).
 
 With one unit per CTA the CTA body is a plain function (:class:`PlainFrame`); a wait that
 is not already satisfied is a deadlock. Otherwise each unit is an LLVM coroutine
 (:class:`CoroFrame`, ``presplitcoroutine``; CoroSplit in the O2/O3 pipeline lowers it)
-resumed round-robin by a per-CTA scheduler (:func:`emit_scheduler`). Units suspend
+resumed round-robin by a per-CTA (or per-cluster) scheduler (``scheduler.
+emit_scheduler``). Units suspend
 inside :meth:`CoroFrame.wait_until` loops, and now and then in ``while`` loops that read
 memory (:meth:`_Frame.spin_point`), so that spinning on a flag works; there a unit of
 either kind also leaves when the launch is being stopped (Ctrl-C), so that spinning on a
@@ -15,7 +16,8 @@ waiting unit.
 A frame's function takes ``(ctx, unit, data, sync, cta x/y/z, grid x/y/z, argument
 slots...)``. ``data`` and ``sync`` are the CTA's private arenas, passed as ``noalias``
 parameters: no kernel argument can point into them, and saying so lets LLVM vectorize
-copies between them and global memory.
+copies between them and global memory (not in a cluster, whose CTAs reach each other's
+arenas through the peers table of the context).
 """
 from __future__ import annotations
 
@@ -27,9 +29,11 @@ from . import abi
 from .types import I1, I8, I32, I64, PTR, VOID, alloca
 
 # Per-CTA context shared by the units: error record, progress counter, units still
-# running, error code of a failed unit, the launch's stop word.
-CTX = ir.LiteralStructType([PTR, I64, I32, I32, PTR])
-CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR, CTX_STOP = range(5)
+# running, error code of a failed unit, the launch's stop word, and in a cluster the peers
+# table (every CTA's data arena, then every sync arena, then the cluster's own state).
+CTX = ir.LiteralStructType([PTR, I64, I32, I32, PTR, PTR])
+CTX_ERR, CTX_PROGRESS, CTX_ALIVE, CTX_ERROR, CTX_STOP, CTX_PEERS = range(6)
+PEER_DATA, PEER_SYNC, PEER_CLUSTER = range(3)
 WAIT_RECORD_SLOTS = 3  # site, two values (barrier index, phase)
 STACK_BUDGET = 256 * 1024   # bytes of tiles per unit kept on the stack
 SPIN_YIELD_PERIOD = 64  # a power of two: passes of a memory-reading loop between yields
@@ -102,7 +106,9 @@ class _Frame:
             if attrs.get("align"):
                 arg.attributes.align = attrs["align"]
         self.ctx, self.unit, self.data, self.sync = args[:4]
-        for arena in (self.data, self.sync):
+        # In a cluster a unit also reaches its own arenas through the peers table
+        # (tj.remote of its own rank, a multicast to itself): then they may alias.
+        for arena in (self.data, self.sync) if mc.units.ctas == 1 else ():
             arena.add_attribute("noalias")
         self.cta, self.grid, self.slots = args[4:7], args[7:10], list(args[10:])
         # Allocas get a block of their own, first in the function, so that adding one never
@@ -304,116 +310,3 @@ class CoroFrame(_Frame):
         b.call(mc.function("llvm.coro.end", VOID, [PTR, I1, TOKEN]),
                [self.handle, ir.Constant(I1, 0), _NoneToken()])
         b.ret(self.handle)
-
-
-# --------------------------------------------------------------------------- scheduler
-def emit_scheduler(mc, unit_fn: ir.Function, wait_records: int) -> ir.Function:
-    """``i32 tj.schedule(ctx, data, sync, cta, grid, slots...)``: run every unit of one CTA
-    to the end."""
-    m, count = mc.module, mc.units.count
-    fn = ir.Function(m, ir.FunctionType(I32, list(unit_fn.function_type.args[:1])
-                                        + list(unit_fn.function_type.args[2:])), "tj.schedule")
-    fn.linkage = "internal"
-    ctx, sync, rest = fn.args[0], fn.args[2], list(fn.args[1:])
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    handles_type = ir.ArrayType(PTR, count)
-    handles = alloca(b, handles_type)
-    alive, first_waiting = alloca(b, I1), alloca(b, I32)
-    done_fn = mc.function("llvm.coro.done", I1, [PTR])
-    resume_fn = mc.function("llvm.coro.resume", VOID, [PTR])
-    destroy_fn = mc.function("llvm.coro.destroy", VOID, [PTR])
-    abort = fn.append_basic_block("abort")
-    finished = fn.append_basic_block("finished")
-
-    def ctx_field(field):
-        return b.gep(ctx, [ir.Constant(I32, 0), ir.Constant(I32, field)], source_etype=CTX)
-
-    def handle_ptr(unit):
-        return b.gep(handles, [ir.Constant(I32, 0), unit], source_etype=handles_type)
-
-    def stop_on_error():
-        failed = b.icmp_unsigned("!=", b.load(ctx_field(CTX_ERROR), typ=I32), ir.Constant(I32, 0))
-        go_on = b.append_basic_block("ok")
-        b.cbranch(failed, abort, go_on)
-        b.position_at_end(go_on)
-
-    def start(unit):  # the ramp runs the unit up to its first suspension
-        b.store(b.call(unit_fn, [ctx, unit, *rest]), handle_ptr(unit))
-        stop_on_error()
-
-    # Units not started yet must not be destroyed when an earlier one fails.
-    counted_loop(b, count, lambda u: b.store(ir.Constant(PTR, None), handle_ptr(u)), "clear")
-    counted_loop(b, count, start, "start")
-    round_head = b.append_basic_block("round")
-    b.branch(round_head)
-    b.position_at_end(round_head)
-    before = b.load(ctx_field(CTX_PROGRESS), typ=I64)
-    b.store(ir.Constant(I1, 0), alive)
-
-    def resume(unit):
-        handle = b.load(handle_ptr(unit), typ=PTR)
-        with b.if_then(b.not_(b.call(done_fn, [handle]))):
-            b.store(ir.Constant(I1, 1), alive)
-            b.call(resume_fn, [handle])
-            stop_on_error()
-
-    counted_loop(b, count, resume, "resume")
-    any_alive = b.load(alive, typ=I1)
-    stalled = b.icmp_unsigned("==", b.load(ctx_field(CTX_PROGRESS), typ=I64), before)
-    deadlock = fn.append_basic_block("deadlock")
-    next_round = fn.append_basic_block("next_round")
-    b.cbranch(any_alive, next_round, finished)
-    b.position_at_end(next_round)
-    b.cbranch(stalled, deadlock, round_head)
-
-    b.position_at_end(deadlock)
-    _report_deadlock(b, ctx_field, sync, first_waiting, handle_ptr, done_fn, count,
-                     wait_records)
-    b.branch(abort)
-
-    def destroy(unit):
-        handle = b.load(handle_ptr(unit), typ=PTR)
-        with b.if_then(b.icmp_unsigned("!=", handle, ir.Constant(PTR, None))):
-            b.call(destroy_fn, [handle])
-
-    def destroy_all():
-        counted_loop(b, count, destroy, "destroy")
-
-    b.position_at_end(abort)
-    destroy_all()
-    b.ret(b.load(ctx_field(CTX_ERROR), typ=I32))
-    b.position_at_end(finished)
-    destroy_all()
-    b.ret(ir.Constant(I32, 0))
-    return fn
-
-
-def _report_deadlock(b, ctx_field, sync, first, handle_ptr, done_fn, count, wait_records):
-    """Fill the error record from the wait record of the first unit still waiting."""
-    err = b.load(ctx_field(CTX_ERR), typ=PTR)
-    b.store(ir.Constant(I32, count), first)
-
-    def find(unit):
-        waiting = b.not_(b.call(done_fn, [b.load(handle_ptr(unit), typ=PTR)]))
-        unseen = b.icmp_unsigned("==", b.load(first, typ=I32), ir.Constant(I32, count))
-        with b.if_then(b.and_(waiting, unseen)):
-            b.store(unit, first)
-
-    counted_loop(b, count, find, "find_waiting")
-    unit = b.load(first, typ=I32)
-    record = b.gep(sync, [b.add(ir.Constant(I64, wait_records),
-                                b.mul(b.zext(unit, I64), ir.Constant(I64, WAIT_RECORD_SLOTS * 8)))],
-                   source_etype=I8)
-
-    def put(slot, value):
-        b.store(value, b.gep(err, [ir.Constant(I32, slot)], source_etype=I64))
-
-    def wait_field(index):
-        return b.load(b.gep(record, [ir.Constant(I32, index)], source_etype=I64), typ=I64)
-
-    put(abi.ERR_CODE, ir.Constant(I64, abi.DEADLOCK))
-    put(abi.ERR_SITE, wait_field(0))
-    put(abi.ERR_UNIT, b.zext(unit, I64))
-    put(abi.ERR_VALUES, wait_field(1))
-    put(abi.ERR_VALUES + 1, wait_field(2))
-    b.store(ir.Constant(I32, abi.DEADLOCK), ctx_field(CTX_ERROR))

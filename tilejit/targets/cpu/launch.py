@@ -10,7 +10,8 @@ from one shared counter, so that a worker woken late or sharing its core with an
 process takes fewer chunks instead of holding up the launch. A launch of one CTA, or whose
 previous run showed less work than a pool handoff is worth, stays on the calling thread.
 Each CTA always runs on one thread, in order, so deterministic kernels give the same
-results for any worker count. A failed worker turns its error record (one per calling
+results for any worker count; the CTAs of a cluster run together on one thread (the
+claimed ids count clusters). A failed worker turns its error record (one per calling
 thread, or per worker) into a :class:`~tilejit.errors.LaunchError` naming the kernel, the
 site (buffer and index, or the barrier waited on) and the kernel's source line.
 
@@ -168,6 +169,7 @@ class CpuModule:
             split = cluster_grid_error(grid, self._cluster)
             if split:
                 raise LaunchError(f"kernel {self.name!r}: {split}", self.location)
+            total //= math.prod(self._cluster)   # run_ctas runs whole clusters
         if not (total == 1 or workers == 1 or (
                 workers is None and total * self._seconds_per_cta < _PARALLEL_MIN_SECONDS)):
             self._launch_parallel(grid, records, total, min(total, _CORES, workers or total))
@@ -375,11 +377,22 @@ def _race_message(meta: dict, site: dict, fields) -> str:
     lines = sorted({before["line"], site["line"]}, key=lambda line: (str(line) == "?", line))
     fix = (f"between lines {lines[0]} and {lines[1]}" if len(lines) == 2
            else f"between two runs of line {lines[0]}")
+    unit, barrier = fields[abi.ERR_UNIT], "tj.sync()"
+    # In a cluster the detector counts the threads of all its CTAs, those of rank 0 first.
+    per_cta, ctas = meta["units_per_cta"], meta.get("cluster_ctas", 1)
+    if ctas > 1 and other // per_cta != unit // per_cta:
+        barrier = "tj.cluster_sync()"
     return (f"kernel {meta['name']!r}: data race on shared buffer {site['buffer']!r} {what} "
-            f"in CTA {fields[abi.ERR_CTA]}: thread {other} {_RACE_PRIOR.get(prior, '?')} it at "
-            f"{where} and thread {fields[abi.ERR_UNIT]} {_RACE_ACCESS.get(site['access'], '?')} "
-            f"it at line {site['line']} with no barrier between (add tj.sync(), or a barrier "
-            f"that orders these threads, {fix})")
+            f"in CTA {fields[abi.ERR_CTA]}: {_thread(other, per_cta, ctas)} "
+            f"{_RACE_PRIOR.get(prior, '?')} it at {where} and {_thread(unit, per_cta, ctas)} "
+            f"{_RACE_ACCESS.get(site['access'], '?')} it at line {site['line']} with no "
+            f"barrier between (add {barrier}, or a barrier that orders these threads, {fix})")
+
+
+def _thread(unit: int, per_cta: int, ctas: int) -> str:
+    if ctas == 1:
+        return f"thread {unit}"
+    return f"thread {unit % per_cta} of the cluster's CTA of rank {unit // per_cta}"
 
 
 def _grid3(grid, location: SourceLocation) -> tuple[int, int, int]:

@@ -58,7 +58,8 @@ from tilejit.passes.dispatch import PER_THREAD
 from tilejit.passes.effects import root_buffer, spin_flags
 
 from . import abi
-from .frames import counted_loop
+from .frames import PEER_CLUSTER, counted_loop
+from .scheduler import cluster_rank, ctx_peer
 from .types import I1, I8, I32, I64, PTR, VOID
 from .units import THREAD
 
@@ -68,6 +69,7 @@ PRIOR_WRITE, PRIOR_ATOMIC, PRIOR_READ = 1, 2, 3    # what the access it races wi
 W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE = range(7)
 RECORD_BYTES = 32
 SYNC_CLOCKS = "sync.race"   # ``ModuleContext.named_state`` key of the ``sync`` clocks
+CLUSTER_CLOCKS = "cluster.barrier.race"   # ... and of ``cluster_sync``'s
 SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory, 10x a GPU's
 
 
@@ -75,7 +77,7 @@ SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory,
 class RaceState:
     """The detector's layout in the sync arena, and the functions it emitted."""
 
-    threads: int                 # units (threads) per CTA
+    threads: int                 # units (threads) per cluster: a clock's entries
     granule: int                 # bytes of shared memory per shadow record
     shared_bytes: int
     clocks: int                  # offset of the units' vector clocks
@@ -100,18 +102,28 @@ def setup(mc) -> RaceState | None:
              if op.name == "alloc" and op.attrs["scope"] is MemScope.SHARED]
     if not sizes:
         return None
-    threads, granule = units.count, min(sizes)
+    threads, granule = units.scheduled, min(sizes)
     records = -(-shared_bytes // granule)
     if records * RECORD_BYTES > SHADOW_LIMIT:
         return None   # far more shared memory than any GPU has: run unchecked
-    clocks = mc.sync.reserve(threads * threads * 4, 64, "the race detector's clocks")
+    clocks = mc.sync.reserve(units.count * threads * 4, 64, "the race detector's clocks")
     shadow = mc.sync.reserve(records * RECORD_BYTES, 64, "the race detector's shadow memory")
     return RaceState(threads, granule, shared_bytes, clocks, shadow, spin_flags(kernel))
 
 
 # ----------------------------------------------------------------------------- clocks
-def _clock(em):
-    """Pointer to the current unit's vector clock."""
+def unit_id(em):
+    """The current unit's entry in the clocks: its thread in the CTA, after the threads of
+    the cluster's CTAs of lower rank (every CTA of a cluster runs together)."""
+    units, frame = em.mc.units, em.frame
+    if units.ctas == 1:
+        return frame.unit
+    rank = cluster_rank(em.b, frame.cta, em.mc.kernel)
+    return em.b.add(em.b.mul(rank, ir.Constant(I32, units.count)), frame.unit)
+
+
+def own_clock(em):
+    """Pointer to the current unit's vector clock (in its CTA's sync arena)."""
     race, b = em.mc.race, em.b
     offset = b.add(ir.Constant(I64, race.clocks),
                    b.mul(b.zext(em.frame.unit, I64), ir.Constant(I64, race.clock_bytes)))
@@ -123,7 +135,7 @@ def start(em) -> None:
     if em.mc.race is None:
         return
     b = em.b
-    own = b.gep(_clock(em), [em.frame.unit], source_etype=I32)
+    own = b.gep(own_clock(em), [unit_id(em)], source_etype=I32)
     b.store(ir.Constant(I32, 1), own)
 
 
@@ -131,12 +143,33 @@ def finish(em) -> None:
     """A unit at its end counts as arrived at every later ``sync`` (``CTX_ALIVE``): it
     releases what it did into the clock of the generation now collecting arrivals."""
     mc = em.mc
-    if mc.race is None or SYNC_CLOCKS not in mc.named_state:
+    if mc.race is None:
         return
     b = em.b
-    state = em.byte_ptr(em.frame.sync, mc.named_state["sync"])
-    generation = b.load(b.gep(state, [ir.Constant(I32, 1)], source_etype=I32), typ=I32)
-    release(em, _generation_clock(em, mc.named_state[SYNC_CLOCKS], None, generation))
+    for state, clocks in _rendezvous_at_end(em):
+        generation = b.load(b.gep(state, [ir.Constant(I32, 1)], source_etype=I32), typ=I32)
+        release(em, _generation_clock(em, clocks, None, generation, arena=state))
+
+
+def _rendezvous_at_end(em) -> list:
+    """(state, clocks) of the rendezvous a finished unit counts as arrived at: ``sync``,
+    and ``cluster_sync`` (its clocks lie after its state, in the cluster's own arena)."""
+    mc, found = em.mc, []
+    if SYNC_CLOCKS in mc.named_state:
+        state = em.byte_ptr(em.frame.sync, mc.named_state["sync"])
+        clocks = em.byte_ptr(em.frame.sync, mc.named_state[SYNC_CLOCKS])
+        found.append((state, clocks))
+    if CLUSTER_CLOCKS in mc.named_state:
+        state = cluster_state(em)
+        found.append((em.byte_ptr(state, mc.named_state["cluster.barrier"]),
+                      em.byte_ptr(state, mc.named_state[CLUSTER_CLOCKS])))
+    return found
+
+
+def cluster_state(em):
+    """The cluster's own arena (``ModuleContext.cluster_state``)."""
+    b = em.b
+    return b.load(ctx_peer(b, em.frame.ctx, PEER_CLUSTER, None, em.mc.units.ctas), typ=PTR)
 
 
 def reserve_clocks(mc, count: int) -> int | None:
@@ -145,23 +178,27 @@ def reserve_clocks(mc, count: int) -> int | None:
     return None if race is None else mc.sync.reserve(count * race.clock_bytes, 64)
 
 
-def clock_at(em, offset: int, index) -> ir.Value:
-    """Pointer to barrier clock ``index`` (an i64/i32 value or int) of those at ``offset``."""
+def clock_at(em, offset, index, arena=None) -> ir.Value:
+    """Pointer to barrier clock ``index`` (an i64/i32 value or int) of those at ``offset``
+    (an int, in ``arena``: the unit's sync arena by default; or a pointer)."""
     b, size = em.b, em.mc.race.clock_bytes
     index = ir.Constant(I64, index) if isinstance(index, int) else \
         (b.zext(index, I64) if index.type != I64 else index)
-    return em.byte_ptr(em.frame.sync, b.add(ir.Constant(I64, offset),
-                                            b.mul(index, ir.Constant(I64, size))))
+    scaled = b.mul(index, ir.Constant(I64, size))
+    if not isinstance(offset, int):
+        return em.byte_ptr(offset, scaled)
+    return em.byte_ptr(arena if arena is not None else em.frame.sync,
+                       b.add(ir.Constant(I64, offset), scaled))
 
 
 def release(em, barrier_clock) -> None:
     """``B = max(B, C_t); C_t[t] += 1``."""
-    em.b.call(_release_fn(em.mc), [_clock(em), barrier_clock, em.frame.unit])
+    em.b.call(_release_fn(em.mc), [own_clock(em), barrier_clock, unit_id(em)])
 
 
 def acquire(em, barrier_clock) -> None:
     """``C_t = max(C_t, B)``."""
-    em.b.call(_acquire_fn(em.mc), [_clock(em), barrier_clock])
+    em.b.call(_acquire_fn(em.mc), [own_clock(em), barrier_clock])
 
 
 def clear(em, barrier_clock) -> None:
@@ -170,14 +207,14 @@ def clear(em, barrier_clock) -> None:
                        ir.Constant(I64, em.mc.race.clock_bytes), ir.Constant(I1, 0)])
 
 
-def _generation_clock(em, offset: int, instance, generation, parity: int = 0):
+def _generation_clock(em, offset, instance, generation, parity: int = 0, arena=None):
     """The clock of rendezvous generation ``generation + parity`` (two per instance)."""
     b = em.b
     which = b.zext(b.and_(b.add(generation, ir.Constant(I32, parity)), ir.Constant(I32, 1)),
                    I64)
     pair = ir.Constant(I64, 0) if instance is None else b.mul(b.zext(instance, I64),
                                                               ir.Constant(I64, 2))
-    return clock_at(em, offset, b.add(pair, which))
+    return clock_at(em, offset, b.add(pair, which), arena)
 
 
 @dataclass
@@ -187,6 +224,7 @@ class Rendezvous:
     offset: int
     instance: ir.Value | None
     generation: ir.Value
+    arena: ir.Value | None = None   # where the clocks lie: the unit's sync arena by default
 
     @classmethod
     def make(cls, em, instances: int, instance, generation, key: str | None = None):
@@ -199,15 +237,28 @@ class Rendezvous:
             offset = reserve_clocks(mc, 2 * instances)
         return cls(offset, instance, generation)
 
+    @classmethod
+    def for_cluster(cls, em, generation):
+        """The clocks of ``cluster_sync``, in the cluster's own arena."""
+        mc = em.mc
+        if mc.race is None:
+            return None
+        offset = mc.cluster_state("barrier.race", 2 * mc.race.clock_bytes)
+        return cls(offset, None, generation, cluster_state(em))
+
+    def _clock(self, em, parity: int = 0):
+        return _generation_clock(em, self.offset, self.instance, self.generation, parity,
+                                 self.arena)
+
     def arrive(self, em) -> None:
-        release(em, _generation_clock(em, self.offset, self.instance, self.generation))
+        release(em, self._clock(em))
 
     def released(self, em) -> None:
         """At the release of this generation: clear the next one's clock."""
-        clear(em, _generation_clock(em, self.offset, self.instance, self.generation, 1))
+        clear(em, self._clock(em, 1))
 
     def depart(self, em) -> None:
-        acquire(em, _generation_clock(em, self.offset, self.instance, self.generation))
+        acquire(em, self._clock(em))
 
     def region_done(self, em) -> None:
         """The unit that ran a ``single`` region publishes what it did there."""
@@ -240,10 +291,11 @@ def check_access(em, op, ref, ptr, reads: bool = False) -> None:
         info["shape"] = list(ref.shape)   # row-major: the launcher names indices
     site = em.mc.add_site("race", op, **info)
     frame = em.frame
+    data, sync = ref.arenas or (frame.data, frame.sync)   # another CTA's, through tj.remote
     # Few instructions per access (SIMT binaries compile at O0): the call fills the error
     # record itself.
     failed = b.call(access_function(em.mc),
-                    [frame.err, frame.sync, frame.data, frame.unit, ptr, ref.ptr,
+                    [frame.err, sync, data, own_clock(em), unit_id(em), ptr, ref.ptr,
                      ir.Constant(I64, ref.dtype.itemsize), ir.Constant(I32, site),
                      ir.Constant(I32, kind)])
     go_on = b.append_basic_block("race.ok")
@@ -291,16 +343,18 @@ def _acquire_fn(mc) -> ir.Function:
 
 
 def access_function(mc) -> ir.Function:
-    """``i1 tj.race.access(err, sync, data, unit, ptr, base, itemsize, site, kind)``: check
-    and record the access of the element at ``ptr`` (of the buffer at ``base``); on a race
+    """``i1 tj.race.access(err, sync, data, clock, unit, ptr, base, itemsize, site, kind)``:
+    check and record the access of the element at ``ptr`` (of the buffer at ``base``, in
+    the shared memory ``data`` whose shadow lies in ``sync``: the arenas of the CTA that
+    holds it) by ``unit`` (its entry in the clocks) whose clock is at ``clock``; on a race
     fill the error record (``abi.RACE``: the other unit, its site, what it did, the element)
     and return true (the access is then not recorded)."""
     fn, b, new = _function(mc, "tj.race.access", I1,
-                           [PTR, PTR, PTR, I32, PTR, PTR, I64, I32, I32])
+                           [PTR, PTR, PTR, PTR, I32, PTR, PTR, I64, I32, I32])
     if not new:
         return fn
     race = mc.race
-    err, sync, data, unit, ptr, base, itemsize, site, kind = fn.args
+    err, sync, data, clock, unit, ptr, base, itemsize, site, kind = fn.args
     byte = b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(data, I64))
     check = fn.append_basic_block("check")
     outside = fn.append_basic_block("outside")   # shared buffers the plan has not placed
@@ -311,9 +365,6 @@ def access_function(mc) -> ir.Function:
     slot = b.udiv(byte, ir.Constant(I64, race.granule))
     record = b.gep(sync, [b.add(ir.Constant(I64, race.shadow),
                                 b.mul(slot, ir.Constant(I64, RECORD_BYTES)))], source_etype=I8)
-    clock = b.gep(sync, [b.add(ir.Constant(I64, race.clocks),
-                               b.mul(b.zext(unit, I64), ir.Constant(I64, race.clock_bytes)))],
-                  source_etype=I8)
     me = b.add(unit, ir.Constant(I32, 1))
 
     def field_ptr(index):

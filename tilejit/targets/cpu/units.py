@@ -19,7 +19,9 @@ with an ``elect`` filter and no results: the unit then runs the then-branch for 
 elected lane and the else-branch for the others. Any other use makes G = thread.
 
 How units run is in ``frames``: one unit per CTA is a plain function, several are
-coroutines resumed by a per-CTA scheduler.
+coroutines resumed by a per-CTA scheduler. The CTAs of a cluster (``ctas`` > 1) run
+together: one scheduler resumes the units of all of them, so that a cluster barrier and
+one CTA waiting on another's shared memory work as on a GPU.
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ def _is_elect_branch(user: Operation, value) -> bool:
 class UnitModel:
     kind: TeamKind
     num_warps: int
+    ctas: int = 1     # CTAs run together: the kernel's cluster (its barrier needs them all)
 
     @classmethod
     def for_kernel(cls, kernel: KernelIR, forced: TeamKind | None) -> UnitModel:
@@ -80,7 +83,8 @@ class UnitModel:
         if forced is not None and forced > natural:
             raise CompilationError(f"cannot simulate this kernel with {forced} units: its "
                                    f"native code differs between {natural}s", kernel.loc)
-        return cls(forced or natural, kernel.attrs["num_warps"])
+        return cls(forced or natural, kernel.attrs["num_warps"],
+                   math.prod(kernel.attrs["cluster"]))
 
     def instances(self, team: TeamKind) -> int:
         """Team instances of kind ``team`` in one CTA."""
@@ -95,8 +99,13 @@ class UnitModel:
         return self.instances(self.kind)
 
     @property
+    def scheduled(self) -> int:
+        """Units run together: those of every CTA of a cluster."""
+        return self.count * self.ctas
+
+    @property
     def coroutine(self) -> bool:
-        return self.count > 1
+        return self.scheduled > 1
 
     def units_per_team(self, team: TeamKind) -> int:
         """Units forming one team instance of ``team`` (1 when units are that coarse)."""

@@ -40,7 +40,7 @@ CLUSTER_MIN_SM = 90   # thread-block clusters arrived with Hopper
 PURE = frozenset({"const", "binary", "cmp", "unary", "select", "cast", "thread_index",
                   "buffer_dim", "buffer_stride", "view", "region", "alloc", "load_at", "load",
                   "load_vec_at", "alloc_barrier", "warp_shuffle", "elect_sync",
-                  "packed_binary", "packed_unary", "packed_cast"})
+                  "packed_binary", "packed_unary", "packed_cast", "cluster_map"})
 
 
 def live_ops(kernel: KernelIR, checks: bool = False) -> set[int]:
@@ -528,3 +528,7 @@ HANDLERS.update(emit_tma.HANDLERS)
 from . import emit_wgmma  # noqa: E402  (Hopper wgmma)
 
 HANDLERS.update(emit_wgmma.HANDLERS)
+
+from . import emit_cluster  # noqa: E402  (cluster barrier, distributed shared memory)
+
+HANDLERS.update(emit_cluster.HANDLERS)

@@ -153,6 +153,30 @@ TJ_DEVICE void tj_mbarrier_arrive(unsigned long long* bar) {
                :: "r"(tj_smem_addr(bar)) : "memory");
 }
 #if __CUDA_ARCH__ >= 900
+// Thread-block clusters: the CTA's place in its cluster, from the special registers.
+#define TJ_SPECIAL_REGISTER(name, reg) \
+  TJ_DEVICE int name() { unsigned r; asm("mov.u32 %0, %%" reg ";" : "=r"(r)); return (int)r; }
+TJ_SPECIAL_REGISTER(tj_cluster_ctarank, "cluster_ctarank")
+TJ_SPECIAL_REGISTER(tj_cluster_ctaid_x, "cluster_ctaid.x")
+TJ_SPECIAL_REGISTER(tj_cluster_ctaid_y, "cluster_ctaid.y")
+TJ_SPECIAL_REGISTER(tj_cluster_ctaid_z, "cluster_ctaid.z")
+// Distributed shared memory: p (this CTA's shared memory) at the same offset in the CTA of
+// `rank`, as a generic address (ld / st reach it) or a shared::cluster one (mbarriers).
+template <typename T> TJ_DEVICE T* tj_mapa(T* p, int rank) {
+  unsigned long long out;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(out) : "l"(p), "r"(rank));
+  return reinterpret_cast<T*>(out);
+}
+TJ_DEVICE unsigned tj_mapa_shared(const void* p, int rank) {
+  unsigned out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(out) : "r"(tj_smem_addr(p)), "r"(rank));
+  return out;
+}
+TJ_DEVICE void tj_mbarrier_arrive_cluster(unsigned remote) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];"
+               :: "r"(remote) : "memory");
+}
 TJ_DEVICE void tj_mbarrier_expect_tx(unsigned long long* bar, int bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
                :: "r"(tj_smem_addr(bar)), "r"(bytes) : "memory");

@@ -261,8 +261,9 @@ THREAD_INDEX = {
     "lane_id": "(int)(threadIdx.x & 31)", "thread_id": "(int)threadIdx.x",
     "warp_id": "(int)(threadIdx.x >> 5)", "warp_id_in_wg": "(int)((threadIdx.x >> 5) & 3)",
     "warpgroup_id": "(int)(threadIdx.x >> 7)",
-    "cta_id_in_cluster": "(int)(blockIdx.{d} % {cluster}u)",
+    "cta_id_in_cluster": "tj_cluster_ctaid_{d}()", "cta_rank_in_cluster": "tj_cluster_ctarank()",
 }
+CLUSTER_INDEX_MIN_SM = 90   # the %cluster_* special registers; before, a cluster is one CTA
 
 
 def print_thread_index(p: CudaPrinter, op: Operation) -> None:
@@ -270,8 +271,10 @@ def print_thread_index(p: CudaPrinter, op: Operation) -> None:
     if kind == "num_threads":
         p.names[op.result] = str(32 * p.num_warps)
         return
-    cluster = p.kernel.attrs["cluster"][dim]
-    p.define(op.result, THREAD_INDEX[kind].format(d=_DIMS[dim], cluster=cluster),
+    if kind in ("cta_id_in_cluster", "cta_rank_in_cluster") and p.sm < CLUSTER_INDEX_MIN_SM:
+        p.names[op.result] = "0"   # clusters are refused there: each CTA is its own
+        return
+    p.define(op.result, THREAD_INDEX[kind].format(d=_DIMS[dim]),
              hint_from=op.result if op.result.name_hint else None)
 
 

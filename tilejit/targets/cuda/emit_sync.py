@@ -20,6 +20,7 @@ from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.ir.types import MemScope, TeamKind, bf16, f16, f32, f64, i32, i64, u32, u64
 
 from .emit import CudaPrinter, element
+from .emit_cluster import remote_barrier
 from .emit_scalar import C_TYPES, NARROW_FLOATS, narrow, wide
 
 __all__ = ["HANDLERS"]
@@ -129,6 +130,10 @@ def print_mbarrier_init(p: CudaPrinter, op: Operation) -> None:
 
 
 def print_mbarrier_arrive(p: CudaPrinter, op: Operation) -> None:
+    remote = remote_barrier(p, op)
+    if remote is not None:
+        p.emit(f"tj_mbarrier_arrive_cluster({remote});")
+        return
     p.emit(f"tj_mbarrier_arrive({_barrier(p, op)});")
 
 
@@ -168,6 +173,8 @@ def _space(p: CudaPrinter, op: Operation) -> tuple[str, str]:
     """(PTX state space, address operand) of a flat atomic's element."""
     buf = op.operands[0]
     ref = f"&{element(p, op)}"
+    if getattr(buf.owner, "name", None) == "cluster_map":   # a generic address (mapa)
+        return "", f'"l"({ref})'
     if buf.type.scope is MemScope.SHARED:
         return ".shared::cta", f'"r"(tj_smem_addr({ref}))'
     return ".global", f'"l"({ref})'

@@ -1,7 +1,9 @@
 """The cuda printer's TMA copies (``ir/ops_tma.py``) as inline PTX, sm_90 on.
 
 * ``tma_load_at`` is ``cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx
-  ::bytes [dst], [map, {coords}], [bar];`` (the box's bytes complete on the mbarrier);
+  ::bytes [dst], [map, {coords}], [bar];`` (the box's bytes complete on the mbarrier), with
+  ``multicast`` ``...::bytes.multicast::cluster [dst], [map, {coords}], [bar], mask;`` (a
+  16-bit ``ctaMask``: the box and its completion land in each CTA of the mask);
 * ``tma_store_at`` is ``cp.async.bulk.tensor.Nd.global.shared::cta.bulk_group [map,
   {coords}], [src];``;
 * ``bulk_commit`` / ``bulk_wait {pending = N, read}`` are ``cp.async.bulk.commit_group;`` /
@@ -16,8 +18,10 @@ for the launcher, which encodes them from the tensor argument (``tensor_map``).
 from __future__ import annotations
 
 from tilejit.ir.core import Operation
+from tilejit.ir.ops_tma import multicast_ranks
 
 from .emit import CudaPrinter
+from .emit_cluster import check_ranks
 from .emit_async import _needs
 
 __all__ = ["HANDLERS", "MIN_SM"]
@@ -53,10 +57,15 @@ def print_tma_load_at(p: CudaPrinter, op: Operation) -> None:
     dst, dst_offset, src, bar, index, *coords = op.operands
     nd, place, operands = _tensor(p, op, src, coords)
     bar_operand = f"%{2 + len(coords)}"
+    mask = op.attrs["multicast"]
+    check_ranks(p, op, multicast_ranks(op), f"multicast={mask:#x}")
+    multicast, mask_operand = ("", "") if not mask else \
+        (".multicast::cluster", f", %{3 + len(coords)}")
+    mask_value = f', "h"((unsigned short){mask:#x})' if mask else ""
     p.emit(f'asm volatile("cp.async.bulk.tensor.{nd}.shared::cluster.global.mbarrier::'
-           f'complete_tx::bytes [%0], {place}, [{bar_operand}];" :: '
+           f'complete_tx::bytes{multicast} [%0], {place}, [{bar_operand}]{mask_operand};" :: '
            f'"r"(tj_smem_addr(&{p[dst]}[{p[dst_offset]}])), ' + ", ".join(operands)
-           + f', "r"(tj_smem_addr(&{p[bar]}[{p[index]}])) : "memory");')
+           + f', "r"(tj_smem_addr(&{p[bar]}[{p[index]}])){mask_value} : "memory");')
 
 
 def print_tma_store_at(p: CudaPrinter, op: Operation) -> None:

@@ -48,3 +48,21 @@ def test_other_axes_and_dtypes_fall_back_to_the_tree_with_reasons():
         assert record.rule == "tree" and record.fallback
         assert "not src's innermost dim" in dict(record.rejected)["lanes"]
     torch.testing.assert_close(out, x.sum(0, keepdim=True), rtol=1e-5, atol=1e-5)
+
+
+def test_a_long_row_reduce_stays_a_loop_so_no_vector_is_spilled():
+    """Unrolled, each reduce over a 1000-float row read in place loaded 63 vectors that
+    LLVM then shared with the next pass over the row (the same loads): more values than
+    registers, spilled to the stack and read back, and the spill stores queued behind the
+    row's stores to ``out`` when those miss the cache (layer norm 4096 x 1000 on one core:
+    1.9 ms unrolled, 1.5 as a loop, BENCHMARKS.md). Kept a loop, each pass loads again
+    from L1."""
+    from rule_kernels import host_assembly
+
+    from tilejit.examples.kernels import layer_norm
+    x, weight, bias, out = torch.randn(8, 1000), torch.randn(1000), torch.randn(1000), \
+        torch.empty(8, 1000)
+    compiled = layer_norm.warmup(x, weight, bias, out, 1e-5, N=1000, BM=1, BLOCK=1000)
+    stack_vectors = [line for line in host_assembly(compiled).splitlines()
+                     if "mm" in line and "(%rsp)" in line]
+    assert len(stack_vectors) < 40, f"{len(stack_vectors)} vector stack accesses"

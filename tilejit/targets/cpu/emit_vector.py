@@ -469,7 +469,10 @@ def emit_row_reduce(em, op):
             seen = nan_seen(seen, x)
         return [*out, seen]
 
-    *accs, seen = _counted(em, trips, [identity] * _REDUCE_ACCUMULATORS + [no_nan], step)
+    # Not unrolled: unrolled, a long row's loads would be shared with the next pass over
+    # the same row (softmax, layer norm), more vectors than registers, spilled.
+    *accs, seen = _counted(em, trips, [identity] * _REDUCE_ACCUMULATORS + [no_nan], step,
+                           unroll=1)
     done, u = trips * group, 0
     while rest > 0:  # whole vectors, then a masked one, into the accumulators in turn
         count = min(lanes, rest)

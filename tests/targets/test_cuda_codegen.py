@@ -876,6 +876,26 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     assert compiled.module._functions == {}    # loading touched no driver
 
 
+@needs_nvrtc
+@needs_address_lowering
+def test_matmul_edge_copies_print_no_division(fresh_cache):
+    """The example f16 GEMM's A and B copies at the tensors' ragged edges: one rolled loop
+    each with a constant bound and a check per element, no division by a run-time extent
+    (they were most of NVRTC's time, BENCHMARKS.md); the kernel divides nowhere."""
+    from tilejit.examples import kernels as K
+    f16 = lambda: _spec(1024, 1024, dtype=tj.float16)   # noqa: E731
+    compiled = K.matmul.compile(f16(), f16(), _spec(1024, 1024), BM=64, BN=64, BK=32,
+                                target="cuda", arch="sm_90a")
+    lines = body_lines(compiled.asm["cuda"])
+    copies = [i for i, line in enumerate(lines) if line == "#pragma unroll 1"]
+    assert len(copies) == 2   # A's tile (64 x 32) and B's (32 x 64): 256 chunks of 8 each
+    assert all(re.fullmatch(r"for \(int \w+ = v\d+; \w+ < 256; \w+ \+= 128\) \{",
+                            lines[i + 1]) for i in copies)
+    assert not any(re.search(r"tj_(floordiv|mod)\(", line) for line in lines)
+    assert not re.search(r"\b(div|rem)\.", compiled.asm["ptx"])
+    assert compiled.metadata["spill_bytes"] == 0 and compiled.metadata["stack_frame_bytes"] == 0
+
+
 SHARED_OVER_THREADS = TileLayout.parse("(2,1,4,1):(2@m,1@warpid,-1@tid_in_wg,1@warpid) "
                                        "+ 3@tid_in_wg")
 

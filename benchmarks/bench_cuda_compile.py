@@ -6,10 +6,11 @@ tilejit: ``matmul.compile(..., target="cuda", arch="sm_90a")`` from TensorSpecs 
 cache ignored (frontend, passes, printing, NVRTC to PTX and CUBIN). Triton:
 ``triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`` into a fresh cache
 directory each time (TTIR, TTGIR, LLVM IR, PTX, ptxas to CUBIN). One compile of each warms
-the process up first (imports, LLVM and NVRTC initialisation); the figure is the median of
-``--repeat``. The two kernels are the same problem (C = A @ B, f32 accumulation, 64x64
-tiles, K steps of 32, masked edges), written each in its own language; they are not the
-same code. With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma``
+the process up first (imports, LLVM and NVRTC initialisation); then the two compile in turn
+``--repeat`` times (so that the load of a shared machine weighs on both alike) and each
+figure is the median of its runs. The two kernels are the same problem (C = A @ B, f32
+accumulation, 64x64 tiles, K steps of 32, masked edges), written each in its own language;
+they are not the same code. With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma``
 family over register-resident accumulators while Triton's ``tl.dot`` uses tf32 tensor
 cores; with ``--dtype float16`` both use the tensor cores (tilejit's ``mma`` family).
 
@@ -45,15 +46,11 @@ GOAL = 0.5
 BM, BN, BK = 64, 64, 32
 
 
-def tilejit_seconds(repeat: int, dtype: str) -> float:
+def tilejit_compile(dtype: str):
+    """A function that compiles tilejit's kernel once, every cache ignored."""
     operands = _operands(dtype)
     knobs.always_compile = True
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        matmul.compile(*operands, BM=BM, BN=BN, BK=BK, target="cuda", arch="sm_90a")
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return lambda: matmul.compile(*operands, BM=BM, BN=BN, BK=BK, target="cuda", arch="sm_90a")
 
 
 def _operands(dtype: str):
@@ -141,7 +138,9 @@ def triton_matmul():
     return mm
 
 
-def triton_seconds(repeat: int, dtype: str) -> float | None:
+def triton_compile(dtype: str):
+    """A function that compiles Triton's kernel once into a fresh cache directory; None
+    without Triton."""
     try:
         import triton
         from triton.backends.compiler import GPUTarget
@@ -154,14 +153,24 @@ def triton_seconds(repeat: int, dtype: str) -> float | None:
                  **{name: "i32" for name in ("M", "N", "K", "sam", "sak", "sbk", "sbn",
                                              "scm", "scn")},
                  **{name: "constexpr" for name in ("TM", "TN", "TK")}}
-    times = []
-    for _ in range(repeat):
+
+    def compile_once():
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-triton-")
         source = ASTSource(kernel, signature, constexprs={"TM": BM, "TN": BN, "TK": BK})
-        start = time.perf_counter()
         triton.compile(source, target=GPUTarget("cuda", 90, 32))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return compile_once
+
+
+def interleaved_seconds(compilers: list, repeat: int) -> list[float]:
+    """The median seconds of each compile function, run in turn ``repeat`` times: on a
+    shared machine a change of load then weighs on both sides alike."""
+    times: list[list[float]] = [[] for _ in compilers]
+    for _ in range(repeat):
+        for compile_once, spent in zip(compilers, times):
+            start = time.perf_counter()
+            compile_once()
+            spent.append(time.perf_counter() - start)
+    return [statistics.median(spent) for spent in times]
 
 
 def main() -> None:
@@ -172,18 +181,21 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true",
                         help="also time the parts of one compile (passes, verifier, NVRTC)")
     args = parser.parse_args()
-    tilejit_seconds(1, args.dtype)       # warm-up
-    triton_seconds(1, args.dtype)
-    ours = tilejit_seconds(args.repeat, args.dtype)
-    theirs = triton_seconds(args.repeat, args.dtype)
-    print(f"{args.dtype} operands")
+    compilers = [tilejit_compile(args.dtype), triton_compile(args.dtype)]
+    compilers = [c for c in compilers if c is not None]
+    interleaved_seconds(compilers, 1)       # warm-up
+    load = os.getloadavg()[0]
+    ours, *theirs = interleaved_seconds(compilers, args.repeat)
+    print(f"{args.dtype} operands; load average {load:.2f} -> {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} CPUs)")
     print(f"tilejit matmul -> sm_90a cubin: {ours * 1e3:8.1f} ms (median of {args.repeat})")
-    if theirs is None:
+    if not theirs:
         print("triton is not installed here: no comparison (see the module docstring)")
     else:
-        ratio = ours / theirs
+        ratio = ours / theirs[0]
         verdict = "met" if ratio <= GOAL else "NOT met"
-        print(f"triton  matmul -> sm_90a cubin: {theirs * 1e3:8.1f} ms (median of {args.repeat})")
+        print(f"triton  matmul -> sm_90a cubin: {theirs[0] * 1e3:8.1f} ms (median of "
+              f"{args.repeat}, interleaved with tilejit's)")
         print(f"ratio {ratio:.2f} (goal <= {GOAL}: {verdict})")
     if args.breakdown:
         breakdown(args.repeat, args.dtype)

@@ -178,6 +178,32 @@ def test_per_thread_cyclic_split_over_a_warp():
     assert re.search(r"%(\w+) = const \{value = 32\} : i32(.*\n)*\s*for\(%\w+, %\w+, %\1\)", str(k))
 
 
+def test_per_thread_masked_load_is_one_static_box_of_checked_elements():
+    """A cyclic copy from a tensor that may end inside the tile: one loop over the tile's
+    chunks with a constant bound, each element loaded under its check (else the fill),
+    instead of full, tail and remainder boxes with run-time trip counts and divisions."""
+    k, (rec,) = lowered(load_tile((64, 32)), SIMT)
+    assert (rec.rule, rec.shape, rec.distribution) == ("vector", (4,), "cyclic over 32 threads")
+    assert skeleton(k) == nest("""
+        thread_index lane_id
+        buffer_dim
+        buffer_dim
+        for unroll=1
+          for unroll=4
+            if
+              load
+            store
+        """)
+    text = str(k)
+    # 64 x 32 elements in chunks of 4: 512 chunks, a thread's every 32nd
+    assert re.search(r"%(\w+) = const \{value = 512\} : i32(.*\n)*\s*for\(%\w+, %\1, %\w+\)",
+                     text)
+    divisors = re.findall(r"binary\(%\w+, %(\w+)\) \{op = (?:floordiv|mod)\}", text)
+    constants = set(re.findall(r"%(\w+) = const \{value = \d+\} : i32", text))
+    assert divisors and set(divisors) <= constants     # row and chunk of the tile: constants
+    assert "const {value = 0.0} : f32" in text          # what a missing element reads as
+
+
 def test_per_thread_owned_rows_follow_the_fragment_layout():
     rows = TileLayout.parse("(32,8):(1@laneid,1@m)")
 

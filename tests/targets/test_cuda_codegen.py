@@ -699,6 +699,61 @@ def test_printed_integer_arithmetic_wraps_as_on_the_cpu(tmp_path):
                 assert [int(v) for v in next(out).split()] == want, (bits, x, y)
 
 
+# (type, C type, bits, signed, values): dividends at the edges of each type.
+POWER_OF_TWO = [("i32", "int", 32, True, [0, 1, -1, 7, -7, 8, -8, 2**31 - 1, -2**31]),
+                ("i8", "signed char", 8, True, [0, 5, -5, 127, -128]),
+                ("u32", "unsigned int", 32, False, [0, 7, 2**32 - 1])]
+
+
+def power_of_two_kernel():
+    """floordiv and mod of i32, i8 and u32 by 2, 8 and 16 (and by 3: the helpers)."""
+    lines, params = [], []
+    for t, _, _, _, _ in POWER_OF_TWO:
+        params.append(f"%a_{t}: {t}, %out_{t}: buffer<global, {t}, [?], strides=[1]>")
+        for k, d in enumerate((2, 8, 16, 3)):
+            lines.append(f"%d{d}_{t} = const {{value = {d}}} : {t}")
+            for j, name in enumerate(("floordiv", "mod")):
+                lines.append(f"%{name}{d}_{t} = binary(%a_{t}, %d{d}_{t}) {{op = {name}}} : {t}")
+                lines.append(f"%at{d}{name}_{t} = const {{value = {2 * k + j}}} : i32")
+                lines.append(f"store_at(%out_{t}, %{name}{d}_{t}, %at{d}{name}_{t})")
+    return kernel("power_of_two", ", ".join(params),
+                  "\n".join(f"{line} loc(2:4)" for line in lines))
+
+
+@needs_gxx
+def test_floordiv_and_mod_by_a_power_of_two_print_as_shift_and_mask(tmp_path):
+    """Python's // and % by a constant 2**k print as an arithmetic shift and a mask (no
+    division for NVVM to simplify: the layouts' index math is full of them), and compute
+    what the CPU does for negative dividends, the type's minimum and narrow types; by 3
+    they stay the helpers."""
+    source, _ = print_cuda(power_of_two_kernel(), "sm_90a")
+    printed = dict(re.findall(r"const (?:int|signed char|unsigned int) (\w+) = (.+);",
+                              "\n".join(body_lines(source))))
+    assert printed["floordiv8_i32"] == "(a_i32 >> 3)" and printed["mod16_i32"] == "(a_i32 & 15)"
+    assert printed["floordiv2_i8"] == "(signed char)(a_i8 >> 1)"
+    assert printed["floordiv3_i32"].startswith("tj_floordiv(")
+    code = []
+    for t, c_type, _, _, values in POWER_OF_TWO:
+        body = ", ".join(f"(long long){name}{d}_{t}" for d in (2, 8, 16, 3)
+                         for name in ("floordiv", "mod"))
+        defs = " ".join(f"const {c_type} {name}{d}_{t} = {printed[f'{name}{d}_{t}']};"
+                        for d in (2, 8, 16, 3) for name in ("floordiv", "mod"))
+        listing = ", ".join(f"{v}LL" for v in values)
+        code.append(f"void run_{t}() {{\n  for (long long x : {{{listing}}}) {{\n"
+                    f"    const {c_type} a_{t} = ({c_type})x; {defs}\n"
+                    f"    const long long got[] = {{{body}}};\n"
+                    f"    for (long long g : got) printf(\"%lld \", g);\n"
+                    f"    printf(\"\\n\");\n  }}\n}}")
+    code.append("int main() { " + " ".join(f"run_{t}();" for t, *_ in POWER_OF_TWO)
+                + " return 0; }")
+    out = _run_on_host(tmp_path, "\n".join(code) + "\n")
+    for _, _, bits, signed, values in POWER_OF_TWO:
+        for x in values:
+            want = [_py_int(op, x, d, bits=bits, signed=signed) for d in (2, 8, 16, 3)
+                    for op in ("floordiv", "mod")]
+            assert [int(v) for v in next(out).split()] == want, (bits, x)
+
+
 # --------------------------------------------------------------------------- backend
 def test_backend_arch_and_stages():
     backend = get_backend("cuda")
@@ -819,6 +874,26 @@ def test_examples_compile_for_cuda_without_a_gpu(name, arch, fresh_cache):
     if name in ("row_softmax", "layer_norm"):   # row reductions: warp shuffles
         assert "shfl.sync.bfly" in ptx
     assert compiled.module._functions == {}    # loading touched no driver
+
+
+@needs_nvrtc
+@needs_address_lowering
+def test_matmul_edge_copies_print_no_division(fresh_cache):
+    """The example f16 GEMM's A and B copies at the tensors' ragged edges: one rolled loop
+    each with a constant bound and a check per element, no division by a run-time extent
+    (they were most of NVRTC's time, BENCHMARKS.md); the kernel divides nowhere."""
+    from tilejit.examples import kernels as K
+    f16 = lambda: _spec(1024, 1024, dtype=tj.float16)   # noqa: E731
+    compiled = K.matmul.compile(f16(), f16(), _spec(1024, 1024), BM=64, BN=64, BK=32,
+                                target="cuda", arch="sm_90a")
+    lines = body_lines(compiled.asm["cuda"])
+    copies = [i for i, line in enumerate(lines) if line == "#pragma unroll 1"]
+    assert len(copies) == 2   # A's tile (64 x 32) and B's (32 x 64): 256 chunks of 8 each
+    assert all(re.fullmatch(r"for \(int \w+ = v\d+; \w+ < 256; \w+ \+= 128\) \{",
+                            lines[i + 1]) for i in copies)
+    assert not any(re.search(r"tj_(floordiv|mod)\(", line) for line in lines)
+    assert not re.search(r"\b(div|rem)\.", compiled.asm["ptx"])
+    assert compiled.metadata["spill_bytes"] == 0 and compiled.metadata["stack_frame_bytes"] == 0
 
 
 SHARED_OVER_THREADS = TileLayout.parse("(2,1,4,1):(2@m,1@warpid,-1@tid_in_wg,1@warpid) "

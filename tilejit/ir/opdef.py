@@ -105,6 +105,11 @@ class OpDef:
         last = self.operands[-1] if self.operands else None
         return last if last is not None and last.variadic else None
 
+    @functools.cached_property
+    def operand_tests(self) -> tuple:
+        """Each operand spec's constraint test, in order (a variadic one last)."""
+        return tuple(CONSTRAINTS[s.constraint][1] for s in self.operands)
+
     def operand_spec(self, index: int) -> OperandSpec:
         fixed = self.fixed_operands
         return fixed[index] if index < len(fixed) else self.variadic
@@ -116,11 +121,12 @@ class OpDef:
         if count < len(fixed) or (count > len(fixed) and self.variadic is None):
             wanted = ", ".join(("*" if s.variadic else "") + s.name for s in self.operands)
             raise OpDefError(f"{self.name} takes ({wanted}), got {count} operand(s)")
+        tests, last = self.operand_tests, len(fixed)   # past the fixed ones: the variadic
         for index, t in enumerate(operand_types):
-            spec = self.operand_spec(index)
-            what, accepts = CONSTRAINTS[spec.constraint]
-            if not accepts(t):
-                raise OpDefError(f"operand {spec.name!r} of {self.name} must be {what}, got {t}")
+            if not tests[min(index, last)](t):
+                spec = self.operand_spec(index)
+                raise OpDefError(f"operand {spec.name!r} of {self.name} must be "
+                                 f"{CONSTRAINTS[spec.constraint][0]}, got {t}")
         try:
             full_attrs = check_attrs(self.attrs, dict(attrs or {}), self.name)
         except AttrError as err:

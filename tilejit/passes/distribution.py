@@ -46,9 +46,12 @@ class Distribution:
 
     ``splits_boxes``: any box can be visited (so a domain may be split into full and
     remainder boxes); False when the placement of one operand decides who visits what.
+    ``checks_chunks``: a static domain that may run past a tensor's end is better visited
+    as one box of checked elements than split (:meth:`Emitter.pieces`).
     """
 
     splits_boxes = True
+    checks_chunks = False
 
     def emit(self, em: Emitter, items) -> None:
         raise NotImplementedError
@@ -65,6 +68,7 @@ class Uniform(Distribution):
 @dataclass(frozen=True)
 class Cyclic(Distribution):
     team_size: int
+    checks_chunks = True
 
     def emit(self, em: Emitter, items) -> None:
         for box, body in items:
@@ -86,7 +90,7 @@ class Cyclic(Distribution):
                 e = e if d == 0 else em.floordiv(e, counts[d])
                 idx[d] = em.add(box.lo[d], em.mul(q, box.step[d]))
             body(idx)
-        em.loop(t, total, self.team_size, visit)
+        em.loop(t, total, self.team_size, visit, unroll=box.unroll)
 
     def __str__(self) -> str:
         return f"cyclic over {self.team_size} threads"

@@ -49,6 +49,7 @@ class Box:
     lo: tuple
     hi: tuple
     step: tuple
+    unroll: int | None = None  # how many instances a loop over them unrolls (None: any)
 
     @classmethod
     def full(cls, shape) -> Box:
@@ -320,10 +321,20 @@ class Emitter:
         boxes (inside the destination's valid box, outside the full box) access it with
         checks (``checked``), except the sources known to be out of bounds there
         (``outside``: the only run-time bound of that dim), which read the fill value.
+        A distribution that ``checks_chunks`` gets one box of checked elements instead.
         """
         if not self.dist.splits_boxes:  # the layout decides who visits what: one box
             any_oob = dst.may_oob or any(s.may_oob for s in srcs)
             return [(Box.full(domain), any_oob, frozenset())]
+        if self.dist.checks_chunks and (dst.may_oob or any(s.may_oob for s in srcs)) \
+                and all(isinstance(n, int) for n in domain) and domain[-1] % inst[-1] == 0:
+            # One static box, each element checked: a GPU thread's chunk of a tile at a
+            # tensor's ragged edge costs a compare or two, where full and remainder boxes
+            # cost run-time trip counts and a division per element (about half of NVRTC's
+            # time for the example GEMM, BENCHMARKS.md). Its loop stays rolled, as the
+            # full box's run-time one was: unrolled, the f32 GEMM spilled on sm_80.
+            return [(Box((0,) * len(domain), tuple(domain), tuple(inst), unroll=1), True,
+                     frozenset())]
         store, _ = self.domain_limit([dst], domain)
         full, bounded_by = self.domain_limit([dst, *srcs], domain)
         width, rank = inst[-1], len(domain)

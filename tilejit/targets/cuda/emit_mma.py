@@ -78,6 +78,7 @@ def print_ldmatrix_at(p: CudaPrinter, op: Operation) -> None:
     for i, result in enumerate(op.results):
         half = f"({registers[i // 2]} >> 16)" if i % 2 else registers[i // 2]
         p.define(result, f"tj_from_bits<{element}>((unsigned short)({half} & 0xFFFFu))")
+        p.halves[result] = (registers[i // 2], i % 2)
 
 
 def print_stmatrix_at(p: CudaPrinter, op: Operation) -> None:

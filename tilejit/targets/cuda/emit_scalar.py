@@ -141,6 +141,10 @@ def packed_words(p: CudaPrinter, values) -> list[str]:
     words = []
     for first in range(0, len(values), per_word):
         word = values[first:first + per_word]
+        register = p.halves.get(word[0], (None,))[0]
+        if register and [p.halves.get(v) for v in word] == [(register, 0), (register, 1)]:
+            words.append(register)  # the two halves of one register, in place
+            continue
         higher = [f"(unsigned)tj_bits({p[v]}) << {bits * i}" for i, v in enumerate(word) if i]
         words.append("(" + " | ".join([*reversed(higher), f"tj_bits({p[word[0]]})"]) + ")")
     return words
@@ -155,13 +159,32 @@ def print_binary(p: CudaPrinter, op: Operation) -> None:
         p.define(op.result, narrow(expr, t))
         return
     a, b = p[lhs], p[rhs]
+    shift = _power_of_two(rhs) if name in ("floordiv", "mod") and t != i1 else None
     if t == i1 and name in BOOL_BINARY:
         expr = f"bool({BOOL_BINARY[name].format(a=a, b=b)})"
+    elif shift is not None:
+        # Python's // and % by 2**k are exactly an arithmetic shift and a mask (the
+        # quotient rounds toward -inf, the remainder is positive): the index math of
+        # layouts, printed so that NVVM has no division to simplify.
+        expr = f"({a} >> {shift})" if name == "floordiv" else f"({a} & {(1 << shift) - 1})"
+        if t.bits < 32:
+            expr = f"({C_TYPES[t]}){expr}"
     else:
         expr = INT_BINARY[name].format(a=a, b=b, bits=t.bits)
         if t.bits < 32 and name in ("and", "or", "xor"):
             expr = f"({C_TYPES[t]})({expr})"
     p.define(op.result, expr)
+
+
+def _power_of_two(value: Value) -> int | None:
+    """k where ``value`` is the constant 2**k (k >= 1), else None."""
+    owner = value.owner
+    constant = owner.attrs["value"] if isinstance(owner, Operation) and owner.name == "const" \
+        else None
+    if isinstance(constant, bool) or not isinstance(constant, int) or constant < 2 \
+            or constant & (constant - 1):
+        return None
+    return constant.bit_length() - 1
 
 
 CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -18,9 +18,11 @@
 #   3. scripts/gpu_bench.py: vector add and row softmax against the device's copy bandwidth,
 #      the matmul against torch.matmul (CUDA events, best of N), in a table of its own;
 #   3b. benchmarks/bench_cuda_launch.py: host µs per cache-hit launch of a 3-tensor kernel;
+#   3c. benchmarks/bench_hopper_attention.py: the Hopper attention forward against sdpa's
+#      flash backend at seq 4k and 16k (bench_hopper_attention.json, table in gpu_attention.log);
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
-#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_notebook.log, and the
+#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_attention.log, gpu_notebook.log, and the
 #   benchmark's gpu_bench.json / gpu_bench.md).
 # - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
@@ -28,12 +30,13 @@
 #
 # Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
 #      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
-#      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 510 s in all at
-#      worst, inside a 600 s device
+#      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_ATTENTION_TIMEOUT (75),
+#      GPU_CHECK_NOTEBOOK_TIMEOUT (30): 585 s in all at worst, inside a 600 s device
 #      call. GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
-#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix; pytest stops between tests
-#      when the time is up, so the later files may go unchecked: see the junit counts).
+#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix, the Hopper attention; pytest
+#      stops between tests when the time is up, so the later files may go unchecked: see the
+#      junit counts).
 #      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
 
@@ -116,7 +119,8 @@ E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/te
 tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
 tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py \
 tests/e2e/test_e2e_tma.py tests/e2e/test_e2e_wgmma.py tests/e2e/test_e2e_hopper_gemm.py \
-tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py}"
+tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py \
+tests/e2e/test_e2e_hopper_attention.py}"
 echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
 # SIGINT when the time is up: pytest stops between tests and still writes its report.
 # shellcheck disable=SC2086
@@ -165,6 +169,20 @@ case "$launch_rc" in
   0) row "bench_cuda_launch.py" PASS "µs per cache-hit launch of a no-op 3-tensor ${launch_us:-kernel: no figure}" ;;
   124) row "bench_cuda_launch.py" FAIL "timed out after ${GPU_CHECK_LAUNCH_TIMEOUT:-30} s" ;;
   *) row "bench_cuda_launch.py" FAIL "exit status $launch_rc (gpu_launch.log)" ;;
+esac
+
+# --- 3c. attention forward against sdpa ----------------------------------------------------------
+echo "== benchmarks/bench_hopper_attention.py =="
+# The benchmark's own speed-up table stays in its log; the row gives the worst case.
+OUT="$LOGS" timeout "${GPU_CHECK_ATTENTION_TIMEOUT:-75}" "$PY" benchmarks/bench_hopper_attention.py \
+  2>&1 | tee "$LOGS/gpu_attention.log"
+attention_rc=${PIPESTATUS[0]}
+attention_worst="$(grep -oE '[0-9.]+x$' "$LOGS/gpu_attention.log" | sort -n | head -1)"
+case "$attention_rc" in
+  0) row "bench_hopper_attention.py" PASS "slowest case ${attention_worst:-?} of sdpa's flash backend (gpu_attention.log)" ;;
+  1) row "bench_hopper_attention.py" FAIL "a case disagreed with sdpa (gpu_attention.log)" ;;
+  124) row "bench_hopper_attention.py" FAIL "timed out after ${GPU_CHECK_ATTENTION_TIMEOUT:-75} s (gpu_attention.log)" ;;
+  *) row "bench_hopper_attention.py" FAIL "exit status $attention_rc (gpu_attention.log)" ;;
 esac
 
 # --- 4. the CUDA tutorial, its launch cells included ------------------------------------------

@@ -10,9 +10,10 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   queries past S read as the hardware's out-of-bounds zeros.
 - warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block:
   S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major); the
-  scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); keys
-  ``>= S`` -- and, causal, keys after the query -- set to -inf by a mask built from
-  ``tj.arange``; the online softmax in registers on the f32 accumulator fragment (row max
+  scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); in an
+  edge block (one reaching past S, or, causal, past a row's query) keys ``>= S`` -- and,
+  causal, keys after the query -- set to -inf by a mask built from ``tj.arange`` (the
+  other blocks skip it: a run-time branch, uniform over the warpgroup); the online softmax in registers on the f32 accumulator fragment (row max
   and row sum reductions of the fragment, O rescaled when the max grows); P cast to the
   inputs' dtype and written to a swizzled shared tile, **P goes through shared memory**
   (the A operand of the second wgmma; wgmma with A from registers is not used here);
@@ -20,7 +21,7 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   Finally O / l, cast, staged in the consumer's rows of the Q tile (its own rows, read by
   nobody else any more) and stored by TMA, which clips the rows past S.
 - Causal: the key loop stops at the CTA's diagonal block (a run-time trip count per query
-  block); blocks before it need no causal mask but get the same one (it keeps them all).
+  block).
 
 ``hopper_attention`` takes q, k, v of shape [B, H, S, D] (one S for queries and keys, no
 grouped heads); the kernel sees them as [B * H, S, D], its TMA boxes [1, rows, D], so a
@@ -107,13 +108,18 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                         tj.fill(scores, 0.0)
                         tj.gemm_async(scores, q_rows, k_ring[s], transpose_b=True,
                                       dispatch="wgmma")
-                        key = j * BN + tj.arange(0, BN)
-                        keep = key[None, :] < seq
-                        if CAUSAL:
-                            keep = keep & (query[:, None] >= key[None, :])
-                        x = tj.where(keep, scores * scale_log2, float("-inf"))
-                        new_max = tj.maximum(row_max, tj.max(x, axis=1, keep_dims=True))
-                        p = tj.exp2(x - new_max)
+                        tj.copy(scores, scores * scale_log2)
+                        edge = (j + 1) * BN > seq          # keys past S in this block
+                        if CAUSAL:                         # keys after a row's query
+                            edge = edge | ((j + 1) * BN > m0 + c * rows + 1)
+                        if edge:    # only the edge blocks pay for the mask
+                            key = j * BN + tj.arange(0, BN)
+                            keep = key[None, :] < seq
+                            if CAUSAL:
+                                keep = keep & (query[:, None] >= key[None, :])
+                            tj.copy(scores, tj.where(keep, scores, float("-inf")))
+                        new_max = tj.maximum(row_max, tj.max(scores, axis=1, keep_dims=True))
+                        p = tj.exp2(scores - new_max)
                         grow = tj.exp2(row_max - new_max)
                         row_sum = row_sum * grow + tj.sum(p, axis=1, keep_dims=True)
                         row_max = new_max

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from support.gpu import needs_nvrtc
+from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.kernels import hopper_attention
@@ -52,6 +52,18 @@ def test_two_consumer_warpgroups_and_a_ring_that_wraps(causal):
     torch.testing.assert_close(out.float(), _expected(q, k, v, causal), rtol=tol, atol=tol)
 
 
+def test_the_causal_key_loop_stops_at_the_diagonal_block():
+    """Keys past the first query block's diagonal hold NaN in V: a block loaded and masked
+    would still multiply P's zeros by them (0 * NaN), so the first 128 rows come out
+    finite and right only if the loop stops at key block 1 for query block 0."""
+    q, k, v = _qkv((1, 1, 200, 64), torch.float16, seed=4)
+    v[:, :, 128:] = float("nan")
+    out = hopper_attention(q, k, v, causal=True, block_m=128, block_n=64)
+    tol = TOLERANCE[torch.float16]
+    expected = _expected(q[:, :, :128], k[:, :, :128], v[:, :, :128], True)
+    torch.testing.assert_close(out[:, :, :128].float(), expected, rtol=tol, atol=tol)
+
+
 def test_head_dim_128_and_a_given_scale():
     q, k, v = _qkv((2, 1, 72, 128), torch.float16, seed=2)
     out = hopper_attention(q, k, v, scale=0.3, **SMALL)
@@ -81,6 +93,7 @@ def test_the_dispatch_picks_tma_wgmma_and_register_reductions(lowering):
     assert grid == (1, 1) and options["num_warps"] == 8
     assert scalars == (64, pytest.approx(math.log2(math.e) / 8))
     if lowering == "per_thread":   # the row max and row sum: shuffles within the rows' lanes
+        assert compiled.metadata["backend"]["race_check"]    # the CPU runs the race detector
         reduces = [r for r in compiled.dispatch_log if r.primitive == "reduce"]
         assert [r.rule for r in reduces] == ["shuffle", "shuffle"]
 
@@ -136,6 +149,15 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
     assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
         ("Q", [1, 128, 64], 128), ("K", [1, 128, 64], 128), ("V", [1, 128, 64], 128),
         ("O", [1, 64, 64], 128)]
+
+
+@needs_nvrtc
+@needs_nvdisasm
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
+    text = sass(_sm90a_build(64, True).asm["cubin"], tmp_path)
+    assert "HGMMA.64x128x16.F32.BF16" in text and "HGMMA.64x64x16.F32.BF16" in text
+    assert "UTMALDG.3D" in text and "UTMASTG.3D" in text
 
 
 def _sm90a_build(dim, causal):

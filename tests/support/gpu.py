@@ -25,16 +25,21 @@ needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
 
 
 def nvdisasm() -> str | None:
-    """The nvdisasm executable: on PATH or from the pip wheel nvidia-cuda-nvdisasm."""
+    """The nvdisasm executable: on PATH or from the pip wheel nvidia-cuda-nvdisasm (CUDA 12
+    wheels install it under nvidia/cuda_nvdisasm/bin, CUDA 13 ones under nvidia/cu13/bin)."""
     found = shutil.which("nvdisasm")
     if found:
         return found
     try:
-        import nvidia.cuda_nvdisasm as package
+        import nvidia
     except ImportError:
         return None
-    candidate = Path(package.__path__[0]) / "bin" / "nvdisasm"
-    return str(candidate) if candidate.exists() else None
+    for root in nvidia.__path__:
+        for folder in ("cuda_nvdisasm", "cu13"):
+            candidate = Path(root) / folder / "bin" / "nvdisasm"
+            if candidate.exists():
+                return str(candidate)
+    return None
 
 
 def sass(cubin: bytes, tmp_path) -> str:

@@ -105,9 +105,8 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                         s = j % STAGES
                         tj.mbarrier_wait(full[s], (j // STAGES) % 2)
                         scores = tj.fragment((rows, BN), tj.float32)
-                        tj.fill(scores, 0.0)
                         tj.gemm_async(scores, q_rows, k_ring[s], transpose_b=True,
-                                      dispatch="wgmma")
+                                      accum=False, dispatch="wgmma")
                         tj.copy(scores, scores * scale_log2)
                         edge = (j + 1) * BN > seq          # keys past S in this block
                         if CAUSAL:                         # keys after a row's query
@@ -128,7 +127,8 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                         tj.fence_proxy_async()   # P's writes, before wgmma reads them
                         tj.gemm_async(acc, p_rows, v_ring[s], dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
-                    tj.copy(q_rows, acc / row_sum)
+                    tj.copy(acc, acc / row_sum)     # in place: the staging copy below
+                    tj.copy(q_rows, acc)            # stores pairs (copy -> vec)
                     tj.fence_proxy_async()      # the tile's writes, before TMA reads it
                     tj.mbarrier_arrive(staged[c])
                 if tj.warp_id() == 4 * (c + 1) and tj.elect_sync():

@@ -24,23 +24,27 @@
 #      checked there against f32 at 1e-2: test_e2e_fp8_gemm.py is not among step 2b's files,
 #      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (about 14,
 #      by the DeepSeek-V3 report), likely beyond the mirror's f32 tolerance (1e-4);
+#   3d. benchmarks/bench_hopper_attention.py: the Hopper attention forward against sdpa's
+#      flash backend at seq 4k and 16k (bench_hopper_attention.json, table in gpu_attention.log);
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
 #   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_fp8.log,
-#   gpu_notebook.log, and the
+#   gpu_attention.log, gpu_notebook.log, and the
 #   benchmark's gpu_bench.json / gpu_bench.md).
 # - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
 # - Exit status: 0 when nothing FAILed, else 1.
 #
 # Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
-#      GPU_CHECK_PYTEST_TIMEOUT (150), GPU_CHECK_E2E_TIMEOUT (150), GPU_CHECK_BENCH_TIMEOUT
+#      GPU_CHECK_PYTEST_TIMEOUT (120), GPU_CHECK_E2E_TIMEOUT (120), GPU_CHECK_BENCH_TIMEOUT
 #      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_FP8_TIMEOUT (60),
-#      GPU_CHECK_NOTEBOOK_TIMEOUT (30): 570 s in all at worst, inside a 600 s device call.
-#      GPU_CHECK_E2E_FILES: the e2e files step 2b mirrors (default: ragged rows, masks,
+#      GPU_CHECK_ATTENTION_TIMEOUT (75), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 585 s in all at
+#      worst, inside a 600 s device call. GPU_CHECK_E2E_FILES: the e2e files step 2b
+#      mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
-#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix; pytest stops between tests
-#      when the time is up, so the later files may go unchecked: see the junit counts).
+#      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix, the Hopper attention; pytest
+#      stops between tests when the time is up, so the later files may go unchecked: see the
+#      junit counts).
 #      GPU_CHECK_BENCH_ARGS: more arguments for gpu_bench.py (e.g. "--small").
 set -uo pipefail
 
@@ -106,7 +110,7 @@ esac
 echo "== python3 -m pytest -m gpu -q tests =="
 # --continue-on-collection-errors: a test module that can't import here (a package this
 # machine lacks) must not hide the GPU tests that can run; it still counts as an error.
-timeout "${GPU_CHECK_PYTEST_TIMEOUT:-150}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
+timeout "${GPU_CHECK_PYTEST_TIMEOUT:-120}" "$PY" -m pytest -m gpu -q -p no:cacheprovider \
   --continue-on-collection-errors --junitxml="$TMP/gpu_tests.xml" tests 2>&1 |
   tee "$LOGS/gpu_pytest.log"
 pytest_rc=${PIPESTATUS[0]}
@@ -114,7 +118,7 @@ counts="$(junit_counts "$TMP/gpu_tests.xml")"
 case "$pytest_rc" in
   0) row "pytest -m gpu" PASS "${counts:-passed}" ;;
   5) row "pytest -m gpu" PASS "no tests marked gpu were collected" ;;
-  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-150} s; ${counts:-no counts}" ;;
+  124) row "pytest -m gpu" FAIL "timed out after ${GPU_CHECK_PYTEST_TIMEOUT:-120} s; ${counts:-no counts}" ;;
   *) row "pytest -m gpu" FAIL "exit status $pytest_rc; ${counts:-no counts} (see gpu_pytest.log)" ;;
 esac
 
@@ -123,11 +127,12 @@ E2E_FILES="${GPU_CHECK_E2E_FILES:-tests/e2e/test_e2e_ragged_rows.py tests/e2e/te
 tests/e2e/test_e2e_reduce_shuffle.py tests/e2e/test_e2e_mma.py tests/e2e/test_e2e_vector_copy.py \
 tests/e2e/test_e2e_cp_async.py tests/e2e/test_e2e_registers.py tests/e2e/test_e2e_pointwise.py \
 tests/e2e/test_e2e_tma.py tests/e2e/test_e2e_wgmma.py tests/e2e/test_e2e_hopper_gemm.py \
-tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py}"
+tests/e2e/test_e2e_software_pipeline.py tests/e2e/test_e2e_stmatrix.py \
+tests/e2e/test_e2e_hopper_attention.py}"
 echo "== python3 -m pytest --cuda-run (mirrored e2e launches) =="
 # SIGINT when the time is up: pytest stops between tests and still writes its report.
 # shellcheck disable=SC2086
-timeout -s INT "${GPU_CHECK_E2E_TIMEOUT:-150}" "$PY" -m pytest --cuda-run -q \
+timeout -s INT "${GPU_CHECK_E2E_TIMEOUT:-120}" "$PY" -m pytest --cuda-run -q \
   -p no:cacheprovider -k "not per_thread" --junitxml="$TMP/gpu_e2e.xml" $E2E_FILES 2>&1 |
   tee "$LOGS/gpu_e2e.log"
 e2e_rc=${PIPESTATUS[0]}
@@ -137,9 +142,9 @@ case "$e2e_rc" in
   0) row "pytest --cuda-run (e2e)" PASS "${e2e_counts:-passed}; ${mirrored:-no summary}" ;;
   2|124|130)
     if echo "$e2e_counts" | grep -q ' 0 failed, 0 errors'; then
-      row "pytest --cuda-run (e2e)" PARTIAL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-150} s: ${e2e_counts}; ${mirrored:-no summary}"
+      row "pytest --cuda-run (e2e)" PARTIAL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-120} s: ${e2e_counts}; ${mirrored:-no summary}"
     else
-      row "pytest --cuda-run (e2e)" FAIL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-150} s: ${e2e_counts:-no counts} (gpu_e2e.log)"
+      row "pytest --cuda-run (e2e)" FAIL "stopped after ${GPU_CHECK_E2E_TIMEOUT:-120} s: ${e2e_counts:-no counts} (gpu_e2e.log)"
     fi ;;
   *) row "pytest --cuda-run (e2e)" FAIL "exit status $e2e_rc; ${e2e_counts:-no counts}; ${mirrored:-} (gpu_e2e.log)" ;;
 esac
@@ -186,6 +191,20 @@ case "$fp8_rc" in
   1) row "bench_hopper_gemm.py --fp8" FAIL "wrong results on some shapes (gpu_fp8.log)" ;;
   124) row "bench_hopper_gemm.py --fp8" FAIL "timed out after $FP8_TIMEOUT s; the rows measured are in bench_fp8_gemm.json" ;;
   *) row "bench_hopper_gemm.py --fp8" FAIL "exit status $fp8_rc (gpu_fp8.log)" ;;
+esac
+
+# --- 3d. attention forward against sdpa ----------------------------------------------------------
+echo "== benchmarks/bench_hopper_attention.py =="
+# The benchmark's own speed-up table stays in its log; the row gives the worst case.
+OUT="$LOGS" timeout "${GPU_CHECK_ATTENTION_TIMEOUT:-75}" "$PY" benchmarks/bench_hopper_attention.py \
+  2>&1 | tee "$LOGS/gpu_attention.log"
+attention_rc=${PIPESTATUS[0]}
+attention_worst="$(grep -oE '[0-9.]+x$' "$LOGS/gpu_attention.log" | sort -n | head -1)"
+case "$attention_rc" in
+  0) row "bench_hopper_attention.py" PASS "slowest case ${attention_worst:-?} of sdpa's flash backend (gpu_attention.log)" ;;
+  1) row "bench_hopper_attention.py" FAIL "a case disagreed with sdpa (gpu_attention.log)" ;;
+  124) row "bench_hopper_attention.py" FAIL "timed out after ${GPU_CHECK_ATTENTION_TIMEOUT:-75} s (gpu_attention.log)" ;;
+  *) row "bench_hopper_attention.py" FAIL "exit status $attention_rc (gpu_attention.log)" ;;
 esac
 
 # --- 4. the CUDA tutorial, its launch cells included ------------------------------------------

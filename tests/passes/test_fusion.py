@@ -108,6 +108,24 @@ def approximate_consumer(x, out, N: tj.constexpr):
     tj.copy(out[0:N], tj.exp(y, config={"approx": True}))   # a chain's steps have no config
 
 
+@tj.kernel
+def exported_by_a_team(x, out, N: tj.constexpr):
+    with tj.warpgroup():
+        t = tj.fragment((N,), tj.float32)
+        tj.copy(t, x[0:N])
+        y = t * 2.0     # read by the add and by the team's yield, which binds it outside
+        tj.copy(out[0:N], y + 1.0)
+
+
+def test_a_temporary_a_team_exports_stays():
+    """The team's yield is one of y's consumers, not a tile op: y is not folded (the pass
+    used to ask the yield for a config and fail)."""
+    x, out = torch.randn(7), torch.zeros(7)
+    exported_by_a_team[(1,)](x, out, N=7)
+    torch.testing.assert_close(out, x * 2 + 1)
+    assert "%y_1 = alloc" in fused_ir(exported_by_a_team, x, out, N=7)
+
+
 @pytest.mark.parametrize("kernel, length, expected", [
     (read_by_element, 7, lambda x: np.concatenate([[x[1] * 2], x[:6] * 2 + 1])),
     (approximate_consumer, 7, lambda x: np.exp(x[:7] * 2)),

@@ -231,3 +231,59 @@ def test_a_group_stays_in_shared_memory_together_when_one_tile_has_no_layout():
     assert all(note.startswith("not inferred") for note in notes), notes
     kernels.row_softmax[(3,)](x, out, BM=1, BN=781, simt=True)
     torch.testing.assert_close(out, torch.softmax(x, 1))
+
+
+@tj.kernel
+def masked_running_max(A, B, out, STEPS: tj.constexpr, LA: tj.constexpr, LB: tj.constexpr):
+    """Per row r, the max over key steps of (A B^T)[r, c] for keys step * 16 + c <= r: a
+    causal mask from two aranges, a running max that starts at -inf (the online softmax's
+    row statistic, carried by the loop)."""
+    a = tj.alloc_shared((64, 16), A.dtype, layout=LA)
+    b = tj.alloc_shared((16, 16), B.dtype, layout=LB)
+    tj.copy(a, A[0:64, 0:16])
+    tj.copy(b, B[0:16, 0:16])
+    tj.sync()
+    best = tj.full((64, 1), float("-inf"), tj.float32)
+    rows = tj.arange(0, 64)
+    for step in range(STEPS):
+        cols = step * 16 + tj.arange(0, 16)
+        keep = rows[:, None] >= cols[None, :]
+        s = tj.fragment((64, 16), tj.float32)
+        tj.fill(s, 0.0)
+        tj.gemm_async(s, a, b, transpose_b=True, dispatch="wgmma")
+        best = tj.maximum(best, tj.max(tj.where(keep, s, float("-inf")), axis=1,
+                                       keep_dims=True))
+    tj.copy(out[0:64, 0:1], best)
+
+
+def test_a_mask_and_a_carried_statistic_follow_the_wgmma_accumulator():
+    """The mask, built from indices alone (before the gemm in program order), takes the
+    layout of the tile selected from the accumulator rather than the blocked fallback; the
+    running max's initial -inf takes the layout of the tile the loop computes from it. So
+    every [64, 16] tile is in wgmma's layout and every [64, 1] one in its reduction's."""
+    from tilejit.layout import SwizzleMode, smem_layout
+    from tilejit.layout.hw_nvidia import wgmma_accumulator_layout
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(64, 16, generator=gen).half(), torch.randn(16, 16, generator=gen).half()
+    out = torch.zeros(64, 1)
+    options = dict(STEPS=3, LA=smem_layout((64, 16), "float16", SwizzleMode.B32),
+                   LB=smem_layout((16, 16), "float16", SwizzleMode.B32), simt=True)
+    compiled = masked_running_max.compile(a, b, out, **options)
+    tile = wgmma_accumulator_layout((64, 16), warp_axis="warpid")
+    row = reduced_layout(tile, (64, 16), 1)
+    allocs = {m[0]: m for m in re.findall(
+        r'%(\w+) = alloc \{scope = fragment, dtype = (\w+), shape = \[([\d, ]+)\], '
+        r'layout = "([^"]*)", layout_note = "([^"]*)"', _stage(compiled))}
+    assert allocs["keep"][3] == str(tile), allocs["keep"]
+    assert allocs["keep"][4].startswith("inferred: the layout of the tile that line")
+    assert allocs["best"][3] == str(row), allocs["best"]
+    assert all(layout == str(tile) for _, _, shape, layout, _ in allocs.values()
+               if shape == "64, 16")
+    assert all(layout == str(row) for _, _, shape, layout, _ in allocs.values()
+               if shape == "64, 1")
+    masked_running_max[(1,)](a, b, out, **options)
+    s = a.float() @ b.float().T
+    keys = torch.arange(48)
+    expected = torch.where(torch.arange(64)[:, None] >= keys, s.repeat(1, 3),
+                           float("-inf")).max(1, keepdim=True).values
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)

@@ -25,7 +25,8 @@ needs_nvrtc = pytest.mark.skipif(nvrtc_unavailable_reason() is not None,
 
 
 def nvdisasm() -> str | None:
-    """The nvdisasm executable: on PATH or from the pip wheel nvidia-cuda-nvdisasm."""
+    """The nvdisasm executable: on PATH or from the pip wheel nvidia-cuda-nvdisasm (CUDA 12
+    wheels install it under nvidia/cuda_nvdisasm/bin, CUDA 13 ones under nvidia/cu13/bin)."""
     found = shutil.which("nvdisasm")
     if found:
         return found

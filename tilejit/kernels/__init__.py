@@ -1,6 +1,6 @@
 """Kernels written in the DSL, each in its own module, each also run on the CPU from the
 same source. The nki kernels (AWS Trainium) compile for ``target="nki"`` into one NKI
-module (docs/nki.md, "Kernels"); ``hopper_gemm`` and ``fp8_gemm``
+module (docs/nki.md, "Kernels"); ``hopper_gemm``, ``fp8_gemm`` and ``hopper_attention``
 compile for ``target="cuda"``, ``arch="sm_90a"``.
 
 | kernel | module | what |
@@ -11,11 +11,14 @@ compile for ``target="cuda"``, ``arch="sm_90a"``.
 | ``attention`` | ``attention`` | attention forward, keys in blocks of 128 with an online softmax |
 | ``hopper_gemm`` | ``hopper_gemm`` | bf16/fp16 C = A @ B on sm_90a: TMA ring, producer warp, wgmma consumer warpgroups |
 | ``fp8_gemm`` | ``hopper_gemm`` | e4m3 C = (A * scale_a) @ (B * scale_b)^T, per-tensor or 1x128 / 128x128 block scales |
+| ``hopper_attention`` | ``hopper_attention`` | f16/bf16 attention forward on sm_90a, FlashAttention-3 style: TMA K/V ring, wgmma, online softmax in registers |
 """
 from .attention import attention
+from .hopper_attention import hopper_attention
 from .hopper_gemm import fp8_gemm, hopper_gemm
 from .nki_gemm import nki_gemm
 from .rmsnorm import rmsnorm
 from .softmax import softmax
 
-__all__ = ["attention", "fp8_gemm", "hopper_gemm", "nki_gemm", "rmsnorm", "softmax"]
+__all__ = ["attention", "fp8_gemm", "hopper_attention", "hopper_gemm", "nki_gemm", "rmsnorm",
+           "softmax"]

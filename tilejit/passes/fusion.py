@@ -257,9 +257,10 @@ class _Plan:
         """Whether ``consumer`` can compute ``temp``'s elements from ``chain``
         (``reducible``: a reduce may take it: on-chip sources, ``ARITHMETIC`` only)."""
         if consumer.attrs.get("dispatch") is not None \
-                or _UNCARRIED_CONFIG & consumer.attrs["config"].keys():
+                or _UNCARRIED_CONFIG & consumer.attrs.get("config", {}).keys():
             return False   # a forced family; a fill the chain's sources would read, or
-            #                approximate math, which the chain's steps do not carry
+            #                approximate math, which the chain's steps do not carry (a
+            #                team's yield, exporting the temporary, has no config)
         if consumer.attrs.get("scope") != producer.attrs["scope"] \
                 or consumer.attrs.get("team") != producer.attrs["team"]:
             return False

@@ -187,25 +187,30 @@ def _candidates(kernel: KernelIR) -> tuple[dict[Value, _Fragment], dict[Value, s
 def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict,
              context, no_tensor_cores: set) -> tuple[dict[Value, TileLayout], dict[Value, str]]:
     """A layout for each fragment not ``excluded`` (and a note saying where it came
-    from), to a fixpoint: a reduction's or a broadcast's layout follows another's."""
+    from), to a fixpoint: a reduction's or a broadcast's layout follows another's. The
+    blocked fallback waits until no derivation is left (else a mask built from indices
+    alone, met first, would impose it on the tensor-core tile it selects from)."""
     proposal: dict[Value, TileLayout] = {}
     notes: dict[Value, str] = {}
-    for _ in range(len(fragments) + 1):
-        changed = False
-        for value, fragment in fragments.items():
-            if value in excluded:
-                continue
-            found = _derived(fragment, proposal) \
-                or (value not in no_tensor_cores and _accumulator(kernel, fragment)) \
-                or _blocked(kernel, fragment, context)
-            if isinstance(found, str):
-                changed |= proposal.pop(value, None) is not None
-                notes[value] = found
-            elif proposal.get(value) != found[0]:
-                proposal[value], notes[value] = found
-                changed = True
-        if not changed:
-            break
+    for fallback in (False, True):
+        for _ in range(len(fragments) + 1):
+            changed = False
+            for value, fragment in fragments.items():
+                if value in excluded:
+                    continue
+                found = _derived(fragment, proposal) \
+                    or (value not in no_tensor_cores and _accumulator(kernel, fragment)) \
+                    or (fallback and _blocked(kernel, fragment, context))
+                if not found:
+                    continue
+                if isinstance(found, str):
+                    changed |= proposal.pop(value, None) is not None
+                    notes[value] = found
+                elif proposal.get(value) != found[0]:
+                    proposal[value], notes[value] = found
+                    changed = True
+            if not changed:
+                break
     return proposal, notes
 
 
@@ -240,6 +245,13 @@ def _derived(fragment: _Fragment, proposal: dict) -> tuple[TileLayout, str] | No
             if layout is not None and tuple(src.type.shape) == fragment.shape:
                 return layout, f"inferred: the layout of {src.name_hint or 'its source'}, " \
                                f"which line {op.loc.line} computes it from"
+    for op in fragment.users:   # the initial value of a loop-carried row statistic
+        dst = op.operands[0]
+        if op.name in _ELEMENTWISE and dst is not me and me in op.operands[1:]:
+            layout = _layout_of(dst, proposal)
+            if layout is not None and tuple(dst.type.shape) == fragment.shape:
+                return layout, f"inferred: the layout of {dst.name_hint or 'the tile'} " \
+                               f"that line {op.loc.line} computes from it"
     for op in fragment.users:
         dst = op.operands[0]
         if dst is me or not isinstance(dst.type, BufferType) or me not in op.operands[1:]:

@@ -210,8 +210,15 @@ class CoroFrame(_Frame):
         null = ir.Constant(PTR, None)
         self.coro_id = b.call(mc.function("llvm.coro.id", TOKEN, [I32, PTR, PTR, PTR]),
                               [ir.Constant(I32, 0), null, null, null])
+        # The frame holds values live across a suspend, vectors included: LLVM may keep an
+        # AVX-512 splat there and store it with a 64-byte aligned move (malloc's 16-byte
+        # alignment made such a unit crash), so the frame starts on the frame's alignment
+        # (coro.align), its size rounded up to it as aligned_alloc asks.
         size = b.call(mc.function("llvm.coro.size.i64", I64, []), [])
-        memory = b.call(mc.function("malloc", PTR, [I64]), [size])
+        align = b.call(mc.function("llvm.coro.align.i64", I64, []), [])
+        rounded = b.and_(b.add(size, b.sub(align, ir.Constant(I64, 1))),
+                         b.neg(align))
+        memory = b.call(mc.function("aligned_alloc", PTR, [I64, I64]), [align, rounded])
         self._return_null_unless_allocated(memory, size)
         self.handle = b.call(mc.function("llvm.coro.begin", PTR, [TOKEN, PTR]),
                              [self.coro_id, memory])

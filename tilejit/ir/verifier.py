@@ -5,8 +5,8 @@ same block, in an enclosing block, or an argument of an enclosing region); opera
 attributes and result types fit the op's ``OpDef``; region block arguments have the types
 the ``RegionSpec`` asks for; each region ends with its terminator and terminators appear
 nowhere else; terminators pass the types the parent expects; values still in flight (a
-wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``) reach only the ops that may
-take them. Then ``OpDef.check(op)``.
+wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``; a tcgen05_ld's values before
+tcgen05_wait_ld, ``ops_tcgen05.LD_IN_FLIGHT``) reach only the ops that may take them. Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """
@@ -17,6 +17,7 @@ from tilejit.errors import CompilationError
 from .attrs import KERNEL_ATTRS, AttrError, check_attrs
 from .core import Block, KernelIR, Operation, Value, walk
 from .ops import OpDefError
+from .ops_tcgen05 import LD_IN_FLIGHT
 from .ops_wgmma import IN_FLIGHT, IN_FLIGHT_READERS
 from .printer import Printer
 
@@ -87,6 +88,9 @@ class _Verifier:
                 and not op.opdef.terminator:
             self.fail(op, f"{op.name} reads {self.printer.name(value)}, an accumulator of a "
                           f"{producer} still in flight: read it after wgmma_wait_group")
+        if producer in LD_IN_FLIGHT and op.name not in LD_IN_FLIGHT[producer]:
+            self.fail(op, f"{op.name} reads {self.printer.name(value)}, a value of a "
+                          f"{producer} still in flight: read it after tcgen05_wait_ld")
         if value in visible:
             return
         if value in self.seen:

@@ -528,3 +528,7 @@ HANDLERS.update(emit_tma.HANDLERS)
 from . import emit_wgmma  # noqa: E402  (Hopper wgmma)
 
 HANDLERS.update(emit_wgmma.HANDLERS)
+
+from . import emit_tcgen05  # noqa: E402  (Blackwell tcgen05, tensor memory)
+
+HANDLERS.update(emit_tcgen05.HANDLERS)

@@ -1,0 +1,87 @@
+"""The tcgen05 ops printed by the cuda target: inline PTX for sm_100a (no B200 is
+available: these kernels are compiled, never run); NVRTC compiles one CTA's
+alloc / mma / commit / ld / dealloc without spills; another arch is a located error. The
+kernel is ``support.tcgen05_kernels``'s textual per-thread IR."""
+import pytest
+from support.gpu import needs_nvrtc
+from support.tcgen05_kernels import tcgen05_kernel
+
+from tilejit.errors import CompilationError
+from tilejit.ir.ops_tcgen05 import InstructionDescriptor
+from tilejit.ir.ops_wgmma import MatrixDescriptor
+from tilejit.ir.parser import parse_kernel
+from tilejit.ir.types import bf16, f16
+from tilejit.ir.verifier import verify
+from tilejit.targets.cuda.emit import print_cuda
+from tilejit.targets.cuda.nvrtc import compile_cuda
+
+A = MatrixDescriptor(0, 128, 256, version=1)
+B = MatrixDescriptor(4096, 16, 1024, swizzle=128, version=1)
+
+
+def kernel(n=16, **options):
+    return verify(parse_kernel(tcgen05_kernel(n, A, B, **options)))
+
+
+def asm_lines(source: str, word: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if word in line and "asm" in line]
+
+
+@pytest.mark.parametrize("m, dtype, trans_b", [(128, "f16", False), (64, "bf16", True)])
+def test_the_multiply_carries_the_instruction_descriptor(m, dtype, trans_b):
+    source, _ = print_cuda(kernel(16, m=m, dtype=dtype, trans_b=trans_b), "sm_100a")
+    (line,) = asm_lines(source, "tcgen05.mma")
+    idesc = InstructionDescriptor(m, 16, {"f16": f16, "bf16": bf16}[dtype],
+                                  {"f16": f16, "bf16": bf16}[dtype], trans_b=trans_b).encode()
+    assert f"tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, {idesc:#x}, p;" in line
+    assert "setp.ne.b32 p, %3, 0;" in line and line.endswith('"r"(0) : "memory");')
+
+
+def test_the_descriptor_is_version_one_ored_with_the_shared_address():
+    source, _ = print_cuda(kernel(), "sm_100a")
+    (b_line,) = [line.strip() for line in source.splitlines()
+                 if line.strip().startswith("const long long db0")]
+    assert f"{MatrixDescriptor(0, 16, 1024, 128, version=1).encode():#x}ull" in b_line
+    assert "((tj_smem_addr(&sb[0]) & 0x3FFFFu) >> 4)" in b_line
+
+
+def test_alloc_commit_load_and_dealloc_lines():
+    source, _ = print_cuda(kernel(), "sm_100a")
+    (alloc,) = asm_lines(source, "tcgen05.alloc")
+    assert "tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [%0], 32;" in alloc
+    assert '"r"(tj_smem_addr(&slot[0]))' in alloc
+    (commit,) = asm_lines(source, "tcgen05.commit")
+    assert "mbarrier::arrive::one.shared::cluster.b64 [%0];" in commit
+    (load,) = asm_lines(source, "tcgen05.ld")
+    assert "tcgen05.ld.sync.aligned.32x32b.x16.b32 {%0, %1," in load
+    assert load.count('"=f"(') == 16
+    (wait,) = asm_lines(source, "tcgen05.wait::ld")
+    assert wait.count('"+f"(') == 16
+
+
+def test_other_archs_are_a_located_error():
+    with pytest.raises(CompilationError,
+                       match=r"tcgen05_alloc \(tcgen05\) needs sm_100a; compiling for sm_90a") \
+            as info:
+        print_cuda(kernel(), "sm_90a")
+    assert info.value.line == 5
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("n, m", [(16, 128), (64, 64), (128, 128)])
+def test_nvrtc_compiles_tcgen05_for_sm_100a_without_spills(n, m):
+    source, entry = print_cuda(kernel(n, m=m), "sm_100a")
+    program = compile_cuda(source, "sm_100a")
+    ptx = [line.strip() for line in program.ptx.splitlines()]
+    cols = max(32, n)
+    for text in ("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [",
+                 "tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;",
+                 "tcgen05.mma.cta_group::1.kind::f16 [",
+                 "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [",
+                 f"tcgen05.ld.sync.aligned.32x32b.x{n}.b32 {{",
+                 "tcgen05.wait::ld.sync.aligned;", "tcgen05.fence::before_thread_sync;",
+                 "tcgen05.fence::after_thread_sync;", "tcgen05.dealloc.cta_group::1"):
+        assert any(line.startswith(text) for line in ptx), text
+    assert any(line.endswith(f"], {cols};") for line in ptx if "tcgen05.alloc" in line)
+    usage = program.resources()[entry]
+    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0

@@ -110,7 +110,10 @@ def test_the_ops_round_trip(options):
     (kernel().replace("tcgen05_alloc(%slot)", "tcgen05_alloc(%sa)"),
      "writes the TMEM address to a 32-bit integer shared buffer"),
     (kernel().replace("swizzle = 128", "swizzle = 48"), "swizzle is 0, 32, 64 or 128"),
-    (tcgen05_kernel(24, A, B, m=64), "reads 1, 2, 4, ... 128 columns per thread, not 24"),
+    ('kernel @k() {distribution = "per_thread"} loc("/src/k.py":1:0) {\n'
+     "  %a = const {value = 0} : i32 loc(2:4)\n"
+     "  %l0, %l1, %l2 = tcgen05_ld(%a) {num = 3} : f32, f32, f32 loc(3:4)\n}",
+     "reads 1, 2, 4, ... 128 columns per thread, not 3"),
     (kernel().replace("store_at(%d, %v0,", "store_at(%d, %l0,"),
      "store_at reads %l0, a value of a tcgen05_ld still in flight: read it after "
      "tcgen05_wait_ld"),

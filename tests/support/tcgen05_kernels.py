@@ -6,7 +6,8 @@ buffers; warp 0 allocates ``cols`` TMEM columns (their address through the share
 fence; thread 0 issues one tcgen05_mma per k-step (``steps``: the element offsets of each
 step's first elements in A's and B's buffers; the first step overwrites D unless
 ``accumulate_first``) and commits to the barrier; every thread waits on it, reads its
-lane's N columns with tcgen05_ld (warp w: lanes 32w..32w+31) and stores them to ``d`` at
+lane's N columns with tcgen05_ld (warp w: lanes 32w..32w+31; one load per power of two
+in N) and stores them to ``d`` at
 ``thread * N + i``; then fence, barrier, and warp 0 frees the columns."""
 from __future__ import annotations
 
@@ -79,11 +80,20 @@ def tcgen05_kernel(n: int, a: MatrixDescriptor, b: MatrixDescriptor, *, m: int =
               "  %wlane = binary(%w, %lane) {op = mul} : i32 loc(13:4)",
               "  %mine = binary(%taddr, %wlane) {op = add} : i32 loc(13:4)"]
 
-    def values(prefix):
-        return ", ".join(f"%{prefix}{i}" for i in range(n))
-    types = ", ".join(["f32"] * n)
-    lines += [f"  {values('l')} = tcgen05_ld(%mine) {{num = {n}}} : {types} loc(13:4)",
-              f"  {values('v')} = tcgen05_wait_ld({values('l')}) : {types} loc(14:4)",
+    def values(prefix, first=0, count=n):
+        return ", ".join(f"%{prefix}{i}" for i in range(first, first + count))
+
+    def f32s(count):
+        return ", ".join(["f32"] * count)
+    first = 0   # one tcgen05_ld per power of two in N (at most 128), at its first column
+    while first < n:
+        width = min(128, 1 << (n - first).bit_length() - 1)
+        lines += [f"  %c{first} = const {{value = {first}}} : i32 loc(13:4)",
+                  f"  %at{first} = binary(%mine, %c{first}) {{op = add}} : i32 loc(13:4)",
+                  f"  {values('l', first, width)} = tcgen05_ld(%at{first}) {{num = {width}}} : "
+                  f"{f32s(width)} loc(13:4)"]
+        first += width
+    lines += [f"  {values('v')} = tcgen05_wait_ld({values('l')}) : {f32s(n)} loc(14:4)",
               f"  %per = const {{value = {n}}} : i32 loc(15:4)",
               "  %base = binary(%t, %per) {op = mul} : i32 loc(15:4)"]
     for i in range(n):

@@ -35,7 +35,7 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
-__all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
+__all__ = ["CORE_BYTES", "CORE_ROWS", "DESCRIPTOR_SWIZZLE", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
            "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
            "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
            "wgmma_accumulators", "wgmma_k"]
@@ -49,7 +49,7 @@ SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core ma
 # per descriptor version, where the swizzle field starts and its code per swizzle: wgmma's
 # two bits at 62 (0 none, 1 128B, 2 64B, 3 32B); tcgen05's three at 61 (0 none, 2 128B,
 # 4 64B, 6 32B; 1 is 128B with 32-byte atoms, which no layout here makes)
-_SWIZZLE_FIELD = {0: (62, {0: 0, 128: 1, 64: 2, 32: 3}), 1: (61, {0: 0, 128: 2, 64: 4, 32: 6})}
+DESCRIPTOR_SWIZZLE = {0: (62, {0: 0, 128: 1, 64: 2, 32: 3}), 1: (61, {0: 0, 128: 2, 64: 4, 32: 6})}
 _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (bytes >> 4)
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
 # Results the tensor cores still write after the op returns, and the ops that may take them
@@ -90,7 +90,7 @@ class MatrixDescriptor:
         """Why the fields do not fit the descriptor (None: they do)."""
         if self.swizzle not in SWIZZLE_BYTES:
             return f"swizzle is 0, 32, 64 or 128 bytes, not {self.swizzle}"
-        if self.version not in _SWIZZLE_FIELD:
+        if self.version not in DESCRIPTOR_SWIZZLE:
             return f"the descriptor version is 0 (wgmma) or 1 (tcgen05), not {self.version}"
         for name in ("start", "lbo", "sbo"):
             value = getattr(self, name)
@@ -105,7 +105,7 @@ class MatrixDescriptor:
         why = self.problem()
         if why:
             raise ValueError(why)
-        shift, codes = _SWIZZLE_FIELD[self.version]
+        shift, codes = DESCRIPTOR_SWIZZLE[self.version]
         return ((self.start >> 4) | (self.lbo >> 4) << 16 | (self.sbo >> 4) << 32
                 | self.version << 46 | self.base_offset << 49 | codes[self.swizzle] << shift)
 
@@ -114,7 +114,7 @@ class MatrixDescriptor:
         """The fields of a descriptor of either version (bit 46 tells them apart: wgmma
         leaves bits 46-48 zero)."""
         version = bits >> 46 & 1
-        shift, codes = _SWIZZLE_FIELD[version]
+        shift, codes = DESCRIPTOR_SWIZZLE[version]
         swizzle = {code: nbytes for nbytes, code in codes.items()}[bits >> shift & 7]
         return MatrixDescriptor((bits & _FIELD) << 4, (bits >> 16 & _FIELD) << 4,
                                 (bits >> 32 & _FIELD) << 4, swizzle, bits >> 49 & 7, version)

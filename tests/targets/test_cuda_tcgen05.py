@@ -1,9 +1,10 @@
 """The tcgen05 ops printed by the cuda target: inline PTX for sm_100a (no B200 is
 available: these kernels are compiled, never run); NVRTC compiles one CTA's
-alloc / mma / commit / ld / dealloc without spills; another arch is a located error. The
-kernel is ``support.tcgen05_kernels``'s textual per-thread IR."""
+alloc / mma / commit / ld / dealloc without spills, and the SASS (where nvdisasm is found)
+holds UTCHMMA and LDTM; another arch is a located error. The kernel is
+``support.tcgen05_kernels``'s textual per-thread IR."""
 import pytest
-from support.gpu import needs_nvrtc
+from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 from support.tcgen05_kernels import tcgen05_kernel
 
 from tilejit.errors import CompilationError
@@ -85,3 +86,15 @@ def test_nvrtc_compiles_tcgen05_for_sm_100a_without_spills(n, m):
     assert any(line.endswith(f"], {cols};") for line in ptx if "tcgen05.alloc" in line)
     usage = program.resources()[entry]
     assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+
+
+@needs_nvrtc
+@needs_nvdisasm
+def test_the_sass_holds_utchmma_and_ldtm(tmp_path):
+    """Blackwell's SASS: UTCHMMA (the f16-kind multiply, descriptors and TMEM operands),
+    UTCBAR (the commit's mbarrier arrive), LDTM.x64 (the 32x32b load of 64 columns) and the
+    allocator's UTCATOMSWS."""
+    source, _ = print_cuda(kernel(64), "sm_100a")
+    text = sass(compile_cuda(source, "sm_100a").cubin, tmp_path)
+    for word in ("UTCHMMA gdesc[", "UTCBAR [", "LDTM.x64 ", "UTCATOMSWS.FIND_AND_SET"):
+        assert word in text, word

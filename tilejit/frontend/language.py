@@ -507,10 +507,10 @@ def gemm(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=
 
 
 @builtin("gemm_async")
-def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=None,
-               config=None, _sem):
+def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, barrier=None,
+               dispatch=None, config=None, _sem):
     return _sem.tile.gemm(C, A, B, transpose_a, transpose_b, accum, dispatch, config,
-                          is_async=True)
+                          is_async=True, barrier=barrier)
 
 
 @builtin("reduce")

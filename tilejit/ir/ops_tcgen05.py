@@ -24,6 +24,10 @@ bits 0-15 (PTX ISA 9.7.16.2.1 "Tensor Memory Addressing").
   ``tcgen05_wait_ld`` hands them back (the verifier refuses other readers, as for wgmma).
 * ``tcgen05_fence {kind}``: ``before_thread_sync`` / ``after_thread_sync`` order tcgen05
   ops around a thread barrier.
+* ``tmem_address(buf)``: the TMEM address of a tensor-memory buffer's first cell (lane 0,
+  its first column), what the rules lowering tile primitives on ``tj.alloc_tmem`` buffers
+  use; ``lower-tmem`` (``passes/tmem.py``) allocates the buffer and replaces it with the
+  address the allocation wrote.
 """
 from __future__ import annotations
 
@@ -169,6 +173,13 @@ def _check_wait_ld(op) -> str | None:
     return None
 
 
+def _check_tmem_address(op) -> str | None:
+    (buf,) = op.operands
+    if buf.type.scope is not MemScope.TMEM or not is_root_buffer(buf):
+        return f"tmem_address names a tensor-memory alloc, not {buf.type}"
+    return None
+
+
 def _loaded(types, attrs):
     return (f32,) * attrs["num"]
 
@@ -208,3 +219,5 @@ _register("tcgen05_fence", SYNC, attrs={"kind": Attr(Choice("before_thread_sync"
                                                              "after_thread_sync"))},
           results=fixed(),
           doc="orders the thread's tcgen05 ops before (after) the next (last) thread barrier")
+_register("tmem_address", SYNC, "buf:buffer", results=fixed(i32), check=_check_tmem_address,
+          doc="the TMEM address (lane << 16 | column) of a tensor-memory buffer's first cell")

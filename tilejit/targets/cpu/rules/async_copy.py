@@ -142,6 +142,7 @@ GEMM_ASYNC_RULES = (
     # per thread, the generic wgmma family (passes/rules/gemm_wgmma.py) runs wgmma itself
     _gemm_async_rule("wgmma", wgmma_reasons, 0, "wgmma's contract; runs as the CPU gemm",
                      (TEAM_ONCE,)),
+    # per thread, the generic tcgen05 family (passes/rules/gemm_tcgen05.py)
     _gemm_async_rule("tcgen05", tcgen05_reasons, 0,
-                     "tcgen05.mma's contract; runs as the CPU gemm"),
+                     "tcgen05.mma's contract; runs as the CPU gemm", (TEAM_ONCE,)),
 )

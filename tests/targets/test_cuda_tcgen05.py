@@ -3,10 +3,14 @@ available: these kernels are compiled, never run); NVRTC compiles one CTA's
 alloc / mma / commit / ld / dealloc without spills, and the SASS (where nvdisasm is found)
 holds UTCHMMA and LDTM; another arch is a located error. The kernel is
 ``support.tcgen05_kernels``'s textual per-thread IR."""
+import sys
+from pathlib import Path
+
 import pytest
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 from support.tcgen05_kernels import tcgen05_kernel
 
+import tilejit as tj
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_tcgen05 import InstructionDescriptor
 from tilejit.ir.ops_wgmma import MatrixDescriptor
@@ -98,3 +102,38 @@ def test_the_sass_holds_utchmma_and_ldtm(tmp_path):
     text = sass(compile_cuda(source, "sm_100a").cubin, tmp_path)
     for word in ("UTCHMMA gdesc[", "UTCBAR [", "LDTM.x64 ", "UTCATOMSWS.FIND_AND_SET"):
         assert word in text, word
+
+
+# ----------------------------------------------------------------------- from the DSL
+sys.path.insert(0, str(Path(__file__).parents[1] / "e2e"))
+from test_e2e_tcgen05 import options, tcgen05_gemm  # noqa: E402
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("bn, k, swizzle", [(64, 64, 128), (128, 32, 32), (48, 32, 0)])
+def test_the_dsl_gemm_compiles_for_sm_100a(bn, k, swizzle):
+    """128 x BN x K f16 through gemm_async(dispatch="tcgen05", barrier=) for sm_100a: warp 0
+    allocates the accumulator's columns (a power of two, at least 32) and frees them at the
+    end, one tcgen05.mma per k-step of 16 (the first overwriting D), one commit, a
+    tcgen05.ld per power of two of BN and one wait::ld; no spills."""
+    a = tj.TensorSpec((128, k), tj.float16, device="cuda")
+    b = tj.TensorSpec((bn, k), tj.float16, device="cuda")
+    c = tj.TensorSpec((128, bn), tj.float32, device="cuda")
+    compiled = tcgen05_gemm.compile(a, b, c, **options(bn, k, swizzle), target="cuda",
+                                    arch="sm_100a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    cols = max(32, 1 << (bn - 1).bit_length())
+    idesc = InstructionDescriptor(128, bn, f16, f16).encode()
+    (alloc,) = [line for line in ptx if line.startswith("tcgen05.alloc")]
+    assert alloc.startswith("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32 [")
+    assert alloc.endswith(f"], {cols};")
+    mma = [line for line in ptx if line.startswith("tcgen05.mma.cta_group::1.kind::f16 [")]
+    assert len(mma) == k // 16 and all(line.endswith(f", {idesc:#x}, p;") for line in mma)
+    assert len([line for line in ptx if line.startswith(
+        "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64")]) == 1
+    loads = [line for line in ptx if line.startswith("tcgen05.ld.sync.aligned.32x32b.x")]
+    assert sum(int(line.split(".x")[1].split(".")[0]) for line in loads) == bn
+    assert ptx.count("tcgen05.wait::ld.sync.aligned;") == 1
+    assert any(line.startswith("tcgen05.dealloc.cta_group::1.sync.aligned.b32")
+               and line.endswith(f", {cols};") for line in ptx)
+    assert compiled.metadata["spill_bytes"] == 0

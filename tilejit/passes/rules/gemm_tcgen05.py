@@ -62,10 +62,10 @@ def _reasons(call: PrimitiveCall) -> list[str]:
 
 
 def check(call: PrimitiveCall) -> Plan | Decline:
+    reasons = _reasons(call)   # what the kernel must change first, then the arch
     arch = call.context.arch
     if arch is not None and re.match(r"sm_\d+", arch) and arch != ARCH:
-        return Decline(f"tcgen05 needs {ARCH}; compiling for {arch}")
-    reasons = _reasons(call)
+        reasons.append(f"tcgen05 needs {ARCH}; compiling for {arch}")
     if reasons:
         return Decline(*reasons)
     m, n, _ = _mnk(call)

@@ -21,8 +21,10 @@ MODES = {0: SwizzleMode.NONE, 32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: Swi
 
 @tj.kernel
 def tcgen05_gemm(A, B, C, BN: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
-                 LB: tj.constexpr, WAIT: tj.constexpr = True, ISSUERS: tj.constexpr = 1):
-    """C = A @ B.T, one 128 x BN tile per CTA (B given as [N, K])."""
+                 LB: tj.constexpr, WAIT: tj.constexpr = True, ISSUERS: tj.constexpr = 1,
+                 ACCUM: tj.constexpr = False):
+    """C (+)= A @ B.T, one 128 x BN tile per CTA (B given as [N, K]); with ACCUM the
+    accumulator starts as C's tile, stored into tensor memory (tcgen05.st per thread)."""
     a = tj.alloc_shared((128, K), A.dtype, layout=LA)
     b = tj.alloc_shared((BN, K), B.dtype, layout=LB)
     bar = tj.alloc_barriers(1)
@@ -31,11 +33,15 @@ def tcgen05_gemm(A, B, C, BN: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
     c = tj.cta_id(1) * BN
     tj.copy(a, A[r:r + 128, 0:K])
     tj.copy(b, B[c:c + BN, 0:K])
+    if ACCUM:
+        start = tj.fragment((128, BN), tj.float32, layout=wg_local_layout(BN))
+        tj.copy(start, C[r:r + 128, c:c + BN])
+        tj.copy(acc, start)
     if tj.thread_id() == 0:
         tj.mbarrier_init(bar[0], 1)
     tj.sync()
     if tj.thread_id() < ISSUERS:
-        tj.gemm_async(acc, a, b, transpose_b=True, accum=False, barrier=bar[0],
+        tj.gemm_async(acc, a, b, transpose_b=True, accum=ACCUM, barrier=bar[0],
                       dispatch="tcgen05")
     if WAIT:
         tj.mbarrier_wait(bar[0], 0)
@@ -80,6 +86,22 @@ def test_tcgen05_gemm_matches_torch(lowering, m, n, k, bn, swizzle, dtype):
                                                      else "no swizzle"))
         (load,) = [r for r in log if r.primitive == "copy" and r.rule == "tcgen05"]
         assert load.note.startswith("tcgen05.ld 32x32b x")
+
+
+def test_accumulating_onto_c_stored_into_tensor_memory(lowering):
+    """The accumulator starts as C's tile: a fragment stored into tensor memory (per
+    thread tcgen05.st, then its wait and fence; the CTA barrier orders it before the
+    multiply), on a ragged shape."""
+    a, b, _ = tensors(170, 80, 48, torch.bfloat16)
+    c = torch.randn(170, 80, generator=torch.Generator().manual_seed(8))
+    expected = c.double() + a.double() @ b.double().T
+    opts = options(16, 48, 32, "bfloat16", ACCUM=True)
+    tcgen05_gemm[(2, 5)](a, b, c, **opts)
+    torch.testing.assert_close(c.double(), expected, rtol=1e-5, atol=1e-5)
+    if lowering == "per_thread":
+        log = tcgen05_gemm.compile(a, b, c, **opts).dispatch_log
+        assert [r.note for r in log if r.rule == "tcgen05" and r.primitive == "copy"] == [
+            "tcgen05.st 32x32b x16 per thread", "tcgen05.ld 32x32b x16 per thread"]
 
 
 @pytest.mark.team_once_only("the per-thread lowering's IR, asked for with simt=True")

@@ -81,6 +81,15 @@ def test_the_instruction_descriptor_explains_bad_shapes(fields, message):
     assert re.search(message, fields.problem())
 
 
+def test_the_store_direction_round_trips():
+    text = ('kernel @k() {distribution = "per_thread"} loc("/src/k.py":1:0) {\n'
+            "  %a = const {value = 0} : i32 loc(2:4)\n"
+            "  %v = const {value = 0.0} : f32 loc(2:4)\n"
+            "  tcgen05_st(%a, %v, %v) {num = 2} loc(3:4)\n"
+            "  tcgen05_wait_st loc(4:4)\n}")
+    assert str(verify(parse_kernel(text))) == text
+
+
 def test_a_tmem_address_holds_the_lane_high_and_the_column_low():
     assert tmem_address(96, 40) == 96 << 16 | 40
 
@@ -117,7 +126,12 @@ def test_the_ops_round_trip(options):
     (kernel().replace("store_at(%d, %v0,", "store_at(%d, %l0,"),
      "store_at reads %l0, a value of a tcgen05_ld still in flight: read it after "
      "tcgen05_wait_ld"),
-], ids=["cols", "cols-1024", "m", "dtype", "slot", "swizzle", "num", "in-flight"])
+    ('kernel @k() {distribution = "per_thread"} loc("/src/k.py":1:0) {\n'
+     "  %a = const {value = 0} : i32 loc(2:4)\n"
+     "  %v = const {value = 0.0} : f32 loc(2:4)\n"
+     "  tcgen05_st(%a, %v, %v) {num = 4} loc(3:4)\n}",
+     "tcgen05_st writes 1, 2, 4, ... 128 columns per thread, num = 4 with 2 values"),
+], ids=["cols", "cols-1024", "m", "dtype", "slot", "swizzle", "num", "in-flight", "st-num"])
 def test_the_verifier_checks_tcgen05_ops(text, message):
     with pytest.raises(CompilationError, match=message):
         verify(parse_kernel(text))

@@ -137,3 +137,21 @@ def test_the_dsl_gemm_compiles_for_sm_100a(bn, k, swizzle):
     assert any(line.startswith("tcgen05.dealloc.cta_group::1.sync.aligned.b32")
                and line.endswith(f", {cols};") for line in ptx)
     assert compiled.metadata["spill_bytes"] == 0
+
+
+@needs_nvrtc
+def test_the_accumulator_stored_from_registers_compiles_to_tcgen05_st():
+    """With ACCUM, C's tile goes into tensor memory by tcgen05.st 32x32b (one per power of
+    two of BN), one wait::st, and every multiply accumulates; no spills."""
+    a = tj.TensorSpec((128, 32), tj.float16, device="cuda")
+    b = tj.TensorSpec((48, 32), tj.float16, device="cuda")
+    c = tj.TensorSpec((128, 48), tj.float32, device="cuda")
+    compiled = tcgen05_gemm.compile(a, b, c, **options(48, 32, 64, ACCUM=True),
+                                    target="cuda", arch="sm_100a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    stores = [line for line in ptx if line.startswith("tcgen05.st.sync.aligned.32x32b.x")]
+    assert sorted(int(line.split(".x")[1].split(".")[0]) for line in stores) == [16, 32]
+    assert ptx.count("tcgen05.wait::st.sync.aligned;") == 1
+    source = compiled.asm["cuda"]
+    assert 'tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2' in source
+    assert compiled.metadata["spill_bytes"] == 0

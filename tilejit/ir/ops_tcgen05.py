@@ -22,6 +22,8 @@ bits 0-15 (PTX ISA 9.7.16.2.1 "Tensor Memory Addressing").
   columns of one lane (warp w of a warpgroup reaches lanes 32w..32w+31, thread l lane
   32w + l: ``layout/hw_nvidia.wg_local_layout``); the values are in flight until
   ``tcgen05_wait_ld`` hands them back (the verifier refuses other readers, as for wgmma).
+* ``tcgen05_st(taddr, *values) {shape = 32x32b, num}``: the store direction, the same
+  lanes and columns; ``tcgen05_wait_st`` waits until the thread's stores are done.
 * ``tcgen05_fence {kind}``: ``before_thread_sync`` / ``after_thread_sync`` order tcgen05
   ops around a thread barrier.
 * ``tmem_address(buf)``: the TMEM address of a tensor-memory buffer's first cell (lane 0,
@@ -166,10 +168,20 @@ def _check_ld(op) -> str | None:
     return None
 
 
-def _check_wait_ld(op) -> str | None:
-    for index, value in enumerate(op.operands):
+def _check_st(op) -> str | None:
+    taddr, *values = op.operands
+    if op.attrs["num"] not in LD_NUM or len(values) != op.attrs["num"]:
+        return (f"tcgen05_st writes 1, 2, 4, ... 128 columns per thread, num = "
+                f"{op.attrs['num']} with {len(values)} values")
+    if taddr.type != i32:
+        return f"tcgen05_st's TMEM address is {taddr.type}, not i32"
+    return _check_wait_ld(op, values)
+
+
+def _check_wait_ld(op, values=None) -> str | None:
+    for index, value in enumerate(op.operands if values is None else values):
         if value.type.itemsize != 4:
-            return f"tcgen05_wait_ld hands on 32-bit values, operand {index} is {value.type}"
+            return f"{op.name} takes 32-bit values, value {index} is {value.type}"
     return None
 
 
@@ -215,6 +227,13 @@ _register("tcgen05_ld", SYNC, "taddr:int", {"shape": Attr(Choice(*LD_SHAPES), "3
 _register("tcgen05_wait_ld", SYNC, "*values:scalar", results=_same_types,
           check=_check_wait_ld,
           doc="waits for the thread's tcgen05_ld; its results are the loaded values, readable")
+_register("tcgen05_st", SYNC, "taddr:int *values:scalar",
+          {"shape": Attr(Choice(*LD_SHAPES), "32x32b"), "num": Attr(INT)}, fixed(),
+          check=_check_st,
+          doc="a warp writes `num` 32-bit columns of its 32 lanes, one lane per thread; done "
+              "after tcgen05_wait_st")
+_register("tcgen05_wait_st", SYNC, results=fixed(),
+          doc="waits until the thread's tcgen05_st are done")
 _register("tcgen05_fence", SYNC, attrs={"kind": Attr(Choice("before_thread_sync",
                                                              "after_thread_sync"))},
           results=fixed(),

@@ -12,7 +12,8 @@ mbarrier it completes on; and A's and B's k-steps sit in shared memory in a cano
 layout (``gemm_wgmma.operand_descriptors``: the same decoding as wgmma's, read by
 tcgen05's version-1 descriptors).
 
-Lowering: the buffer's TMEM address (``tmem_address``), one ``tcgen05_mma`` per k-step
+Lowering: the buffer's TMEM address (``tmem_address``), ``tcgen05_fence
+after_thread_sync``, one ``tcgen05_mma`` per k-step
 from two ``tcgen05_desc`` (the first overwriting D unless ``accum``), then
 ``tcgen05_commit`` on the barrier: the multiplies are done when its phase completes, which
 the kernel waits for (``tj.mbarrier_wait``) before it reads C or rewrites A or B.
@@ -97,6 +98,9 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     def desc(name: str, start: int, fields: dict):
         offset = em.index(em.add(stage[name], start))
         return em.b.create("tcgen05_desc", (root_of(call[name]), offset), fields).result
+    # the barrier before the issue ordered the other threads' tcgen05 ops (a tcgen05.st
+    # of the accumulator, the allocation) before this thread's
+    em.b.create("tcgen05_fence", attrs={"kind": "after_thread_sync"})
     for step, (a_start, b_start) in enumerate(zip(a_starts, b_starts)):
         accumulate = bool(step) or call.attrs["accum"]
         em.b.create("tcgen05_mma", (taddr, desc("A", a_start, a_fields),

@@ -24,7 +24,9 @@ detector as shared memory is (its shadow covers both). Which columns are allocat
   64 layout F (rows 16w..16w+15 on lanes 32w..32w+15).
 * ``tcgen05_ld`` (32x32b): warp w of its warpgroup reads lanes 32w..32w+31 only (another
   lane is a run-time error), thread l lane ``taddr.lane + l``, ``num`` columns from
-  ``taddr.column``; ``tcgen05_wait_ld`` hands them on.
+  ``taddr.column``; ``tcgen05_wait_ld`` hands them on. ``tcgen05_st`` writes the same
+  cells when it is issued (finishing early is a legal schedule), ``tcgen05_wait_st``
+  waits for nothing.
 """
 from __future__ import annotations
 
@@ -299,26 +301,42 @@ def emit_tcgen05_commit(em, op):
     return emit_mbarrier_arrive(em, op)
 
 
-def emit_tcgen05_ld(em, op):
-    _per_thread(em, op)
+def _lane_cells(em, op):
+    """This thread's first cell of a 32x32b access at the op's TMEM address (its lane: the
+    address's lane, which must be its warp's first, plus its lane id) and a race site."""
     b, units, unit = em.b, em.mc.units, em.frame.unit
     taddr = em[op.operands[0]]
     lane, column = b.lshr(taddr, ir.Constant(I32, 16)), b.and_(taddr, ir.Constant(I32, 0xFFFF))
     warp = b.urem(units.thread_index(b, "warp_id", unit), ir.Constant(I32, WARPS_PER_WARPGROUP))
     first = b.mul(warp, ir.Constant(I32, LANES_PER_WARP))
     _fail(em, op, b.icmp_unsigned("==", b.and_(lane, ir.Constant(I32, ~31 & 0xFFFF)), first),
-          "tcgen05_ld 32x32b by warp {0} of its warpgroup names TMEM lane {1}: the warp "
+          f"{op.name} 32x32b by warp {{0}} of its warpgroup names TMEM lane {{1}}: the warp "
           "reaches lanes 32w..32w+31 only", [b.zext(warp, I64), b.zext(lane, I64)])
     mine = b.add(first, units.thread_index(b, "lane_id", unit))
-    site = em.mc.add_site("race", op, buffer="tensor memory", access=race.READ)
-    tmem, results = _tmem(em), []
-    for i in range(op.attrs["num"]):
-        cell = b.add(b.mul(_i64(b, mine), ir.Constant(I64, TMEM_COLS)),
-                     _i64(b, b.add(column, ir.Constant(I32, i))))
-        ptr = b.gep(tmem, [b.mul(cell, ir.Constant(I64, 4))], source_etype=ir.IntType(8))
-        _record(em, op, ptr, tmem, 4, site, race.READ)
-        results.append(b.load(ptr, typ=F32))
-    return results
+    kind = race.WRITE if op.name == "tcgen05_st" else race.READ
+    site = em.mc.add_site("race", op, buffer="tensor memory", access=kind)
+
+    def cell(i: int) -> ir.Value:
+        index = b.add(b.mul(_i64(b, mine), ir.Constant(I64, TMEM_COLS)),
+                      _i64(b, b.add(column, ir.Constant(I32, i))))
+        ptr = b.gep(_tmem(em), [b.mul(index, ir.Constant(I64, 4))], source_etype=ir.IntType(8))
+        _record(em, op, ptr, _tmem(em), 4, site, kind)
+        return ptr
+    return cell
+
+
+def emit_tcgen05_ld(em, op):
+    _per_thread(em, op)
+    cell = _lane_cells(em, op)
+    return [em.b.load(cell(i), typ=F32) for i in range(op.attrs["num"])]
+
+
+def emit_tcgen05_st(em, op):
+    _per_thread(em, op)
+    cell = _lane_cells(em, op)
+    for i, value in enumerate(em.operands(op)[1:]):
+        em.b.store(value, cell(i))
+    return []
 
 
 def _hand_on(em, op):
@@ -333,4 +351,5 @@ HANDLERS = {"tcgen05_alloc": emit_tcgen05_alloc, "tcgen05_dealloc": emit_tcgen05
             "tcgen05_relinquish_alloc_permit": _no_op, "tcgen05_fence": _no_op,
             "tcgen05_desc": emit_tcgen05_desc, "tcgen05_mma": emit_tcgen05_mma,
             "tcgen05_commit": emit_tcgen05_commit, "tcgen05_ld": emit_tcgen05_ld,
-            "tcgen05_wait_ld": _hand_on}
+            "tcgen05_wait_ld": _hand_on, "tcgen05_st": emit_tcgen05_st,
+            "tcgen05_wait_st": _no_op}

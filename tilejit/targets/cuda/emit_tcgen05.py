@@ -14,6 +14,8 @@
   .b64 [bar];`` (a CTA's own shared address is a valid shared::cluster address).
 * ``tcgen05_ld``: ``tcgen05.ld.sync.aligned.32x32b.xN.b32`` into N f32 ``"=f"`` registers; ``tcgen05_wait_ld`` is ``tcgen05.wait::ld.sync.aligned;`` with the
   values tied (``"+f"``), so the compiler reads them only after it.
+* ``tcgen05_st``: ``tcgen05.st.sync.aligned.32x32b.xN.b32 [taddr], {...};`` from N ``"f"``
+  registers; ``tcgen05_wait_st`` is ``tcgen05.wait::st.sync.aligned;``.
 * ``tcgen05_fence``: ``tcgen05.fence::before_thread_sync;`` / ``::after_thread_sync``.
 """
 from __future__ import annotations
@@ -96,6 +98,15 @@ def print_tcgen05_wait_ld(p: CudaPrinter, op: Operation) -> None:
     p.emit(f'asm volatile("tcgen05.wait::ld.sync.aligned;" : {tied} :: "memory");')
 
 
+def print_tcgen05_st(p: CudaPrinter, op: Operation) -> None:
+    taddr, *values = op.operands
+    num = op.attrs["num"]
+    registers = "{" + ", ".join(f"%{i + 1}" for i in range(num)) + "}"
+    inputs = ", ".join(f'"f"({p[value]})' for value in values)
+    _asm(p, op, f"tcgen05.st.sync.aligned.{op.attrs['shape']}.x{num}.b32 [%0], {registers};",
+         f' :: "r"({p[taddr]}), {inputs}')
+
+
 def print_tcgen05_fence(p: CudaPrinter, op: Operation) -> None:
     _asm(p, op, f"tcgen05.fence::{op.attrs['kind']};")
 
@@ -105,4 +116,6 @@ HANDLERS = {"tcgen05_alloc": print_tcgen05_alloc, "tcgen05_dealloc": print_tcgen
                 p, op, "tcgen05.relinquish_alloc_permit.cta_group::1.sync.aligned;"),
             "tcgen05_desc": print_tcgen05_desc, "tcgen05_mma": print_tcgen05_mma,
             "tcgen05_commit": print_tcgen05_commit, "tcgen05_ld": print_tcgen05_ld,
-            "tcgen05_wait_ld": print_tcgen05_wait_ld, "tcgen05_fence": print_tcgen05_fence}
+            "tcgen05_wait_ld": print_tcgen05_wait_ld, "tcgen05_st": print_tcgen05_st,
+            "tcgen05_wait_st": lambda p, op: _asm(p, op, "tcgen05.wait::st.sync.aligned;"),
+            "tcgen05_fence": print_tcgen05_fence}

@@ -20,10 +20,11 @@ the CUDA lowering: its chunks land when the thread's wait retires their group.
     masked. Per thread, a copy with a barrier runs on one thread of its team (the barrier
     expects the tile's bytes once).
 
-``gemm_async(C, A, B, ...)``
+``gemm_async(C, A, B, ..., barrier=None)``
     Exactly ``gemm``: the call is handed to the CPU's ``gemm`` rules through the registry
     (the first legal one, in the registry's order; one whose shapes include
-    ``config["shape"]`` when that is given), and runs synchronously.
+    ``config["shape"]`` when that is given), and runs synchronously; with a barrier, one
+    arrive on it follows (the multiply completed, as tcgen05.commit reports it).
 
 CUDA family names (SPEC §5, ``dispatch=<family>``) map as follows:
 
@@ -49,11 +50,13 @@ gemm_async         ``wgmma``     in the CPU's own lowering the CPU gemm; legal w
                                  f32), fp8 (C f32 or f16), int8/uint8 (C int32). Per thread
                                  (SIMT mode) the generic family (``passes/rules/gemm_wgmma``)
                                  runs wgmma_mma_async from descriptors, as on Hopper
-gemm_async         ``tcgen05``   the CPU gemm; legal where tcgen05.mma is: C in tensor
-                                 memory (``tj.alloc_tmem``), A in shared or tensor memory,
-                                 B in shared memory -- the CPU target stores no tensor
-                                 memory yet, so this declines (a DispatchError that says
-                                 why) until it does
+gemm_async         ``tcgen05``   in the CPU's own lowering the CPU gemm, then one arrive on
+                                 the barrier; legal where tcgen05.mma is: C in tensor
+                                 memory (``tj.alloc_tmem``: plain CTA memory here), A in
+                                 shared or tensor memory, B in shared memory, barrier=
+                                 given. Per thread (SIMT mode) the generic family
+                                 (``passes/rules/gemm_tcgen05``) runs tcgen05_mma from
+                                 descriptors, as on Blackwell
 =================  ============  ========================================================
 
 The CUDA families are checked against the *contract that makes them what they are*

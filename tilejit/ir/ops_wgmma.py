@@ -35,7 +35,8 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
-__all__ = ["CORE_BYTES", "CORE_ROWS", "DESCRIPTOR_SWIZZLE", "IN_FLIGHT", "IN_FLIGHT_READERS", "MatrixDescriptor",
+__all__ = ["CORE_BYTES", "CORE_ROWS", "DESCRIPTOR_SWIZZLE", "IN_FLIGHT", "IN_FLIGHT_READERS",
+           "MatrixDescriptor",
            "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
            "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
            "wgmma_accumulators", "wgmma_k"]

@@ -6,7 +6,8 @@ attributes and result types fit the op's ``OpDef``; region block arguments have 
 the ``RegionSpec`` asks for; each region ends with its terminator and terminators appear
 nowhere else; terminators pass the types the parent expects; values still in flight (a
 wgmma's accumulators before its wait, ``ops_wgmma.IN_FLIGHT``; a tcgen05_ld's values before
-tcgen05_wait_ld, ``ops_tcgen05.LD_IN_FLIGHT``) reach only the ops that may take them. Then ``OpDef.check(op)``.
+tcgen05_wait_ld, ``ops_tcgen05.LD_IN_FLIGHT``) reach only the ops that may take them.
+Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """

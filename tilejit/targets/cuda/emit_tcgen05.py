@@ -12,8 +12,9 @@
   enable-input-d a predicate set from the ``accumulate`` attribute.
 * ``tcgen05_commit``: ``tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster
   .b64 [bar];`` (a CTA's own shared address is a valid shared::cluster address).
-* ``tcgen05_ld``: ``tcgen05.ld.sync.aligned.32x32b.xN.b32`` into N f32 ``"=f"`` registers; ``tcgen05_wait_ld`` is ``tcgen05.wait::ld.sync.aligned;`` with the
-  values tied (``"+f"``), so the compiler reads them only after it.
+* ``tcgen05_ld``: ``tcgen05.ld.sync.aligned.32x32b.xN.b32`` into N f32 ``"=f"``
+  registers; ``tcgen05_wait_ld`` is ``tcgen05.wait::ld.sync.aligned;`` with the values
+  tied (``"+f"``), so the compiler reads them only after it.
 * ``tcgen05_st``: ``tcgen05.st.sync.aligned.32x32b.xN.b32 [taddr], {...};`` from N ``"f"``
   registers; ``tcgen05_wait_st`` is ``tcgen05.wait::st.sync.aligned;``.
 * ``tcgen05_fence``: ``tcgen05.fence::before_thread_sync;`` / ``::after_thread_sync``.

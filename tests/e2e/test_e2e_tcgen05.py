@@ -149,6 +149,53 @@ def test_the_family_explains_its_refusals(extra, reason):
     assert info.value.line == GEMM_LINE
 
 
+@tj.kernel
+def two_accumulators(A, B, C, D, LA: tj.constexpr, LB: tj.constexpr):
+    """C = A @ B.T and D = A @ B.T + C, each in its own tensor-memory buffer (two
+    allocations, one permit relinquished after the second), both multiplies on one
+    barrier's two phases."""
+    a = tj.alloc_shared((128, 32), A.dtype, layout=LA)
+    b = tj.alloc_shared((32, 32), B.dtype, layout=LB)
+    bar = tj.alloc_barriers(1)
+    first = tj.alloc_tmem((128, 32), tj.float32)
+    second = tj.alloc_tmem((128, 32), tj.float32)
+    tj.copy(a, A[0:128, 0:32])
+    tj.copy(b, B[0:32, 0:32])
+    if tj.thread_id() == 0:
+        tj.mbarrier_init(bar[0], 1)
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.gemm_async(first, a, b, transpose_b=True, accum=False, barrier=bar[0],
+                      dispatch="tcgen05")
+    tj.mbarrier_wait(bar[0], 0)
+    out = tj.fragment((128, 32), tj.float32, layout=wg_local_layout(32))
+    tj.copy(out, first)
+    tj.copy(C[0:128, 0:32], out)
+    tj.copy(second, out)
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.gemm_async(second, a, b, transpose_b=True, barrier=bar[0], dispatch="tcgen05")
+    tj.mbarrier_wait(bar[0], 1)
+    tj.copy(out, second)
+    tj.copy(D[0:128, 0:32], out)
+
+
+def test_two_tensor_memory_buffers(lowering):
+    a, b, c = tensors(128, 32, 32, torch.float16, seed=11)
+    d = torch.zeros(128, 32)
+    layouts = dict(LA=smem_layout((128, 32), "float16", MODES[64]),
+                   LB=smem_layout((32, 32), "float16", MODES[64]))
+    two_accumulators[(1,)](a, b, c, d, **layouts)
+    product = a.double() @ b.double().T
+    torch.testing.assert_close(c.double(), product, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(d.double(), 2 * product, rtol=1e-5, atol=1e-5)
+    if lowering == "per_thread":
+        lowered = two_accumulators.compile(a, b, c, d, **layouts).asm["lowered"]
+        assert lowered.count("tcgen05_alloc(") == 2 and lowered.count("tcgen05_dealloc(") == 2
+        assert lowered.count("tcgen05_relinquish_alloc_permit") == 1
+        assert lowered.index("tcgen05_relinquish") > lowered.rindex("tcgen05_alloc(")
+
+
 def test_tensor_memory_beyond_a_cta_is_refused_at_the_alloc():
     @tj.kernel
     def too_wide(C):

@@ -5,8 +5,8 @@
 Each ``alloc {scope = tmem}`` of shape (rows, columns) becomes the allocation protocol of
 PTX ISA 9.7.16.7 ("Tensor Memory Allocation"): a one-element shared i32 slot; warp 0
 allocates the smallest power of two of 32-bit columns (at least 32) that holds the
-buffer's columns, the address landing in the slot, and relinquishes the permit (the CTA
-allocates nothing more); ``tcgen05.fence::before_thread_sync``, a CTA barrier,
+buffer's columns, the address landing in the slot, and after the last buffer's allocation
+relinquishes the permit (the CTA allocates nothing more); ``tcgen05.fence::before_thread_sync``, a CTA barrier,
 ``::after_thread_sync``; every thread reads the address from the slot. Its
 ``tmem_address`` uses become that address. At the kernel's end: fence, barrier, and warp 0
 frees the columns (``tcgen05_dealloc``), as a CTA must before it exits.
@@ -66,6 +66,8 @@ def run(kernel: KernelIR) -> KernelIR:
             op.name == "alloc" and op.attrs["scope"] is MemScope.TMEM for op in kernel.walk()):
         return kernel
     addresses, allocated = {}, []
+    remaining = [sum(op.name == "alloc" and op.attrs["scope"] is MemScope.TMEM
+                     for op in kernel.walk())]
 
     def allocate(op: Operation, ctx: RewriteContext):
         if op.attrs["scope"] is not MemScope.TMEM:
@@ -78,9 +80,12 @@ def run(kernel: KernelIR) -> KernelIR:
         slot = b.alloc(MemScope.SHARED, i32, (1,))
         slot.name_hint = f"{op.result.name_hint or 'tmem'}_slot"
 
+        remaining[0] -= 1
+
         def grab(b: Builder) -> None:
             b.create("tcgen05_alloc", (slot,), {"cols": columns})
-            b.create("tcgen05_relinquish_alloc_permit")
+            if not remaining[0]:   # after the last allocation: none may follow
+                b.create("tcgen05_relinquish_alloc_permit")
         _warp0(b, grab)
         _fenced_sync(b)
         address = b.load(slot, [b.const(0, i32)])

@@ -97,3 +97,31 @@ def test_an_allocation_beyond_512_columns_is_a_run_time_error():
         module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
                              torch.zeros(128 * 16)])
     assert (info.value.line, info.value.col) == (5, 8)
+
+
+def test_an_allocation_after_the_permit_is_relinquished_is_a_run_time_error():
+    text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),
+                          MatrixDescriptor(B_START, 128, 256, version=1))
+    text = text.replace("    tcgen05_relinquish_alloc_permit loc(5:4)",
+                        "    tcgen05_relinquish_alloc_permit loc(5:4)\n"
+                        "    tcgen05_alloc(%slot) {cols = 32} loc(6:8)")
+    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
+    with pytest.raises(LaunchError, match=r"tcgen05_alloc of 32 columns after the CTA "
+                                          r"relinquished its allocation permit") as info:
+        module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
+                             torch.zeros(128 * 16)])
+    assert (info.value.line, info.value.col) == (6, 8)
+
+
+def test_freeing_columns_not_allocated_is_a_run_time_error():
+    text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),
+                          MatrixDescriptor(B_START, 128, 256, version=1))
+    text = text.replace("    tcgen05_dealloc(%taddr) {cols = 32} loc(17:4)",
+                        "    tcgen05_dealloc(%taddr) {cols = 32} loc(17:4)\n"
+                        "    tcgen05_dealloc(%taddr) {cols = 32} loc(18:4)")
+    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
+    with pytest.raises(LaunchError, match=r"tcgen05_dealloc of 32 columns at column 0: they "
+                                          r"are not allocated") as info:
+        module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
+                             torch.zeros(128 * 16)])
+    assert info.value.line == 18

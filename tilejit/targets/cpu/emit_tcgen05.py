@@ -4,13 +4,15 @@ Tensor memory is a per-CTA array of 128 lanes x 512 columns of 32-bit cells in t
 arena, right after the planned shared memory (:func:`reserve_tmem`, when the kernel has
 tcgen05 ops): NaN-filled in debug mode as shared memory is, and watched by the race
 detector as shared memory is (its shadow covers both). Which columns are allocated is a
-32-bit mask of 16 granules of 32 columns in the sync arena (zeroed per CTA).
+32-bit mask of 16 granules of 32 columns in the sync arena (zeroed per CTA), its top bit
+set once the CTA relinquished its permit.
 
 * ``tcgen05_alloc``: lane 0 of the warp takes the first run of free granules aligned to
   the request (columns are handed out in powers of two) and writes its address (lane 0,
-  the first column) to the slot; none free is a run-time error naming the op.
-  ``tcgen05_dealloc`` frees the run (an error when they are not allocated);
-  ``tcgen05_relinquish_alloc_permit`` and the fences order nothing the CPU defers.
+  the first column) to the slot; none free, or an allocation after the permit was
+  relinquished, is a run-time error naming the op. ``tcgen05_dealloc`` frees the run (an
+  error when they are not allocated); ``tcgen05_relinquish_alloc_permit`` sets the mask's
+  top bit; the fences order nothing the CPU defers.
 * ``tcgen05_desc``: the version-1 descriptor of the element's shared address, as wgmma's.
 * ``tcgen05_mma`` queues the multiply (its descriptors, TMEM address, instruction
   descriptor, whether it accumulates) in the issuing thread's queue; ``tcgen05_commit``
@@ -49,6 +51,8 @@ __all__ = ["HANDLERS", "TMEM_BYTES", "reserve_tmem"]
 
 TMEM_BYTES = TMEM_LANES * TMEM_COLS * 4
 GRANULE = 32                 # columns per bit of the allocation mask
+RELINQUISHED = 1 << 31       # the mask's bit for a relinquished permit
+COLUMN_BITS = (1 << TMEM_COLS // GRANULE) - 1
 QUEUE = 32                   # multiplies a thread may issue before it commits
 # A queued multiply: A's and B's descriptors, A's and B's buffers (race sites' bases), the
 # TMEM address, the instruction descriptor, whether it accumulates, its race sites for A,
@@ -121,13 +125,18 @@ def emit_tcgen05_alloc(em, op):
     with b.if_then(_lane0(em)):
         mask_ptr = _mask(em)
         mask = b.load(mask_ptr, typ=I32)
+        _fail(em, op, b.icmp_unsigned("==", b.and_(mask, ir.Constant(I32, RELINQUISHED)),
+                                      ir.Constant(I32, 0)),
+              f"tcgen05_alloc of {cols} columns after the CTA relinquished its allocation "
+              "permit (tcgen05_relinquish_alloc_permit)")
         start = ir.Constant(I32, -1)
         for first in reversed(range(0, TMEM_COLS // GRANULE, need)):   # the lowest wins
             free = b.icmp_unsigned("==", b.and_(mask, ir.Constant(I32, run << first)),
                                    ir.Constant(I32, 0))
             start = b.select(free, ir.Constant(I32, first), start)
         found = b.icmp_signed(">=", start, ir.Constant(I32, 0))
-        used = b.mul(b.call(em.mc.function("llvm.ctpop.i32", I32, [I32]), [mask]),
+        used = b.mul(b.call(em.mc.function("llvm.ctpop.i32", I32, [I32]),
+                            [b.and_(mask, ir.Constant(I32, COLUMN_BITS))]),
                      ir.Constant(I32, GRANULE))
         _fail(em, op, found, f"tcgen05_alloc of {cols} columns finds no free run: {{0}} of the "
                              f"{TMEM_COLS} tensor-memory columns are allocated", [used])
@@ -154,6 +163,15 @@ def emit_tcgen05_dealloc(em, op):
               f"tcgen05_dealloc of {cols} columns at column {{0}}: they are not allocated",
               [b.zext(column, I64)])
         b.store(b.and_(mask, b.not_(run)), mask_ptr)
+    return []
+
+
+def emit_tcgen05_relinquish(em, op):
+    _per_thread(em, op)
+    b = em.b
+    with b.if_then(_lane0(em)):
+        mask_ptr = _mask(em)
+        b.store(b.or_(b.load(mask_ptr, typ=I32), ir.Constant(I32, RELINQUISHED)), mask_ptr)
     return []
 
 
@@ -348,7 +366,7 @@ def _no_op(em, op):
 
 
 HANDLERS = {"tcgen05_alloc": emit_tcgen05_alloc, "tcgen05_dealloc": emit_tcgen05_dealloc,
-            "tcgen05_relinquish_alloc_permit": _no_op, "tcgen05_fence": _no_op,
+            "tcgen05_relinquish_alloc_permit": emit_tcgen05_relinquish, "tcgen05_fence": _no_op,
             "tcgen05_desc": emit_tcgen05_desc, "tcgen05_mma": emit_tcgen05_mma,
             "tcgen05_commit": emit_tcgen05_commit, "tcgen05_ld": emit_tcgen05_ld,
             "tcgen05_wait_ld": _hand_on, "tcgen05_st": emit_tcgen05_st,

@@ -66,10 +66,11 @@ def run(kernel: KernelIR) -> KernelIR:
             op.name == "alloc" and op.attrs["scope"] is MemScope.TMEM for op in kernel.walk()):
         return kernel
     addresses, allocated = {}, []
-    remaining = [sum(op.name == "alloc" and op.attrs["scope"] is MemScope.TMEM
-                     for op in kernel.walk())]
+    remaining = sum(op.name == "alloc" and op.attrs["scope"] is MemScope.TMEM
+                    for op in kernel.walk())
 
     def allocate(op: Operation, ctx: RewriteContext):
+        nonlocal remaining
         if op.attrs["scope"] is not MemScope.TMEM:
             return None
         if ctx.parents:
@@ -80,11 +81,12 @@ def run(kernel: KernelIR) -> KernelIR:
         slot = b.alloc(MemScope.SHARED, i32, (1,))
         slot.name_hint = f"{op.result.name_hint or 'tmem'}_slot"
 
-        remaining[0] -= 1
+        remaining -= 1
+        last = not remaining
 
         def grab(b: Builder) -> None:
             b.create("tcgen05_alloc", (slot,), {"cols": columns})
-            if not remaining[0]:   # after the last allocation: none may follow
+            if last:   # after the last allocation: none may follow
                 b.create("tcgen05_relinquish_alloc_permit")
         _warp0(b, grab)
         _fenced_sync(b)

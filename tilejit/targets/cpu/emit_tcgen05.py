@@ -214,14 +214,19 @@ def emit_tcgen05_mma(em, op):
     return []
 
 
-def _operand(b, data, desc, mn, k, k_major, bf16):
-    """A's or B's element (mn, k) through ``desc``, f16 or bf16 (``bf16`` an i1), in f32."""
+def _operand_ptr(b, data, desc, mn, k, k_major):
+    """Where A's or B's 16-bit element (mn, k) lies, through ``desc`` (``k_major`` an i1)."""
     address = b.select(k_major, element_address(b, desc, mn, k, ir.Constant(I64, 2), True),
                        element_address(b, desc, mn, k, ir.Constant(I64, 2), False))
-    bits = b.load(b.gep(data, [address], source_etype=ir.IntType(8)), typ=ir.IntType(16))
+    return b.gep(data, [address], source_etype=ir.IntType(8))
+
+
+def _operand(b, ptr, bf16):
+    """The f16 or bf16 (``bf16`` an i1) element at ``ptr``, in f32."""
+    bits = b.load(ptr, typ=ir.IntType(16))
     as_f16 = b.fpext(b.bitcast(bits, ir.HalfType()), F32)
     as_bf16 = b.bitcast(b.shl(b.zext(bits, I32), ir.Constant(I32, 16)), F32)
-    return b.select(bf16, as_bf16, as_f16), b.gep(data, [address], source_etype=ir.IntType(8))
+    return b.select(bf16, as_bf16, as_f16)
 
 
 def _multiply_function(mc) -> ir.Function:
@@ -271,8 +276,7 @@ def _multiply_function(mc) -> ir.Function:
     def reads(desc, count, k_major, base, site):
         def row(mn):
             def element(k):
-                check(_operand(b, data, desc, mn, k, k_major, bf16)[1], base, 2, site,
-                      race.READ)
+                check(_operand_ptr(b, data, desc, mn, k, k_major), base, 2, site, race.READ)
             counted_loop(b, const(TCGEN05_K), element, "k")
         counted_loop(b, count, row, "mn")
     reads(desc_a, m, a_k_major, field(BASE_A, PTR), field(SITE_A, I32))
@@ -290,8 +294,8 @@ def _multiply_function(mc) -> ir.Function:
             check(cell, tmem, 4, field(SITE_D, I32), race.WRITE)
             total = b.select(accumulate, b.load(cell, typ=F32), ir.Constant(F32, 0.0))
             for k in range(TCGEN05_K):
-                a = _operand(b, data, desc_a, r, const(k), a_k_major, bf16)[0]
-                w = _operand(b, data, desc_b, c, const(k), b_k_major, bf16)[0]
+                a = _operand(b, _operand_ptr(b, data, desc_a, r, const(k), a_k_major), bf16)
+                w = _operand(b, _operand_ptr(b, data, desc_b, c, const(k), b_k_major), bf16)
                 total = b.fadd(total, b.fmul(a, w))
             b.store(total, cell)
         counted_loop(b, n, column, "n")

@@ -22,24 +22,35 @@ MODES = {0: SwizzleMode.NONE, 32: SwizzleMode.B32, 64: SwizzleMode.B64, 128: Swi
 @tj.kernel
 def tcgen05_gemm(A, B, C, BN: tj.constexpr, K: tj.constexpr, LA: tj.constexpr,
                  LB: tj.constexpr, WAIT: tj.constexpr = True, ISSUERS: tj.constexpr = 1,
-                 ACCUM: tj.constexpr = False):
+                 ACCUM: tj.constexpr = False, TMA: tj.constexpr = False):
     """C (+)= A @ B.T, one 128 x BN tile per CTA (B given as [N, K]); with ACCUM the
-    accumulator starts as C's tile, stored into tensor memory (tcgen05.st per thread)."""
+    accumulator starts as C's tile, stored into tensor memory (tcgen05.st per thread); with
+    TMA thread 0 loads A and B by TMA (completing on ``loaded``) and waits before it
+    issues the multiply."""
     a = tj.alloc_shared((128, K), A.dtype, layout=LA)
     b = tj.alloc_shared((BN, K), B.dtype, layout=LB)
     bar = tj.alloc_barriers(1)
+    loaded = tj.alloc_barriers(1)
     acc = tj.alloc_tmem((128, BN), tj.float32)
     r = tj.cta_id(0) * 128
     c = tj.cta_id(1) * BN
-    tj.copy(a, A[r:r + 128, 0:K])
-    tj.copy(b, B[c:c + BN, 0:K])
+    if not TMA:
+        tj.copy(a, A[r:r + 128, 0:K])
+        tj.copy(b, B[c:c + BN, 0:K])
     if ACCUM:
         start = tj.fragment((128, BN), tj.float32, layout=wg_local_layout(BN))
         tj.copy(start, C[r:r + 128, c:c + BN])
         tj.copy(acc, start)
     if tj.thread_id() == 0:
         tj.mbarrier_init(bar[0], 1)
+        tj.mbarrier_init(loaded[0], 1)
     tj.sync()
+    if TMA:
+        if tj.thread_id() == 0:
+            tj.mbarrier_arrive_expect_tx(loaded[0], (128 + BN) * K * A.dtype.itemsize)
+            tj.copy_async(a, A[r:r + 128, 0:K], barrier=loaded[0], dispatch="tma")
+            tj.copy_async(b, B[c:c + BN, 0:K], barrier=loaded[0], dispatch="tma")
+            tj.mbarrier_wait(loaded[0], 0)
     if tj.thread_id() < ISSUERS:
         tj.gemm_async(acc, a, b, transpose_b=True, accum=ACCUM, barrier=bar[0],
                       dispatch="tcgen05")
@@ -86,6 +97,19 @@ def test_tcgen05_gemm_matches_torch(lowering, m, n, k, bn, swizzle, dtype):
                                                      else "no swizzle"))
         (load,) = [r for r in log if r.primitive == "copy" and r.rule == "tcgen05"]
         assert load.note.startswith("tcgen05.ld 32x32b x")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_tma_loads_then_tcgen05(lowering, dtype):
+    """A and B land in 128B-swizzled shared memory by TMA (the ragged edge zero-filled)
+    before thread 0 issues the multiply."""
+    a, b, c = tensors(190, 70, 64, dtype, seed=5)
+    name = "bfloat16" if dtype is torch.bfloat16 else "float16"
+    opts = options(32, 64, 128, name, TMA=True)
+    tcgen05_gemm[(2, 3)](a, b, c, **opts)
+    torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-5, atol=1e-5)
+    log = tcgen05_gemm.compile(a, b, c, **opts).dispatch_log
+    assert {r.rule for r in log if r.primitive == "copy_async"} == {"tma"}
 
 
 def test_accumulating_onto_c_stored_into_tensor_memory(lowering):

@@ -155,3 +155,18 @@ def test_the_accumulator_stored_from_registers_compiles_to_tcgen05_st():
     source = compiled.asm["cuda"]
     assert 'tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2' in source
     assert compiled.metadata["spill_bytes"] == 0
+
+
+@needs_nvrtc
+def test_tma_loads_and_tcgen05_compile_together():
+    """The e2e kernel's TMA variant for sm_100a: the loads are cp.async.bulk.tensor boxes
+    completing on an mbarrier, then the multiplies; no spills."""
+    a = tj.TensorSpec((256, 64), tj.float16, device="cuda")
+    b = tj.TensorSpec((96, 64), tj.float16, device="cuda")
+    c = tj.TensorSpec((256, 96), tj.float32, device="cuda")
+    compiled = tcgen05_gemm.compile(a, b, c, **options(32, 64, 128, TMA=True),
+                                    target="cuda", arch="sm_100a")
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    assert len([line for line in ptx if line.startswith("cp.async.bulk.tensor.2d")]) == 2
+    assert len([line for line in ptx if line.startswith("tcgen05.mma.cta_group::1")]) == 4
+    assert compiled.metadata["spill_bytes"] == 0

@@ -1,5 +1,5 @@
-"""gemm_async family ``tcgen05`` end to end: A and B copied into swizzled (or core-matrix)
-shared memory, one thread issues the multiply into a ``tj.alloc_tmem`` accumulator and
+"""gemm_async family ``tcgen05`` end to end: A and B copied (plain copies, or TMA) into
+swizzled (or core-matrix) shared memory, one thread issues the multiply into a ``tj.alloc_tmem`` accumulator and
 commits it to an mbarrier, every thread waits, the accumulator is copied into registers
 and C is written -- against torch on ragged shapes, f16 and bf16. Per thread (the IR the
 cuda target prints for sm_100a) tensor memory is allocated by warp 0 (``lower-tmem``), the

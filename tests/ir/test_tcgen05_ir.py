@@ -1,7 +1,7 @@
 """The tcgen05 ops: the shared-memory descriptor's version-1 bit fields (PTX ISA 9.7.16.4.1
-"Shared memory descriptor") and the kind::f16 instruction descriptor (PTX ISA 9.7.16.4.2
-"Instruction descriptor"), field by field; the ops' text round trip; the verifier's
-refusals."""
+"Shared Memory Descriptor", Table 40) and the kind::f16 instruction descriptor (PTX ISA
+9.7.16.4.2 "Instruction Descriptor", Table 42), field by field; the ops' text round trip;
+the verifier's refusals."""
 import re
 
 import pytest

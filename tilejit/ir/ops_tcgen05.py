@@ -69,7 +69,7 @@ def tmem_address(lane: int, column: int) -> int:
 @dataclass(frozen=True)
 class InstructionDescriptor:
     """The 32-bit instruction descriptor of ``tcgen05.mma ... .kind::f16`` (PTX ISA
-    9.7.16.4.2, the table for .kind::tf32, .kind::f16, .kind::f8f6f4): bits 0-1 sparsity
+    9.7.16.4.2 "Instruction Descriptor", Table 42, the .kind::f16 column): bits 0-1 sparsity
     selector, 2 sparsity, 3 saturate (all 0: dense, no saturation); 4-5 D type; 7-9 A type;
     10-12 B type; 13 / 14 negate A / B (0); 15 / 16 transpose A / B (1: MN-major); 17-22
     N >> 3; 24-28 M >> 4; 30-31 the .ws shift (0)."""

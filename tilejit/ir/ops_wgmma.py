@@ -75,10 +75,10 @@ class MatrixDescriptor:
     """The fields of a shared-memory matrix descriptor, in bytes. ``version`` 0 is wgmma's
     (PTX ISA 9.7.15.5.1.2 "Matrix Descriptor Format": start address bits 0-13, leading
     byte offset 16-29, stride byte offset 32-45, each stored >> 4; base offset 49-51;
-    swizzle 62-63); version 1 is tcgen05's (PTX ISA 9.7.16.4.1 "Shared memory descriptor":
-    the same address fields and base offset, bits 46-48 the fixed constant 0b001 and the
-    swizzle three bits at 61-63, coded 0 none, 2 128B, 4 64B, 6 32B). Both read the same
-    canonical layouts (:meth:`element_address`)."""
+    swizzle 62-63); version 1 is tcgen05's (PTX ISA 9.7.16.4.1 "Shared Memory Descriptor",
+    Table 40: the same address fields and base offset, bits 46-48 the fixed constant 0b001
+    and the swizzle three bits at 61-63, coded 0 none, 2 128B, 4 64B, 6 32B). Both read the
+    same canonical layouts (:meth:`element_address`)."""
 
     start: int
     lbo: int

@@ -3,7 +3,7 @@ tensor memory (TMEM) they accumulate in, per thread, for ``cta_group::1``.
 
 TMEM is 128 lanes x 512 columns of 32-bit cells per CTA (``layout/hw_nvidia.TMEM_LANES`` /
 ``TMEM_COLS``); a TMEM address is a 32-bit value, the lane in bits 16-31 and the column in
-bits 0-15 (PTX ISA 9.7.16.2.1 "Tensor Memory Addressing").
+bits 0-15 (PTX ISA 9.7.16, "Tensor Memory Addressing").
 
 * ``tcgen05_alloc(slot) {cols}``: one whole warp allocates ``cols`` columns (a power of two
   in [32, 512]) and the address of the first is written to ``slot[0]``, a 32-bit shared
@@ -55,7 +55,7 @@ LD_SHAPES = ("32x32b",)
 LD_NUM = (1, 2, 4, 8, 16, 32, 64, 128)   # .x1 .. .x128 registers per thread (32x32b)
 # tcgen05_ld's results are in flight until tcgen05_wait_ld (the verifier's check)
 LD_IN_FLIGHT = {"tcgen05_ld": frozenset({"tcgen05_wait_ld"})}
-# PTX ISA 9.7.16.4.2 "Instruction descriptor", kind::f16: D type bits 4-5 (f32 = 1), A
+# PTX ISA 9.7.16.4.2 "Instruction Descriptor" (Table 42), kind::f16: D type bits 4-5 (f32 = 1), A
 # type 7-9 and B type 10-12 (f16 = 0, bf16 = 1)
 _D_CODE = {f16: 0, f32: 1}
 _AB_CODE = {f16: 0, bf16: 1}

@@ -3,11 +3,12 @@
 ``tmem_address``).
 
 Each ``alloc {scope = tmem}`` of shape (rows, columns) becomes the allocation protocol of
-PTX ISA 9.7.16.7 ("Tensor Memory Allocation"): a one-element shared i32 slot; warp 0
+PTX ISA 9.7.16 ("Tensor Memory Allocation"): a one-element shared i32 slot; warp 0
 allocates the smallest power of two of 32-bit columns (at least 32) that holds the
 buffer's columns, the address landing in the slot, and after the last buffer's allocation
-relinquishes the permit (the CTA allocates nothing more); ``tcgen05.fence::before_thread_sync``, a CTA barrier,
-``::after_thread_sync``; every thread reads the address from the slot. Its
+relinquishes the permit (the CTA allocates nothing more);
+``tcgen05.fence::before_thread_sync``, a CTA barrier, ``::after_thread_sync``; every
+thread reads the address from the slot. Its
 ``tmem_address`` uses become that address. At the kernel's end: fence, barrier, and warp 0
 frees the columns (``tcgen05_dealloc``), as a CTA must before it exits.
 

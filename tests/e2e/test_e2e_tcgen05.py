@@ -229,3 +229,22 @@ def test_tensor_memory_beyond_a_cta_is_refused_at_the_alloc():
                                                    r"columns") as info:
         too_wide.compile(torch.zeros(128, 1024))
     assert "tj.alloc_tmem((128, 1024)" in str(info.value)
+
+
+@tj.kernel
+def unlaid_copy_out(C):
+    acc = tj.alloc_tmem((128, 32), tj.float32)
+    out = tj.fragment((128, 32), tj.float32)   # no layout: inference chooses one
+    tj.copy(out, acc)
+    tj.copy(C[0:128, 0:32], out)
+
+
+@pytest.mark.team_once_only("the per-thread copy family, asked for with simt=True")
+def test_the_copy_out_names_the_layout_it_needs():
+    """A fragment the 32x32b load does not fill (here one whose layout inference chose) is
+    refused, naming wg_local_layout."""
+    with pytest.raises(tj.DispatchError, match=r"32x32b moves an f32 fragment of the tensor "
+                                               r"memory's shape laid out by .*"
+                                               r"wg_local_layout\(32\)") as info:
+        unlaid_copy_out.compile(torch.zeros(128, 32), simt=True)
+    assert info.value.line is not None

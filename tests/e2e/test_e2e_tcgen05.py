@@ -248,3 +248,36 @@ def test_the_copy_out_names_the_layout_it_needs():
                                                r"wg_local_layout\(32\)") as info:
         unlaid_copy_out.compile(torch.zeros(128, 32), simt=True)
     assert info.value.line is not None
+
+
+@tj.kernel
+def immediate_on_a_barrier(A, B, C):
+    a = tj.alloc_shared((16, 16), A.dtype)
+    b = tj.alloc_shared((16, 16), B.dtype)
+    bar = tj.alloc_barriers(1)
+    tj.copy(a, A[0:16, 0:16])
+    tj.copy(b, B[0:16, 0:16])
+    if tj.thread_id() == 0:
+        tj.mbarrier_init(bar[0], 1)
+    tj.sync()
+    acc = tj.fragment((16, 16), tj.float32)
+    tj.fill(acc, 0.0)
+    tj.gemm_async(acc, a, b, barrier=bar[0])
+    tj.mbarrier_wait(bar[0], 0)
+    tj.copy(C[0:16, 0:16], acc)
+
+
+def test_a_synchronous_gemm_async_arrives_once_on_its_barrier(lowering):
+    """The default family runs the gemm at once, then arrives on the barrier: once in the
+    CPU's own lowering (the team runs it once); per thread every thread would arrive, which
+    it refuses."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(16, 16, generator=gen).half(), torch.randn(16, 16, generator=gen).half()
+    c = torch.zeros(16, 16)
+    if lowering == "per_thread":
+        with pytest.raises(tj.DispatchError, match=r"would arrive on it once per thread of "
+                                                    r"its team \(128\)"):
+            immediate_on_a_barrier[(1,)](a, b, c)
+        return
+    immediate_on_a_barrier[(1,)](a, b, c)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)

@@ -25,7 +25,7 @@ from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, rules_for
 from ..loopgen import Emitter
 from . import elementwise
 
-__all__ = ["WGMMA_TYPES", "as_copy", "cp_async_reasons", "element_copy", "family_check",
+__all__ = ["WGMMA_TYPES", "arrive_once_reasons", "as_copy", "cp_async_reasons", "element_copy", "family_check",
            "gemm_plan", "lower_gemm", "lower_immediate", "one_thread_reasons", "tcgen05_reasons",
            "tile_bytes", "tma_reasons", "wgmma_reasons"]
 
@@ -165,6 +165,16 @@ def gemm_plan(call: PrimitiveCall) -> Plan | Decline:
     rule, plan = next(((r, p) for r, p in legal
                        if wanted is not None and tuple(wanted) in p.shapes), legal[0])
     return Plan(plan.shapes, {**plan.details, "gemm_rule": rule, "gemm_plan": plan})
+
+
+def arrive_once_reasons(call: PrimitiveCall) -> list[str]:
+    """A synchronous gemm_async completing on a barrier arrives on it after the gemm; per
+    thread every thread of the team would, and the barrier expects one arrive."""
+    if not call.extras or call.context.distribution != PER_THREAD or call.scope.team_size == 1:
+        return []
+    return [f"with barrier=, a per-thread synchronous gemm_async would arrive on it once per "
+            f"thread of its team ({call.scope.team_size}): drop barrier=, or issue the "
+            "multiply from one thread with dispatch='tcgen05'"]
 
 
 def lower_gemm(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:

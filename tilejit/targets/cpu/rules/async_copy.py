@@ -76,8 +76,9 @@ from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, TEAM_ONCE, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import copy_cp_async, copy_tma
-from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
-                                                  gemm_plan, lower_gemm, lower_immediate,
+from tilejit.passes.rules.async_contracts import (arrive_once_reasons, cp_async_reasons,
+                                                  element_copy, family_check, gemm_plan,
+                                                  lower_gemm, lower_immediate,
                                                   one_thread_reasons, tcgen05_reasons,
                                                   tma_reasons, wgmma_reasons)
 
@@ -141,7 +142,7 @@ def _gemm_async_rule(family: str, reasons, priority: int, doc: str,
 
 
 GEMM_ASYNC_RULES = (
-    _gemm_async_rule("immediate", None, 10, "the CPU gemm, run synchronously"),
+    _gemm_async_rule("immediate", arrive_once_reasons, 10, "the CPU gemm, run synchronously"),
     # per thread, the generic wgmma family (passes/rules/gemm_wgmma.py) runs wgmma itself
     _gemm_async_rule("wgmma", wgmma_reasons, 0, "wgmma's contract; runs as the CPU gemm",
                      (TEAM_ONCE,)),

@@ -249,9 +249,9 @@ def test_gemm_async_unknown_family_lists_the_cpu_families():
                          K=8, SHAPE=None)
 
 
-def test_tcgen05_with_tensor_memory_declines_on_the_cpu():
-    """Blackwell's family accumulates in tensor memory, which the CPU target does not store
-    yet: every CPU family says why it cannot run the call."""
+def test_tcgen05_without_a_barrier_declines():
+    """Blackwell's family completes on an mbarrier (tcgen05.commit's arrive): a gemm_async
+    into tensor memory without barrier= says so (test_e2e_tcgen05 runs it with one)."""
     @tj.kernel
     def blackwell_mma(A, B, FAMILY: tj.constexpr):
         a = tj.alloc_shared((16, 16), A.dtype)
@@ -262,7 +262,6 @@ def test_tcgen05_with_tensor_memory_declines_on_the_cpu():
         tj.gemm_async(acc, a, b, dispatch=FAMILY)
 
     A = B = torch.zeros(16, 16, dtype=torch.float16)
-    with pytest.raises(tj.DispatchError, match=r"(?s)tcgen05 .*C is in tmem memory"):
+    with pytest.raises(tj.DispatchError, match=r"(?s)tcgen05 .*completes on an mbarrier "
+                                                r"\(tcgen05.commit\): pass barrier=bars\[i\]"):
         blackwell_mma[(1,)](A, B, FAMILY="tcgen05")
-    with pytest.raises(tj.DispatchError, match=r"(?s)immediate .*wgmma .*tcgen05"):
-        blackwell_mma[(1,)](A, B, FAMILY=None)

@@ -82,7 +82,8 @@ def test_dispatch_forces_a_family():
 
 
 def test_forcing_an_unknown_family_names_the_registered_ones():
-    with pytest.raises(DispatchError, match=r"dispatch='tma'.*registered: vector, stmatrix, vec, packed, scalar"):
+    with pytest.raises(DispatchError, match=r"dispatch='tma'.*registered: vector, stmatrix, tcgen05, vec, "
+                                             r"packed, scalar"):
         dispatched(copy_kernel(dispatch="tma"))
 
 
@@ -179,9 +180,10 @@ def test_a_target_is_known_until_it_is_unregistered():
 def test_a_target_family_is_tried_first_on_its_target_only(dma_family):
     accel = DispatchContext("accel-test")
     assert [r.family for r in rules_for("copy", "accel-test")] == ["dma", "vector", "stmatrix",
-                                                                  "vec", "packed", "scalar"]
-    assert [r.family for r in rules_for("copy", "generic")] == ["vector", "stmatrix", "vec",
-                                                               "packed", "scalar"]
+                                                                  "tcgen05", "vec", "packed",
+                                                                  "scalar"]
+    assert [r.family for r in rules_for("copy", "generic")] == ["vector", "stmatrix", "tcgen05",
+                                                               "vec", "packed", "scalar"]
     k, (rec,) = lowered(copy_kernel(), accel)
     assert (rec.rule, rec.shape) == ("dma", (64, 96))
     assert 'intrinsic(%1, %2) {target = "accel", name = "dma"}' in str(k)

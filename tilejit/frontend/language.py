@@ -528,10 +528,10 @@ def gemm(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=
 
 
 @builtin("gemm_async")
-def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, dispatch=None,
-               config=None, wait=True, _sem):
+def gemm_async(C, A, B, transpose_a=False, transpose_b=False, accum=True, *, barrier=None,
+               dispatch=None, config=None, wait=True, _sem):
     return _sem.tile.gemm(C, A, B, transpose_a, transpose_b, accum, dispatch, config,
-                          is_async=True, wait=wait)
+                          is_async=True, wait=wait, barrier=barrier)
 
 
 @builtin("wgmma_wait")

@@ -13,6 +13,7 @@ from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation, Value
 from tilejit.ir.ops_native import MEMORY_ORDERS, SYNC_SCOPES
 from tilejit.ir.types import BarrierType, BufferType, MemScope, RegionType, ScalarType, i32
+from tilejit.layout.hw_nvidia import TMEM_COLS, TMEM_LANES
 
 from .language import BoundBuiltin, builtin
 from .tile_shapes import IndexedTile
@@ -94,6 +95,8 @@ class MemorySemantics:
         if not isinstance(dtype, ScalarType):
             raise CompilationError("dtype must be a tj dtype such as tj.float32, got "
                                    f"{describe(dtype)}")
+        if scope is MemScope.TMEM:
+            _check_tmem_shape(shape, dtype)
         return self.b.alloc(scope, dtype, shape, self.check_layout(layout))
 
     def view(self, buf, shape, layout=None) -> Value:
@@ -407,3 +410,15 @@ def _product(shape) -> int:
     for d in shape:
         total *= d
     return total
+
+
+def _check_tmem_shape(shape, dtype: ScalarType) -> None:
+    """A tensor-memory buffer is rows (lanes) x columns of 32-bit cells within one CTA's
+    128 lanes x 512 columns."""
+    if len(shape) != 2 or dtype.itemsize != 4:
+        raise CompilationError(f"tj.alloc_tmem makes a rank-2 buffer of 32-bit elements (rows "
+                               f"on lanes, one column each), got {list(shape)} {dtype}")
+    rows, columns = shape
+    if rows > TMEM_LANES or columns > TMEM_COLS:
+        raise CompilationError(f"tj.alloc_tmem({list(shape)}): a CTA's tensor memory is "
+                               f"{TMEM_LANES} lanes x {TMEM_COLS} 32-bit columns")

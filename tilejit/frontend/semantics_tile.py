@@ -212,7 +212,7 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
                            **self._attrs(None, None))
 
     def gemm(self, C, A, B, transpose_a, transpose_b, accum, dispatch, config, is_async=False,
-             wait=True):
+             wait=True, barrier=None):
         name = "gemm_async" if is_async else "gemm"
         tiles = {role: self._tile(x, role, name) for role, x in (("C", C), ("A", A), ("B", B))}
         for role, x in tiles.items():
@@ -242,7 +242,9 @@ class TileSemantics(ReductionSemantics, BuildSemantics):
         if da.is_float != db.is_float or dc.is_float != da.is_float:
             raise CompilationError(f"tj.{name}: A, B and C must be all float or all integer, "
                                    f"got {da!r}, {db!r} and {dc!r}")
-        return self.b.tile(name, tiles["C"], tiles["A"], tiles["B"], **flags,
+        # an async gemm may complete on an mbarrier (tcgen05.commit's arrive)
+        barrier_operands = () if barrier is None else self.sem.memory.barrier_operands(barrier)
+        return self.b.tile(name, tiles["C"], tiles["A"], tiles["B"], *barrier_operands, **flags,
                            **self._attrs(dispatch, config))
 
     def pointwise_call(self, op: str, args, dispatch, config):

@@ -2,15 +2,15 @@
 
 The entries live in ``ops_native.py`` (scalar, memory, sync), ``ops_async.py``
 (asynchronous copies and their completion), ``ops_cluster.py`` (thread-block clusters),
-``ops_tma.py`` (TMA bulk copies, bulk
-groups), ``ops_wgmma.py`` (Hopper wgmma), ``ops_control.py``
+``ops_tma.py`` (TMA bulk copies, bulk groups), ``ops_wgmma.py`` (Hopper wgmma),
+``ops_tcgen05.py`` (Blackwell tcgen05 and tensor memory), ``ops_control.py``
 (for/if/while, terminators, team) and ``ops_tile.py`` (tile primitives); importing this
 module registers them all. ``OPS`` maps op name -> ``OpDef``.
 """
 from __future__ import annotations
 
 from . import (ops_async, ops_cluster, ops_control, ops_native, ops_packed,  # noqa: F401
-               ops_tile, ops_tma, ops_wgmma)
+               ops_tcgen05, ops_tile, ops_tma, ops_wgmma)
 from .opdef import EXPLICIT, OPS, OpDef, OpDefError, OpGroup, OperandSpec, RegionSpec, get_opdef
 
 __all__ = ["OPS", "OpDef", "OpGroup", "OperandSpec", "RegionSpec", "EXPLICIT", "OpDefError",

@@ -66,18 +66,26 @@ def _shape(value):
     return value.type.shape
 
 
-def _check_copy_async(op):
-    barrier = op.operands[2:]
+def _check_barrier(op, first: int, after: str) -> str | None:
+    barrier = op.operands[first:]
     if not barrier:
         return None
     if len(barrier) != 2 or not isinstance(barrier[0].type, BarrierType) \
             or not getattr(barrier[1].type, "is_int", False):
-        return "copy_async takes an optional (barrier, index) pair after dst and src"
+        return f"{op.name.removeprefix('tile.')} takes an optional (barrier, index) pair " \
+               f"after {after}"
     return None
 
 
+def _check_copy_async(op):
+    return _check_barrier(op, 2, "dst and src")
+
+
 def _check_gemm(op):
-    c, a, b = (_shape(v) for v in op.operands)
+    why = _check_barrier(op, 3, "C, A and B")   # gemm_async's completion (tcgen05)
+    if why:
+        return why
+    c, a, b = (_shape(v) for v in op.operands[:3])
     if not len(c) == len(a) == len(b) == 2:
         return f"gemm needs rank-2 tiles, got C{list(c)} A{list(a)} B{list(b)}"
     m, k = a[::-1] if op.attrs["transpose_a"] else a
@@ -201,7 +209,7 @@ _tile("tile.copy_async", "dst:memory src:memory *barrier", check=_check_copy_asy
 _tile("tile.gemm", "C:memory A:memory B:memory", GEMM_ATTRS, _check_gemm)
 # wait: the primitive waits for its own multiplies; False leaves them in flight (family
 # wgmma: the kernel retires the group with wgmma_wait, passes/wgmma_groups.py checks it)
-_tile("tile.gemm_async", "C:memory A:memory B:memory", {**GEMM_ATTRS, "wait": Attr(BOOL, True)},
+_tile("tile.gemm_async", "C:memory A:memory B:memory *barrier", {**GEMM_ATTRS, "wait": Attr(BOOL, True)},
       _check_gemm)
 # steps: the reduced elements are computed from src (value 0) and srcs (broadcast to src)
 # by a fused chain (passes/fusion.py) instead of read from src alone.

@@ -45,7 +45,8 @@ from .opdef import register as _register
 from .ops_native import fixed, is_root_buffer
 from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
-__all__ = ["CORE_BYTES", "CORE_ROWS", "IN_FLIGHT_READERS", "MatrixDescriptor",
+__all__ = ["CORE_BYTES", "CORE_ROWS", "DESCRIPTOR_SWIZZLE", "IN_FLIGHT_READERS",
+           "MatrixDescriptor",
            "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
            "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
            "in_flight", "takes_in_flight", "wgmma_accumulators", "wgmma_k"]
@@ -56,8 +57,10 @@ WGMMA_K_BYTES = 32                  # K of one instruction: k16 for 16-bit types
 WGMMA_FP8_TYPES = (f8e4m3, f8e5m2)
 WGMMA_INPUT_TYPES = (f16, bf16, *WGMMA_FP8_TYPES)
 SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core matrices)
-# PTX ISA "Matrix Descriptor Format": bits 62-63 name the swizzle: 0 none, 1 128B, 2 64B, 3 32B
-_SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}
+# per descriptor version, where the swizzle field starts and its code per swizzle: wgmma's
+# two bits at 62 (0 none, 1 128B, 2 64B, 3 32B); tcgen05's three at 61 (0 none, 2 128B,
+# 4 64B, 6 32B; 1 is 128B with 32-byte atoms, which no layout here makes)
+DESCRIPTOR_SWIZZLE = {0: (62, {0: 0, 128: 1, 64: 2, 32: 3}), 1: (61, {0: 0, 128: 2, 64: 4, 32: 6})}
 _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (bytes >> 4)
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
 # The ops that may take results the tensor cores still write (the verifier's check, with
@@ -100,20 +103,27 @@ def wgmma_k(dtype: ScalarType) -> int:
 
 @dataclass(frozen=True)
 class MatrixDescriptor:
-    """The fields of a wgmma shared-memory matrix descriptor, in bytes (PTX ISA "Matrix
-    Descriptor Format": start address bits 0-13, leading byte offset 16-29, stride byte
-    offset 32-45, each stored >> 4; base offset 49-51; swizzle 62-63)."""
+    """The fields of a shared-memory matrix descriptor, in bytes. ``version`` 0 is wgmma's
+    (PTX ISA 9.7.15.5.1.2 "Matrix Descriptor Format": start address bits 0-13, leading
+    byte offset 16-29, stride byte offset 32-45, each stored >> 4; base offset 49-51;
+    swizzle 62-63); version 1 is tcgen05's (PTX ISA 9.7.16.4.1 "Shared Memory Descriptor",
+    Table 40: the same address fields and base offset, bits 46-48 the fixed constant 0b001
+    and the swizzle three bits at 61-63, coded 0 none, 2 128B, 4 64B, 6 32B). Both read the
+    same canonical layouts (:meth:`element_address`)."""
 
     start: int
     lbo: int
     sbo: int
     swizzle: int = 0
     base_offset: int = 0
+    version: int = 0
 
     def problem(self) -> str | None:
         """Why the fields do not fit the descriptor (None: they do)."""
         if self.swizzle not in SWIZZLE_BYTES:
             return f"swizzle is 0, 32, 64 or 128 bytes, not {self.swizzle}"
+        if self.version not in DESCRIPTOR_SWIZZLE:
+            return f"the descriptor version is 0 (wgmma) or 1 (tcgen05), not {self.version}"
         for name in ("start", "lbo", "sbo"):
             value = getattr(self, name)
             if value < 0 or value % 16 or value >> 4 > _FIELD:
@@ -127,14 +137,19 @@ class MatrixDescriptor:
         why = self.problem()
         if why:
             raise ValueError(why)
+        shift, codes = DESCRIPTOR_SWIZZLE[self.version]
         return ((self.start >> 4) | (self.lbo >> 4) << 16 | (self.sbo >> 4) << 32
-                | self.base_offset << 49 | _SWIZZLE_CODE[self.swizzle] << 62)
+                | self.version << 46 | self.base_offset << 49 | codes[self.swizzle] << shift)
 
     @staticmethod
     def decode(bits: int) -> MatrixDescriptor:
-        swizzle = {code: nbytes for nbytes, code in _SWIZZLE_CODE.items()}[bits >> 62 & 3]
+        """The fields of a descriptor of either version (bit 46 tells them apart: wgmma
+        leaves bits 46-48 zero)."""
+        version = bits >> 46 & 1
+        shift, codes = DESCRIPTOR_SWIZZLE[version]
+        swizzle = {code: nbytes for nbytes, code in codes.items()}[bits >> shift & 7]
         return MatrixDescriptor((bits & _FIELD) << 4, (bits >> 16 & _FIELD) << 4,
-                                (bits >> 32 & _FIELD) << 4, swizzle, bits >> 49 & 7)
+                                (bits >> 32 & _FIELD) << 4, swizzle, bits >> 49 & 7, version)
 
     def element_address(self, mn: int, k: int, itemsize: int, k_major: bool) -> int:
         """The shared byte address wgmma reads for element (mn, k) of the operand: ``mn`` a

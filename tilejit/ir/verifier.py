@@ -8,7 +8,8 @@ nowhere else; terminators pass the types the parent expects; values still in fli
 wgmma's accumulators before the wait that retires it, ``ops_wgmma.in_flight``, and what a
 loop, a branch or a team region carries them into: a loop's iteration arguments and
 results, a region op's results) reach only the ops that may take them
-(``ops_wgmma.takes_in_flight``). Then ``OpDef.check(op)``.
+(``ops_wgmma.takes_in_flight``); a tcgen05_ld's values before tcgen05_wait_ld
+(``ops_tcgen05.LD_IN_FLIGHT``) reach only the wait. Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
 """
@@ -19,6 +20,7 @@ from tilejit.errors import CompilationError
 from .attrs import KERNEL_ATTRS, AttrError, check_attrs
 from .core import Block, KernelIR, Operation, Value, walk
 from .ops import OpDefError
+from .ops_tcgen05 import LD_IN_FLIGHT
 from .ops_wgmma import in_flight, takes_in_flight
 from .printer import Printer
 
@@ -128,6 +130,10 @@ class _Verifier:
             self.fail(op, f"{op.name} reads {self.printer.name(value)}, an accumulator of a "
                           f"{self.in_flight[value]} still in flight: read it after a "
                           "wgmma_wait_group that keeps no group pending")
+        producer = getattr(value.owner, "name", None)
+        if producer in LD_IN_FLIGHT and op.name not in LD_IN_FLIGHT[producer]:
+            self.fail(op, f"{op.name} reads {self.printer.name(value)}, a value of a "
+                          f"{producer} still in flight: read it after tcgen05_wait_ld")
         if value in visible:
             return
         if value in self.seen:

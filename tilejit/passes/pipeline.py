@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Sequence
 from ..errors import CompilationError, TilejitError
 from ..ir.core import KernelIR
 from . import addresses, dispatch, fusion, layout_inference, scope_analysis
-from . import shared_plan, software_pipeline, sync_hazards, wgmma_groups
+from . import shared_plan, software_pipeline, sync_hazards, tmem, wgmma_groups
 from .dispatch import lower as lower_tiles
 
 __all__ = ["PIPELINE", "Pass", "Stages", "run_pipeline", "get_pass", "main"]
@@ -38,6 +38,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("fuse-pointwise", fusion.run),
     ("dispatch", dispatch.run),
     ("lower-tiles", lower_tiles.run),
+    ("lower-tmem", tmem.run),                            # per-thread kernels only
     ("place-fragments", addresses.place_fragments),      # per-thread kernels only
     ("plan-shared-memory", shared_plan.run),
     ("lower-addresses", addresses.lower_addresses),      # per-thread kernels only

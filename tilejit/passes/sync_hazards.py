@@ -69,6 +69,8 @@ __all__ = ["Access", "Hazard", "SyncHazardError", "find_hazards", "run"]
 _TRACKED = (MemScope.SHARED, MemScope.FRAGMENT)
 _LOOPS = frozenset({"for", "while"})
 _FLAG_OPS = frozenset({"load", "store", "atomic", "atomic_cas"})
+# where an async primitive's (barrier, index) operands start: it completes on that barrier
+_BARRIER_OPERAND = {"tile.copy_async": 2, "tile.gemm_async": 3}
 _MAX_BARRIERS = 256                          # insertions before we call it a compiler bug
 
 
@@ -370,7 +372,8 @@ class _Walker:
 
     def access(self, op: Operation, state: ScopeState, pending: dict) -> dict:
         made = accesses(op, state)
-        barrier = op.operands[2] if op.name == "tile.copy_async" and len(op.operands) > 2 else None
+        first = _BARRIER_OPERAND.get(op.name)   # an async primitive completing on an mbarrier
+        barrier = op.operands[first] if first is not None and len(op.operands) > first else None
         for later in made:
             for _, earlier in list(_records(pending)):
                 first = earlier.access

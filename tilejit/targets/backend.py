@@ -47,6 +47,9 @@ class Capabilities:
     shared_memory_per_cta: int   # bytes of on-chip memory one CTA may allocate
     max_threads_per_cta: int | None   # None: no limit (the CPU simulates its threads)
     element_loops: bool          # per-element loads and stores (the generic rules) expressible
+    # team_once stores tensor memory as plain CTA memory, which element loops reach (the
+    # CPU's own lowering; per thread, tensor memory is the tcgen05 ops')
+    tmem_elements: bool = False
     # instruction family -> the (m, n, k) shapes of its matrix instructions
     tensor_core_shapes: Mapping[str, tuple[tuple[int, int, int], ...]] = \
         field(default_factory=dict, hash=False)
@@ -99,7 +102,7 @@ class Backend(abc.ABC):
         c = self.capabilities
         return DispatchContext(self.name, distribution=c.distribution,
                                vector_bytes=c.vector_bytes, registers=c.registers_per_thread,
-                               element_loops=c.element_loops,
+                               element_loops=c.element_loops, tmem_elements=c.tmem_elements,
                                tensor_core_shapes=dict(c.tensor_core_shapes))
 
     def register(self) -> DispatchContext:

@@ -159,7 +159,8 @@ class DispatchContext:
     """What dispatch knows about the target: its name and arch, how a team's work is
     distributed (``team_once`` or ``per_thread``), the widest vector in bytes, how many
     accumulators a register-blocked rule may keep live, whether the target can run
-    per-element loops at all (the generic rules need them), and the ``(m, n, k)`` shapes
+    per-element loops at all (the generic rules need them) and whether, when a team runs
+    a primitive once, they reach tensor memory (``tj.alloc_tmem``), and the ``(m, n, k)`` shapes
     of its matrix instructions per family (``{"mma": ((16, 8, 16),)}``). A target's
     backend makes it from its capabilities (``tilejit.targets.backend``)."""
 
@@ -169,6 +170,7 @@ class DispatchContext:
     vector_bytes: int = 16
     registers: int = 32
     element_loops: bool = True
+    tmem_elements: bool = False   # team_once keeps tensor memory as plain memory (the CPU)
     tensor_core_shapes: Mapping[str, tuple[tuple[int, int, int], ...]] = \
         field(default_factory=dict, hash=False)
 

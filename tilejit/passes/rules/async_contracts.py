@@ -25,7 +25,7 @@ from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, rules_for
 from ..loopgen import Emitter
 from . import elementwise
 
-__all__ = ["WGMMA_TYPES", "as_copy", "cp_async_reasons", "element_copy", "family_check",
+__all__ = ["WGMMA_TYPES", "arrive_once_reasons", "as_copy", "cp_async_reasons", "element_copy", "family_check",
            "gemm_plan", "lower_gemm", "lower_immediate", "one_thread_reasons", "tcgen05_reasons",
            "tile_bytes", "tma_reasons", "wgmma_reasons"]
 
@@ -163,7 +163,7 @@ def one_thread_reasons(call: PrimitiveCall) -> list[str]:
 
 # ------------------------------------------------------------------------- gemm_async
 def _as_gemm(call: PrimitiveCall) -> PrimitiveCall:
-    return dataclasses.replace(call, primitive="gemm", dispatch=None)
+    return dataclasses.replace(call, primitive="gemm", dispatch=None, extras=())
 
 
 def gemm_plan(call: PrimitiveCall) -> Plan | Decline:
@@ -188,9 +188,23 @@ def gemm_plan(call: PrimitiveCall) -> Plan | Decline:
     return Plan(plan.shapes, {**plan.details, "gemm_rule": rule, "gemm_plan": plan})
 
 
+def arrive_once_reasons(call: PrimitiveCall) -> list[str]:
+    """A synchronous gemm_async completing on a barrier arrives on it after the gemm; per
+    thread every thread of the team would, and the barrier expects one arrive."""
+    if not call.extras or call.context.distribution != PER_THREAD or call.scope.team_size == 1:
+        return []
+    return [f"with barrier=, a per-thread synchronous gemm_async would arrive on it once per "
+            f"thread of its team ({call.scope.team_size}): drop barrier=, or issue the "
+            "multiply from one thread with dispatch='tcgen05'"]
+
+
 def lower_gemm(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
+    """The gemm at once, then (with ``barrier=``) one arrive on the barrier: the gemm
+    completed, as tcgen05.commit's arrive says."""
     rule: Rule = plan.details["gemm_rule"]
     rule.lower(_as_gemm(call), plan.details["gemm_plan"].choose(plan.shape), em)
+    if call.extras:
+        em.b.mbarrier_arrive(*call.extras)
 
 
 WGMMA_TYPES = {  # A/B dtype -> C dtypes
@@ -207,6 +221,9 @@ def wgmma_reasons(call: PrimitiveCall) -> list[str]:
         reasons.append(f"wgmma reads A from shared memory or registers (a fragment), got {a.role}")
     if c.role is not FRAGMENT:
         reasons.append(f"wgmma accumulates C in registers (a fragment), got {c.role}")
+    if call.extras:
+        reasons.append("wgmma completes through wgmma.wait_group, not an mbarrier: drop "
+                       "barrier=")
     fp8 = (f8e4m3, f8e5m2)
     if a.dtype != b.dtype and not (a.dtype in fp8 and b.dtype in fp8):
         reasons.append(f"wgmma multiplies A and B of one dtype, got {a.dtype} and {b.dtype}")
@@ -228,4 +245,7 @@ def tcgen05_reasons(call: PrimitiveCall) -> list[str]:
         reasons.append(f"tcgen05.mma reads A from shared or tensor memory, got {a.role}")
     if b.role is not SHARED:
         reasons.append(f"tcgen05.mma reads B from shared memory, got {b.role}")
+    if not call.extras:
+        reasons.append("tcgen05.mma completes on an mbarrier (tcgen05.commit): pass "
+                       "barrier=bars[i]")
     return reasons

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from ...ir.types import MemScope, TeamKind
 from ..dispatch.call import PrimitiveCall
-from ..dispatch.registry import Decline, Plan
+from ..dispatch.registry import TEAM_ONCE, Decline, Plan
 
 __all__ = ["ELEMENT_ROLES", "element_access_reasons", "identity", "out_of_bounds_fill",
            "verdict"]
 
 # Memory that plain load/store reach element by element (tmem, sbuf and psum need their
-# target's own instructions).
+# target's own instructions; a target whose capabilities say tmem_elements keeps tensor
+# memory as plain memory when a team runs a primitive once).
 ELEMENT_ROLES = (MemScope.GLOBAL, MemScope.SHARED, MemScope.LOCAL, MemScope.FRAGMENT)
 
 
@@ -21,9 +22,11 @@ def element_access_reasons(call: PrimitiveCall, allow_oob: bool = True,
     if not call.context.element_loops:   # nothing below helps: the target has no such loops
         return [f"target {call.target!r} cannot run per-element loops (its capabilities "
                 "say element_loops=False): only its own instruction families apply"]
-    reasons = []
+    reasons, roles = [], ELEMENT_ROLES
+    if call.context.tmem_elements and call.context.distribution == TEAM_ONCE:
+        roles += (MemScope.TMEM,)
     for o in call.tiles:
-        if o.role not in ELEMENT_ROLES:
+        if o.role not in roles:
             reasons.append(f"{o.name} is in {o.role} memory, which element loops cannot "
                            "reach (they load and store global, shared, local and fragment)")
         if not o.is_static and o.name not in checked:

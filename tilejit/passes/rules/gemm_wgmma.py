@@ -53,7 +53,7 @@ from ..loopgen import Emitter
 from .async_contracts import wgmma_reasons
 from .matrix_access import WARP_COORD, logical_index, region_starts, storage_offsets
 
-__all__ = ["WGMMA_GEMM"]
+__all__ = ["WGMMA_GEMM", "operand_descriptors", "root_of"]
 
 ARCH = "sm_90a"
 MAX_N = 256
@@ -138,16 +138,17 @@ def _addresses(call: PrimitiveCall, name: str):
     return (offsets if stored_mn_first else offsets.T) * itemsize
 
 
-def _descriptors(call: PrimitiveCall, name: str):
-    """(descriptor fields, K-major, the first element of each block: per 64 rows of A (one
-    block of B), per k-step) of an operand, or why its layout is not one wgmma reads."""
+def operand_descriptors(call: PrimitiveCall, name: str, a_rows: int = WGMMA_M):
+    """(descriptor fields, K-major, the first element of each block: per ``a_rows`` rows of
+    A (one block of B), per k-step) of an operand, or why its layout is not one wgmma (or
+    tcgen05, whose descriptors read the same canonical layouts) reads."""
     addresses, terms = _addresses(call, name), _stage_terms(call[name])
     for why in (addresses, terms):
         if isinstance(why, str):
             return why
     dtype, found = call[name].dtype, []
     itemsize, k_step = dtype.itemsize, wgmma_k(dtype)
-    rows = WGMMA_M if name == "A" else addresses.shape[0]
+    rows = a_rows if name == "A" else addresses.shape[0]
     for m0 in range(0, addresses.shape[0], rows):
         found.append([])
         for k0 in range(0, addresses.shape[1], k_step):
@@ -188,7 +189,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
     # (layout inference then leaves C without the wgmma layout too)
-    operands = {name: _descriptors(call, name) for name in "AB"}
+    operands = {name: operand_descriptors(call, name) for name in "AB"}
     reasons = [why for why in operands.values() if isinstance(why, str)]
     if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
             or not c.layout.equivalent(expected):
@@ -208,7 +209,7 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                                           "operands": operands, "note": note})
 
 
-def _root(operand: Operand):
+def root_of(operand: Operand):
     value = operand.value
     return root_buffer(value.owner.operands[0] if operand.is_region else value)
 
@@ -240,7 +241,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
 
     def desc(name: str, start: int, fields: dict):
         offset = em.index(em.add(stage[name], start))
-        return em.b.create("wgmma_desc", (_root(call[name]), offset), fields).result
+        return em.b.create("wgmma_desc", (root_of(call[name]), offset), fields).result
     per_block = n // 2   # a row block's accumulators follow one another (its registers)
     for step, b_start in enumerate(b_starts):
         b_desc = desc("B", b_start, b_fields)

@@ -49,6 +49,8 @@ MISALIGNED = 6   # a vector access off its size's alignment (a GPU faults): valu
                  # address and the size in bytes
 TENSOR_MAP = 7   # a TMA copy's tensor no tensor map can describe: values are the dim whose
                  # stride breaks the rule and that stride in bytes
+TMEM = 8   # tensor memory misused (``emit_tcgen05``): the site's ``what`` says how, its
+           # fields filled from the values
 
 # struct format of one scalar slot, by IR type name (8 bytes each, little-endian).
 _SCALAR_FORMATS = {"i1": "?7x", "i8": "b7x", "i16": "h6x", "i32": "i4x", "i64": "q",

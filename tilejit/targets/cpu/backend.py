@@ -49,7 +49,7 @@ class CpuBackend(Backend):
         return Capabilities(distribution=TEAM_ONCE, vector_bytes=vector_bytes,
                             registers_per_thread=registers,
                             shared_memory_per_cta=CTA_MEMORY_LIMIT, max_threads_per_cta=None,
-                            element_loops=True,
+                            element_loops=True, tmem_elements=True,
                             # SIMT mode runs mma.sync per warp (emit_mma.py) and wgmma per
                             # warpgroup (emit_wgmma.py), as a GPU does
                             tensor_core_shapes={"mma": ((16, 8, 16), (16, 8, 32)),

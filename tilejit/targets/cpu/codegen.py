@@ -20,7 +20,7 @@ from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
 from . import (abi, emit_async, emit_cluster, emit_control, emit_memory, emit_mma,
-               emit_native, emit_sync, emit_tma, emit_wgmma, race, types)
+               emit_native, emit_sync, emit_tcgen05, emit_tma, emit_wgmma, race, types)
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
@@ -31,7 +31,8 @@ from .units import UnitModel
 
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
             **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS,
-            **emit_tma.HANDLERS, **emit_wgmma.HANDLERS, **emit_cluster.HANDLERS}
+            **emit_tma.HANDLERS, **emit_wgmma.HANDLERS, **emit_cluster.HANDLERS,
+            **emit_tcgen05.HANDLERS}
 ENTRY = "run_ctas"
 ARENA_ALIGN = 64
 
@@ -44,6 +45,7 @@ def build_module(kernel: KernelIR, options: CompileOptions) -> tuple[ir.Module, 
     # The shared-memory plan (passes/shared_plan.py) placed the shared buffers in one
     # block of this many bytes: it starts the data arena, so their offsets are its own.
     mc.data.reserve(kernel.attrs["shared_bytes"] or 0, ARENA_ALIGN, "the kernel's shared memory")
+    mc.tmem = emit_tcgen05.reserve_tmem(mc)   # tensor memory follows, when tcgen05 runs
     mc.race = race.setup(mc)   # SIMT mode's race detector (with bounds checks)
     params = abi.param_slots(kernel)
     slot_types, slot_attrs = _slot_types(kernel, params, options)

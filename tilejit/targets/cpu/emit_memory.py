@@ -338,7 +338,9 @@ def emit_alloc(em, op):
         nbytes *= team_copies(op.attrs["per_team"], em.mc.kernel.attrs["num_warps"])
     if scope is MemScope.SHARED and op.attrs["offset"] is not None:
         ptr = em.byte_ptr(frame.data, _planned_offset(em, op, nbytes))
-    elif scope is MemScope.SHARED:   # IR the shared-memory plan has not seen
+    elif scope in (MemScope.SHARED, MemScope.TMEM):
+        # IR the shared-memory plan has not seen; tensor memory in the CPU's own lowering
+        # (team_once: plain CTA memory; per thread ``lower-tmem`` allocates it instead)
         ptr = em.byte_ptr(frame.data, em.mc.data.reserve(nbytes, 64, _describe_alloc(op)))
     elif scope is MemScope.FRAGMENT and units.kind < em.state.team:
         # Several units make one team instance: they share one copy of the fragment.

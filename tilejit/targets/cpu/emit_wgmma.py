@@ -41,8 +41,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
-from tilejit.ir.ops_wgmma import (CORE_BYTES, CORE_ROWS, WGMMA_K_BYTES, WGMMA_M,
-                                  MatrixDescriptor, wgmma_k)
+from tilejit.ir.ops_wgmma import (CORE_BYTES, CORE_ROWS, DESCRIPTOR_SWIZZLE, WGMMA_K_BYTES,
+                                  WGMMA_M, MatrixDescriptor, wgmma_k)
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
 from tilejit.layout.hw_nvidia import wgmma_acc_layout
 
@@ -52,9 +52,8 @@ from .emit_mma import constant_table, table_entry
 from .frames import counted_loop
 from .types import F32, I1, I32, I64, PTR
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "descriptor_bits", "element_address", "operand_buffer"]
 
-_SWIZZLE_BYTES = (0, 128, 64, 32)   # by descriptor code (bits 62-63)
 QUEUE = 32                          # multiplies a unit keeps in flight (8 K steps of 4)
 # A queued multiply: its descriptors, A's and B's buffers, their race sites, N, whether A
 # and B are read MN-major, the operands' element size (both the same: 2, or 1 for fp8), its
@@ -76,30 +75,39 @@ def _require_whole_warpgroup(em) -> None:
                                f"the active threads are {where}")
 
 
-def emit_wgmma_desc(em, op):
-    b, (buf, offset) = em.b, op.operands
-    ref = em[buf]
+def descriptor_bits(em, buf, offset, fields: MatrixDescriptor) -> ir.Value:
+    """The descriptor of ``buf[offset]``: its byte offset in the CTA's shared window (the
+    data arena) in bits 0-13 (>> 4), or'ed with ``fields`` (their start 0) encoded."""
+    b, ref = em.b, em[buf]
     element = ref.element_ptr_at(b, types.to_i64(b, em[offset], offset.type))
     address = b.sub(b.ptrtoint(element, I64), b.ptrtoint(em.frame.data, I64))
-    fields = MatrixDescriptor(0, op.attrs["lbo"], op.attrs["sbo"], op.attrs["swizzle"],
-                              op.attrs["base_offset"]).encode()
     start = b.and_(b.lshr(address, ir.Constant(I64, 4)), ir.Constant(I64, 0x3FFF))
-    return [b.or_(ir.Constant(I64, fields), start)]
+    return b.or_(ir.Constant(I64, fields.encode()), start)
 
 
-def _address(b: ir.IRBuilder, desc, mn, k, itemsize, k_major: bool):
-    """``MatrixDescriptor.element_address`` on a run-time descriptor, in i64 (``itemsize``
-    an i64 value: the race detector reads it from a queued multiply)."""
+def emit_wgmma_desc(em, op):
+    return [descriptor_bits(em, *op.operands, MatrixDescriptor(
+        0, op.attrs["lbo"], op.attrs["sbo"], op.attrs["swizzle"], op.attrs["base_offset"]))]
+
+
+def element_address(b: ir.IRBuilder, desc, mn, k, itemsize, k_major: bool):
+    """``MatrixDescriptor.element_address`` on a run-time descriptor of either version
+    (wgmma's or tcgen05's swizzle field, told apart by bit 46), in i64 (``itemsize`` an i64
+    value: the race detector reads it from a queued multiply)."""
     def const(value):
         return ir.Constant(I64, value)
 
     def field(shift):
         return b.shl(b.and_(b.lshr(desc, const(shift)), const(0x3FFF)), const(4))
     start, lbo, sbo = field(0), field(16), field(32)
-    code = b.lshr(desc, const(62))
+    version = b.and_(b.lshr(desc, const(46)), const(1))
     swizzle = const(0)
-    for value, nbytes in enumerate(_SWIZZLE_BYTES):
-        swizzle = b.select(b.icmp_unsigned("==", code, const(value)), const(nbytes), swizzle)
+    for number, (shift, codes) in DESCRIPTOR_SWIZZLE.items():
+        code = b.and_(b.lshr(desc, const(shift)), const(7))
+        for nbytes, value in codes.items():
+            hit = b.and_(b.icmp_unsigned("==", version, const(number)),
+                         b.icmp_unsigned("==", code, const(value)))
+            swizzle = b.select(hit, const(nbytes), swizzle)
     swizzled = b.icmp_unsigned("!=", swizzle, const(0))
     per_chunk = b.udiv(const(CORE_BYTES), itemsize)
     if k_major:
@@ -138,8 +146,8 @@ def _dot_function(mc, a_type, b_type, trans_a: bool, trans_b: bool) -> ir.Functi
     b = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def element(desc, dtype, mn, k, k_major):
-        address = _address(b, desc, mn, ir.Constant(I64, k), ir.Constant(I64, dtype.itemsize),
-                           k_major)
+        address = element_address(b, desc, mn, ir.Constant(I64, k),
+                                  ir.Constant(I64, dtype.itemsize), k_major)
         ptr = b.gep(data, [address], source_etype=ir.IntType(8))
         return types.widen(b, types.load(b, ptr, dtype), dtype)
     for k in range(wgmma_k(a_type)):
@@ -185,11 +193,12 @@ MULTIPLIES = DeferredQueue("wgmma", STATE, STATE_BYTES, ENTRY_BYTES, QUEUE, LENG
                            ENTRIES, GROUP, _retire)
 
 
-def _operand_buffer(em, op, desc: ir.Value, side: str):
-    """The buffer a descriptor names (the wgmma_desc's root buffer) and a race site for its
-    reads; the CTA's whole shared window where the descriptor comes from elsewhere."""
+def operand_buffer(em, op, desc: ir.Value, side: str):
+    """The buffer a descriptor names (the wgmma_desc's or tcgen05_desc's root buffer) and a
+    race site for its reads; the CTA's whole shared window where the descriptor comes from
+    elsewhere."""
     owner = desc.owner
-    if getattr(owner, "name", None) == "wgmma_desc":
+    if getattr(owner, "name", None) in ("wgmma_desc", "tcgen05_desc"):
         ref = em[owner.operands[0]]
         return ref.ptr, em.mc.add_site("race", op, buffer=ref.name, access=race.READ)
     return em.frame.data, em.mc.add_site("race", op, buffer=f"wgmma's {side}",
@@ -198,7 +207,7 @@ def _operand_buffer(em, op, desc: ir.Value, side: str):
 
 def _queue_multiply(em, op, desc_a, desc_b) -> None:
     a_desc, b_desc = op.operands[:2]
-    (base_a, site_a), (base_b, site_b) = (_operand_buffer(em, op, value, side) for value, side
+    (base_a, site_a), (base_b, site_b) = (operand_buffer(em, op, value, side) for value, side
                                           in ((a_desc, "A"), (b_desc, "B")))
     attrs = op.attrs
     MULTIPLIES.enqueue(em, MULTIPLIES.unit_state(em), {
@@ -236,8 +245,9 @@ def _reads_function(mc) -> ir.Function:
 
         def row(mn):
             def element(k):
-                address = b.select(mn_major, _address(b, desc, mn, k, itemsize, False),
-                                   _address(b, desc, mn, k, itemsize, True))
+                address = b.select(mn_major,
+                                   element_address(b, desc, mn, k, itemsize, False),
+                                   element_address(b, desc, mn, k, itemsize, True))
                 ptr = b.gep(data, [address], source_etype=ir.IntType(8))
                 failed = b.call(race.access_function(mc),
                                 [err, sync, data, clock, unit, ptr, base, itemsize,

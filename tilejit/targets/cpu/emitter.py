@@ -86,6 +86,7 @@ class ModuleContext:
     named_state: dict = field(default_factory=dict)
     streaming_stores: bool = False  # non-temporal stores: run_ctas fences before returning
     race: object = None   # the race detector's state (``race.RaceState``), when it is on
+    tmem: int | None = None   # tensor memory's offset in the data arena (``emit_tcgen05``)
     alias: AliasScopes = field(init=False)
 
     def __post_init__(self):

@@ -343,6 +343,8 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
         message = (f"kernel {meta['name']!r}: no tensor map describes {site['buffer']!r} for "
                    f"{site['op']} {where}: its stride in dim {values[0]} is {values[1]} bytes, "
                    "not a multiple of 16 (cuTensorMapEncodeTiled refuses it)")
+    elif status == abi.TMEM:
+        message = f"kernel {meta['name']!r}: {site['what'].format(*values)} {where}"
     elif status == abi.OUT_OF_MEMORY:
         message = (f"kernel {meta['name']!r}: cannot allocate {values[0]} bytes of memory "
                    f"(shared, or a unit's private arrays) {where}; use smaller tiles")

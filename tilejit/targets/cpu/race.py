@@ -7,7 +7,8 @@ which ``run_ctas`` zeroes per CTA.
 
 - **Clocks**: unit (thread) ``t`` of the ``T = 32 * num_warps`` has a vector clock
   ``C_t[0..T)`` of i32 entries; ``C_t[t]`` starts at 1 (:func:`start`).
-- **Shadow**: one record per granule of the planned shared block, the granule being the
+- **Shadow**: one record per granule of the planned shared block (and of tensor memory,
+  which follows it in the data arena where the kernel has tcgen05 ops), the granule being the
   smallest element size of the kernel's shared buffers; an access keys on the granule of
   its first byte. The record holds the last write (unit + 1, its ``C_w[w]``, site index,
   whether it was an atomic) and the last read (unit + 1, ``C_r[r]``, site). Only one read
@@ -93,7 +94,7 @@ class RaceState:
 def setup(mc) -> RaceState | None:
     """The detector's state for this module, or None where it is off."""
     kernel, options, units = mc.kernel, mc.options, mc.units
-    shared_bytes = kernel.attrs.get("shared_bytes") or 0
+    shared_bytes = mc.data.size   # the planned shared block, then any tensor memory
     if not (options.debug or options.bounds_check) or units.kind is not THREAD \
             or not units.coroutine or kernel.attrs.get("distribution") != PER_THREAD \
             or not shared_bytes:

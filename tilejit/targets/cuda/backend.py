@@ -62,7 +62,7 @@ class CudaBackend(Backend):
         return arch or default_arch()
 
     def import_rules(self) -> None:
-        from .rules import cp_async, hopper, immediate, tma  # noqa: F401  (copy_async, gemm_async)
+        from .rules import cp_async, immediate, tma  # noqa: F401  (copy_async, gemm_async)
 
     def compile(self, lowered, debug: bool) -> tuple[dict[str, bytes], dict]:
         from .emit import CudaPrinter

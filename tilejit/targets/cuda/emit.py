@@ -534,3 +534,6 @@ HANDLERS.update(emit_wgmma.HANDLERS)
 from . import emit_cluster  # noqa: E402  (cluster barrier, distributed shared memory)
 
 HANDLERS.update(emit_cluster.HANDLERS)
+from . import emit_tcgen05  # noqa: E402  (Blackwell tcgen05, tensor memory)
+
+HANDLERS.update(emit_tcgen05.HANDLERS)

@@ -20,10 +20,11 @@ the CUDA lowering: its chunks land when the thread's wait retires their group.
     masked. Per thread, a copy with a barrier runs on one thread of its team (the barrier
     expects the tile's bytes once).
 
-``gemm_async(C, A, B, ...)``
+``gemm_async(C, A, B, ..., barrier=None)``
     Exactly ``gemm``: the call is handed to the CPU's ``gemm`` rules through the registry
     (the first legal one, in the registry's order; one whose shapes include
-    ``config["shape"]`` when that is given), and runs synchronously.
+    ``config["shape"]`` when that is given), and runs synchronously; with a barrier, one
+    arrive on it follows (the multiply completed, as tcgen05.commit reports it).
 
 CUDA family names (SPEC §5, ``dispatch=<family>``) map as follows:
 
@@ -49,11 +50,13 @@ gemm_async         ``wgmma``     in the CPU's own lowering the CPU gemm; legal w
                                  f32), fp8 (C f32 or f16), int8/uint8 (C int32). Per thread
                                  (SIMT mode) the generic family (``passes/rules/gemm_wgmma``)
                                  runs wgmma_mma_async from descriptors, as on Hopper
-gemm_async         ``tcgen05``   the CPU gemm; legal where tcgen05.mma is: C in tensor
-                                 memory (``tj.alloc_tmem``), A in shared or tensor memory,
-                                 B in shared memory -- the CPU target stores no tensor
-                                 memory yet, so this declines (a DispatchError that says
-                                 why) until it does
+gemm_async         ``tcgen05``   in the CPU's own lowering the CPU gemm, then one arrive on
+                                 the barrier; legal where tcgen05.mma is: C in tensor
+                                 memory (``tj.alloc_tmem``: plain CTA memory here), A in
+                                 shared or tensor memory, B in shared memory, barrier=
+                                 given. Per thread (SIMT mode) the generic family
+                                 (``passes/rules/gemm_tcgen05``) runs tcgen05_mma from
+                                 descriptors, as on Blackwell
 =================  ============  ========================================================
 
 The CUDA families are checked against the *contract that makes them what they are*
@@ -73,8 +76,9 @@ from tilejit.passes.dispatch.call import PrimitiveCall
 from tilejit.passes.dispatch.registry import PER_THREAD, TEAM_ONCE, Decline, Plan, Rule, register
 from tilejit.passes.loopgen import Emitter
 from tilejit.passes.rules import copy_cp_async, copy_tma
-from tilejit.passes.rules.async_contracts import (cp_async_reasons, element_copy, family_check,
-                                                  gemm_plan, lower_gemm, lower_immediate,
+from tilejit.passes.rules.async_contracts import (arrive_once_reasons, cp_async_reasons,
+                                                  element_copy, family_check, gemm_plan,
+                                                  lower_gemm, lower_immediate,
                                                   one_thread_reasons, tcgen05_reasons,
                                                   tma_reasons, wgmma_reasons)
 
@@ -138,10 +142,11 @@ def _gemm_async_rule(family: str, reasons, priority: int, doc: str,
 
 
 GEMM_ASYNC_RULES = (
-    _gemm_async_rule("immediate", None, 10, "the CPU gemm, run synchronously"),
+    _gemm_async_rule("immediate", arrive_once_reasons, 10, "the CPU gemm, run synchronously"),
     # per thread, the generic wgmma family (passes/rules/gemm_wgmma.py) runs wgmma itself
     _gemm_async_rule("wgmma", wgmma_reasons, 0, "wgmma's contract; runs as the CPU gemm",
                      (TEAM_ONCE,)),
+    # per thread, the generic tcgen05 family (passes/rules/gemm_tcgen05.py)
     _gemm_async_rule("tcgen05", tcgen05_reasons, 0,
-                     "tcgen05.mma's contract; runs as the CPU gemm"),
+                     "tcgen05.mma's contract; runs as the CPU gemm", (TEAM_ONCE,)),
 )

@@ -39,12 +39,12 @@ import re
 
 import numpy as np
 
-from ...ir.ops_wgmma import (WGMMA_FP8_TYPES, WGMMA_INPUT_TYPES, WGMMA_M, describe_operand,
-                              wgmma_k)
+from ...ir.ops_wgmma import (WGMMA_A_REGISTER_TYPES, WGMMA_A_VALUES, WGMMA_FP8_TYPES,
+                              WGMMA_INPUT_TYPES, WGMMA_M, describe_operand, wgmma_k)
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ...ir.types import MemScope, TeamKind, f16, f32
 from ...layout import TileLayout
-from ...layout.hw_nvidia import wgmma_accumulator_layout
+from ...layout.hw_nvidia import wgmma_a_register_layout, wgmma_accumulator_layout
 from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
@@ -71,8 +71,16 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
     c, a, b = call["C"], call["A"], call["B"]
     # the contract's A (shared memory or registers) narrowed to what this family reads
     reasons = [r for r in wgmma_reasons(call) if not r.startswith("wgmma reads A")]
-    if a.role is not MemScope.SHARED:
-        reasons.append(f"A is {a.role}: this family reads A from shared memory")
+    if a.role is MemScope.FRAGMENT:
+        if a.dtype not in WGMMA_A_REGISTER_TYPES:
+            reasons.append(f"A is a {a.dtype} fragment: wgmma reads A from registers as f16 "
+                           "or bf16 here (fp8 A from shared memory)")
+        if call.attrs["transpose_a"]:
+            reasons.append("A is a fragment read transposed: wgmma transposes A only from "
+                           "shared memory (give the fragment as [M, K])")
+    elif a.role is not MemScope.SHARED:
+        reasons.append(f"A is {a.role}: this family reads A from shared memory or registers "
+                       "(a fragment)")
     if a.dtype not in WGMMA_INPUT_TYPES or c.dtype != f32:
         reasons.append(f"A, B and C are {a.dtype}, {b.dtype} and {c.dtype}: this family "
                        "multiplies f16, bf16 or fp8 (e4m3, e5m2) into f32")
@@ -188,8 +196,15 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
     # (layout inference then leaves C without the wgmma layout too)
-    operands = {name: _descriptors(call, name) for name in "AB"}
+    a_in_registers = call["A"].role is MemScope.FRAGMENT
+    operands = {name: _descriptors(call, name) for name in ("B" if a_in_registers else "AB")}
     reasons = [why for why in operands.values() if isinstance(why, str)]
+    if a_in_registers:
+        a, a_layout = call["A"], wgmma_a_register_layout((m, _mnk(call)[2]), warp_axis=axis)
+        if not isinstance(a.layout, TileLayout) or not a.layout.equivalent(a_layout):
+            reasons.append(f"A is laid out by {a.layout}; wgmma reads A from registers in "
+                           f"the layout {a_layout} (layout.hw_nvidia.wgmma_a_register_layout"
+                           f"(({m}, {_mnk(call)[2]})))")
     if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
             or not c.layout.equivalent(expected):
         reasons.append(f"C is laid out by {c.layout}; wgmma needs the accumulator layout "
@@ -204,6 +219,8 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                      + f", LBO {fields['lbo']}, SBO {fields['sbo']}"
                      + (", a run-time stage offset" if terms else "")
                      for name, (fields, k_major, _, terms) in operands.items())
+    if a_in_registers:
+        note = "A from registers; " + note
     return Plan([(WGMMA_M, n, step)], {"distribution": dist, "warp_axis": axis,
                                           "operands": operands, "note": note})
 
@@ -228,32 +245,61 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     zero = em.const(0.0, f32)
     acc = [em.load(c, idx) if call.attrs["accum"] else zero for idx in indices]
     acc = list(em.b.create("wgmma_fence", acc).results)
-    (a_fields, a_k_major, a_starts, _), (b_fields, b_k_major, (b_starts,), _) = \
-        operands["A"], operands["B"]
+    b_fields, b_k_major, (b_starts,), _ = operands["B"]
     a_type, b_type = call["A"].dtype, call["B"].dtype
-    attrs = {"n": n, "a_type": a_type, "trans_a": not a_k_major, "trans_b": not b_k_major}
+    attrs = {"n": n, "a_type": a_type, "trans_b": not b_k_major}
     if b_type != a_type:   # fp8: e4m3 by e5m2 or the other way round
         attrs["b_type"] = b_type
     with em.hoisted():   # the stage's offset (0 without run-time starts)
         stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
-                                                 in operands[name][3]), 0) for name in "AB"}
+                                                 in operands[name][3]), 0)
+                 for name in operands}
 
     def desc(name: str, start: int, fields: dict):
         offset = em.index(em.add(stage[name], start))
         return em.b.create("wgmma_desc", (_root(call[name]), offset), fields).result
+    if "A" in operands:
+        a_fields, a_k_major, a_starts, _ = operands["A"]
+        attrs["trans_a"] = not a_k_major
+
+        def multiply(block: int, step: int, b_desc, accumulators):
+            a_desc = desc("A", a_starts[block][step], a_fields)
+            return em.b.create("wgmma_mma_async", (a_desc, b_desc, *accumulators),
+                               attrs).results
+    else:
+        a_values = _register_a(em, call, thread, axis)
+
+        def multiply(block: int, step: int, b_desc, accumulators):
+            return em.b.create("wgmma_mma_async_reg_a",
+                               (b_desc, *a_values[block][step], *accumulators), attrs).results
     per_block = n // 2   # a row block's accumulators follow one another (its registers)
     for step, b_start in enumerate(b_starts):
         b_desc = desc("B", b_start, b_fields)
-        for block, starts in enumerate(a_starts):
+        for block in range(m // WGMMA_M):
             mine = slice(block * per_block, (block + 1) * per_block)
-            acc[mine] = em.b.create("wgmma_mma_async",
-                                    (desc("A", starts[step], a_fields), b_desc, *acc[mine]),
-                                    attrs).results
+            acc[mine] = multiply(block, step, b_desc, acc[mine])
     acc = list(em.b.create("wgmma_commit_group", acc).results)
     if call.attrs["wait"]:   # else C's registers hold the group in flight (tj.wgmma_wait)
         acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
     for idx, value in zip(indices, acc):
         em.store(c, value, idx)
+
+
+def _register_a(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
+    """The thread's A values per row block and k-step (its ``WGMMA_A_VALUES`` registers of
+    each 64 x 16 block, in ``wgmma_a_register_layout`` order), loaded from the fragment."""
+    a = call["A"]
+    m, k = a.shape
+    layout = wgmma_a_register_layout((m, k), warp_axis=axis)
+    with em.hoisted():
+        thread_part = logical_index(em, layout, (m, k), thread)
+    values = [em.load(a, [em.add(t, r) for t, r in
+                          zip(thread_part, logical_index(em, layout, (m, k), {"m": i}))])
+              for i in range(m * k // 128)]
+    steps = k // wgmma_k(a.dtype)
+    return [[values[(block * steps + step) * WGMMA_A_VALUES:
+                    (block * steps + step + 1) * WGMMA_A_VALUES] for step in range(steps)]
+            for block in range(m // WGMMA_M)]
 
 
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),

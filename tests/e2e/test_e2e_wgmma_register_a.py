@@ -1,0 +1,110 @@
+"""gemm_async family ``wgmma`` with A from registers (PTX ``wgmma.mma_async`` with
+``{a0, a1, a2, a3}`` in place of A's descriptor): A a [M, K] f16 / bf16 fragment that
+layout inference lays out by ``layout/hw_nvidia.wgmma_a_register_layout``, B in shared
+memory. A GEMM whose A is copied to registers from shared memory, and the FlashAttention
+chain ``O = (Q K^T -> f16) V`` whose P never leaves the registers (the S accumulator's
+layout is P's A layout), against torch in both CPU lowerings; the errors for an A that is
+not what the form reads."""
+import pytest
+import torch
+
+import tilejit as tj
+from tilejit.errors import CompilationError
+from tilejit.layout import SwizzleMode, smem_layout
+
+
+
+def _shared(shape):
+    """The widest swizzle whose rows the tile's f16 rows fill (128, 64 or 32 bytes)."""
+    width = shape[-1] * 2
+    mode = next(m for bytes_, m in ((128, SwizzleMode.B128), (64, SwizzleMode.B64),
+                                    (32, SwizzleMode.B32)) if width % bytes_ == 0)
+    return smem_layout(shape, "float16", mode)
+
+
+@tj.kernel
+def register_a_gemm(A, B, C, M: tj.constexpr, N: tj.constexpr, K: tj.constexpr,
+                    LA: tj.constexpr, LB: tj.constexpr):
+    """C = A @ B for one M x N tile (A, B ragged: rows and columns beyond theirs are 0),
+    A through shared memory into a register fragment."""
+    a_shared = tj.alloc_shared((M, K), A.dtype, layout=LA)
+    b = tj.alloc_shared((K, N), B.dtype, layout=LB)
+    tj.copy(a_shared, A[0:M, 0:K])
+    tj.copy(b, B[0:K, 0:N])
+    tj.sync()
+    a = tj.fragment((M, K), A.dtype)
+    tj.copy(a, a_shared)
+    acc = tj.fragment((M, N), tj.float32)
+    tj.fill(acc, 0.0)
+    tj.gemm_async(acc, a, b, dispatch="wgmma")
+    tj.copy(C[0:M, 0:N], acc)
+
+
+@tj.kernel
+def attention_chain(Q, Kt, V, O, M: tj.constexpr, D: tj.constexpr, L: tj.constexpr,
+                    LQ: tj.constexpr, LK: tj.constexpr, LV: tj.constexpr):
+    """O = (Q @ K^T as f16) @ V: S by wgmma from shared Q and K, P = S cast in registers,
+    O by wgmma with P as its register A."""
+    q = tj.alloc_shared((M, D), Q.dtype, layout=LQ)
+    k = tj.alloc_shared((L, D), Kt.dtype, layout=LK)
+    v = tj.alloc_shared((L, D), V.dtype, layout=LV)
+    tj.copy(q, Q[0:M, 0:D])
+    tj.copy(k, Kt[0:L, 0:D])
+    tj.copy(v, V[0:L, 0:D])
+    tj.sync()
+    s = tj.fragment((M, L), tj.float32)
+    tj.fill(s, 0.0)
+    tj.gemm_async(s, q, k, transpose_b=True, dispatch="wgmma")
+    p = tj.cast(s, Q.dtype)
+    o = tj.fragment((M, D), tj.float32)
+    tj.fill(o, 0.0)
+    tj.gemm_async(o, p, v, dispatch="wgmma")
+    tj.copy(O[0:M, 0:D], o)
+
+
+def _gemm(m, n, k, rows, cols, dtype=torch.float16):
+    gen = torch.Generator().manual_seed(m + n + k)
+    a = torch.randn(rows, k, generator=gen).to(dtype)
+    b = torch.randn(k, cols, generator=gen).to(dtype)
+    c = torch.zeros(rows, cols)
+    options = dict(M=m, N=n, K=k, LA=_shared((m, k)), LB=_shared((k, n)))
+    register_a_gemm[(1,)](a, b, c, **options)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+    (record,) = [r for r in register_a_gemm.compile(a, b, c, **options).dispatch_log
+                 if r.primitive == "gemm_async"]
+    return record
+
+
+@pytest.mark.parametrize("m, n, k, rows, cols", [
+    (64, 64, 64, 50, 40), (128, 32, 32, 100, 32), (64, 16, 16, 64, 9)])
+def test_register_a_gemm_matches_torch(lowering, m, n, k, rows, cols):
+    record = _gemm(m, n, k, rows, cols)
+    assert record.rule == "wgmma"
+    if lowering == "per_thread":
+        assert record.note.startswith("A from registers; B MN-major")
+
+
+def test_bf16_register_a(lowering):
+    assert _gemm(64, 32, 32, 60, 30, torch.bfloat16).rule == "wgmma"
+
+
+def _chain_inputs(m, d, l, rows, keys):
+    gen = torch.Generator().manual_seed(rows * keys)
+    q = (torch.randn(rows, d, generator=gen) / 4).half()
+    k = (torch.randn(keys, d, generator=gen) / 4).half()
+    v = torch.randn(keys, d, generator=gen).half()
+    layouts = dict(LQ=_shared((m, d)), LK=_shared((l, d)), LV=_shared((l, d)))
+    return q, k, v, torch.zeros(rows, d), dict(M=m, D=d, L=l, **layouts)
+
+
+@pytest.mark.parametrize("m, d, l, rows, keys", [(64, 64, 64, 64, 64), (128, 32, 48, 90, 37)])
+def test_attention_chain_keeps_p_in_registers(lowering, m, d, l, rows, keys):
+    q, k, v, o, options = _chain_inputs(m, d, l, rows, keys)
+    attention_chain[(1,)](q, k, v, o, **options)
+    p = (q.float() @ k.float().T).half()   # S in f32 (exact products), rounded to f16
+    torch.testing.assert_close(o.double(), p.double() @ v.double(), rtol=1e-4, atol=1e-4)
+    records = [r for r in attention_chain.compile(q, k, v, o, **options).dispatch_log
+               if r.primitive == "gemm_async"]
+    assert [r.rule for r in records] == ["wgmma", "wgmma"]
+    if lowering == "per_thread":
+        assert records[1].note.startswith("A from registers")

@@ -11,6 +11,7 @@ import torch
 import tilejit as tj
 from tilejit.errors import CompilationError
 from tilejit.layout import SwizzleMode, smem_layout
+from tilejit.layout.fragments import blocked_layout
 
 
 
@@ -108,3 +109,67 @@ def test_attention_chain_keeps_p_in_registers(lowering, m, d, l, rows, keys):
     assert [r.rule for r in records] == ["wgmma", "wgmma"]
     if lowering == "per_thread":
         assert records[1].note.startswith("A from registers")
+
+
+@tj.kernel
+def register_a_checked(A, B, C, M: tj.constexpr, LF: tj.constexpr = None,
+                       REWRITE_A: tj.constexpr = False):
+    """C = A @ B (M x 32 x 16) with A's fragment laid out by LF (None: inferred); with
+    REWRITE_A the gemm is left in flight and A's registers written before the wait."""
+    a_shared = tj.alloc_shared((M, 16), A.dtype, layout=_shared((M, 16)))
+    b = tj.alloc_shared((16, 32), B.dtype, layout=_shared((16, 32)))
+    tj.copy(a_shared, A[0:M, 0:16])
+    tj.copy(b, B[0:16, 0:32])
+    tj.sync()
+    a = tj.fragment((M, 16), A.dtype, layout=LF)
+    tj.copy(a, a_shared)
+    acc = tj.fragment((M, 32), tj.float32)
+    tj.fill(acc, 0.0)
+    if REWRITE_A:
+        tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)
+        tj.copy(a, a_shared)
+        tj.wgmma_wait(0)
+    else:
+        tj.gemm_async(acc, a, b, dispatch="wgmma")
+    tj.copy(C[0:M, 0:32], acc)
+
+
+def _checked(m=64, dtype=tj.float16, **options):
+    def tensor(*shape, dtype=dtype):
+        return tj.TensorSpec(shape, dtype)
+    return register_a_checked.compile(tensor(m, 16), tensor(16, 32),
+                                      tensor(m, 32, dtype=tj.float32), M=m, simt=True,
+                                      **options)
+
+
+def _source_line(text: str) -> int:
+    """The line of register_a_checked that starts with ``text`` (its first)."""
+    lines = open(__file__).read().splitlines()
+    start = lines.index("def register_a_checked(A, B, C, M: tj.constexpr, LF: tj.constexpr = None,")
+    return next(i for i, line in enumerate(lines[start:], start + 1)
+                if line.strip().startswith(text))
+
+
+@pytest.mark.team_once_only("the per-thread wgmma rule's refusals (compiled with simt=True)")
+@pytest.mark.parametrize("options, reason", [
+    (dict(LF=blocked_layout((64, 16), lanes=32, warps=4, warp_axis="warpid", vector=2)),
+     r"A is laid out by .*; wgmma reads A from registers in the layout .* "
+     r"\(layout.hw_nvidia.wgmma_a_register_layout\(\(64, 16\)\)\)"),
+    (dict(dtype=tj.float8_e4m3),
+     r"A is a f8e4m3 fragment: wgmma reads A from registers as f16 or bf16"),
+    (dict(m=32), r"M, N, K = 32, 32, 16: wgmma m64nNk16 takes M a multiple of 64"),
+])
+def test_register_a_refusals_name_the_gemm_line(options, reason):
+    with pytest.raises(tj.DispatchError, match=reason) as info:
+        _checked(**options)
+    assert info.value.line == _source_line('tj.gemm_async(acc, a, b, dispatch="wgmma")')
+
+
+@pytest.mark.team_once_only("compiled with simt=True: the tile-level check, once")
+def test_a_registers_written_while_the_group_is_in_flight_is_located():
+    """The PTX ISA: A's registers must not be touched until the wait that retires the
+    multiply reading them (as the accumulators)."""
+    with pytest.raises(CompilationError, match=r"copy touches 'a' while the wgmma group of "
+                                               r"the gemm_async at line \d+ \(wait=False\)") as info:
+        _checked(REWRITE_A=True)
+    assert info.value.line == _source_line("tj.copy(a, a_shared)") + 5   # the one in flight

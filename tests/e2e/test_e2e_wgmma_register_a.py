@@ -173,3 +173,36 @@ def test_a_registers_written_while_the_group_is_in_flight_is_located():
                                                r"the gemm_async at line \d+ \(wait=False\)") as info:
         _checked(REWRITE_A=True)
     assert info.value.line == _source_line("tj.copy(a, a_shared)") + 5   # the one in flight
+
+
+@tj.kernel
+def register_a_in_flight(A, B, C, OVERWRITE_B: tj.constexpr = False):
+    """C = A @ B, the group left in flight over a rewrite of B's shared tile (OVERWRITE_B):
+    the multiply may still read B there, A being in its registers."""
+    a_shared = tj.alloc_shared((64, 16), A.dtype, layout=_shared((64, 16)))
+    b = tj.alloc_shared((16, 32), B.dtype, layout=_shared((16, 32)))
+    tj.copy(a_shared, A[0:64, 0:16])
+    tj.copy(b, B[0:16, 0:32])
+    tj.sync()
+    a = tj.fragment((64, 16), A.dtype)
+    tj.copy(a, a_shared)
+    acc = tj.fragment((64, 32), tj.float32)
+    tj.fill(acc, 0.0)
+    tj.gemm_async(acc, a, b, dispatch="wgmma", wait=False)
+    if OVERWRITE_B:
+        tj.copy(b, B[0:16, 0:32])   # rewrite B in flight
+    tj.wgmma_wait(0)
+    tj.copy(C[0:64, 0:32], acc)
+
+
+@pytest.mark.team_once_only("the race detector runs in the per-thread lowering")
+def test_rewriting_b_while_a_register_a_group_is_in_flight_is_a_race():
+    """The queued multiply records B's reads at the wait (A's registers are not shared
+    memory: nothing to record for them)."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(64, 16, generator=gen).half(), torch.randn(16, 32, generator=gen).half()
+    c = torch.zeros(64, 32)
+    register_a_in_flight[(1,)](a, b, c, simt=True)
+    torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'b'"):
+        register_a_in_flight[(1,)](a, b, c, simt=True, OVERWRITE_B=True)

@@ -7,7 +7,8 @@ Legal (else a Decline naming each condition that fails) when the target lists th
 m64nNk16 (fp8: m64nNk32) shapes among its capabilities (and compiles for sm_90a where it
 names an arch); the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A
 and B are f16 or bf16 tiles of one type, or fp8 tiles (e4m3 / e5m2, mixed freely), in
-shared memory; C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest
+shared memory -- or A is an f16 / bf16 fragment, not transposed, laid out by
+``layout/hw_nvidia.wgmma_a_register_layout((M, K))`` (wgmma reads it from registers); C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest
 legal N: the whole width of C in one instruction), M a multiple of 64 (one instruction
 per 64 rows), at most 128 accumulators per thread, laid out by
 ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
@@ -24,7 +25,8 @@ the constant.
 Lowering, the same code in every thread: it reads its M * N / 128 values of C (zero
 without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
 from two ``wgmma_desc`` (the root buffer and the block's first element) on that row
-block's accumulators, commits, waits for the group (pending 0) and stores D back into C:
+block's accumulators (with A in registers, ``wgmma_mma_async_reg_a`` on the thread's 8 A
+values of the block and k-step, loaded from the fragment, and B's descriptor), commits, waits for the group (pending 0) and stores D back into C:
 the primitive completes before the next statement. With ``wait=False`` it stores the
 committed, still in-flight D into C's registers and leaves the wait to the kernel
 (``tj.wgmma_wait(n)``, the tile op ``wgmma_wait``: ``passes/wgmma_groups.py`` checks that

@@ -169,8 +169,8 @@ def test_register_a_refusals_name_the_gemm_line(options, reason):
 def test_a_registers_written_while_the_group_is_in_flight_is_located():
     """The PTX ISA: A's registers must not be touched until the wait that retires the
     multiply reading them (as the accumulators)."""
-    with pytest.raises(CompilationError, match=r"copy touches 'a' while the wgmma group of "
-                                               r"the gemm_async at line \d+ \(wait=False\)") as info:
+    with pytest.raises(CompilationError, match=r"copy touches 'a' while the wgmma group of the "
+                                               r"gemm_async at line \d+ \(wait=False\)") as info:
         _checked(REWRITE_A=True)
     assert info.value.line == _source_line("tj.copy(a, a_shared)") + 5   # the one in flight
 

@@ -199,7 +199,7 @@ def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict
                 continue
             found = _derived(fragment, proposal) \
                 or (value not in no_tensor_cores and (_accumulator(kernel, fragment)
-                                                      or _register_a(kernel, fragment))) \
+                                                      or _register_a_operand(kernel, fragment))) \
                 or _blocked(kernel, fragment, context)
             if isinstance(found, str):
                 changed |= proposal.pop(value, None) is not None
@@ -312,14 +312,16 @@ def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str
                    f"{warps} warp(s)"
 
 
-def _register_a(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str] | None:
+def _register_a_operand(kernel: KernelIR,
+                        fragment: _Fragment) -> tuple[TileLayout, str] | None:
     """wgmma's register A layout, for an f16/bf16 [M, K] fragment a ``gemm_async``
     dispatched to ``wgmma`` reads as A (not transposed) in a team of one warpgroup."""
     wgmmas = [op for op in fragment.users if op.name == "tile.gemm_async"
               and op.attrs.get("dispatch") == "wgmma" and op.operands[1] is fragment.value
               and not op.attrs.get("transpose_a")]
     if not wgmmas or fragment.alloc.attrs["dtype"] not in _TENSOR_CORE_INPUTS \
-            or len(fragment.shape) != 2 or fragment.team not in (TeamKind.WARPGROUP, TeamKind.CTA) \
+            or len(fragment.shape) != 2 \
+            or fragment.team not in (TeamKind.WARPGROUP, TeamKind.CTA) \
             or team_warps(fragment.team, kernel.attrs["num_warps"]) != WARPS_PER_WARPGROUP:
         return None
     rows, cols = fragment.shape

@@ -8,9 +8,10 @@ m64nNk16 (fp8: m64nNk32) shapes among its capabilities (and compiles for sm_90a 
 names an arch); the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A
 and B are f16 or bf16 tiles of one type, or fp8 tiles (e4m3 / e5m2, mixed freely), in
 shared memory -- or A is an f16 / bf16 fragment, not transposed, laid out by
-``layout/hw_nvidia.wgmma_a_register_layout((M, K))`` (wgmma reads it from registers); C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest
-legal N: the whole width of C in one instruction), M a multiple of 64 (one instruction
-per 64 rows), at most 128 accumulators per thread, laid out by
+``layout/hw_nvidia.wgmma_a_register_layout((M, K))`` (wgmma reads it from registers);
+C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest legal N: the
+whole width of C in one instruction), M a multiple of 64 (one instruction per 64 rows),
+at most 128 accumulators per thread, laid out by
 ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
 instruction's (16, or 32 for fp8); and each k-step's 64 x K blocks of A and K x N block of
 B sit in shared memory in a canonical wgmma layout, K-major for fp8 (wgmma transposes
@@ -26,13 +27,14 @@ Lowering, the same code in every thread: it reads its M * N / 128 values of C (z
 without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
 from two ``wgmma_desc`` (the root buffer and the block's first element) on that row
 block's accumulators (with A in registers, ``wgmma_mma_async_reg_a`` on the thread's 8 A
-values of the block and k-step, loaded from the fragment, and B's descriptor), commits, waits for the group (pending 0) and stores D back into C:
-the primitive completes before the next statement. With ``wait=False`` it stores the
-committed, still in-flight D into C's registers and leaves the wait to the kernel
-(``tj.wgmma_wait(n)``, the tile op ``wgmma_wait``: ``passes/wgmma_groups.py`` checks that
-nothing else touches C before the wait that retires the group, and gives the wait C's
-values to carry); a later ``gemm_async`` on the same C chains onto the group in flight,
-as wgmma allows for one accumulator.
+values of the block and k-step, loaded from the fragment, and B's descriptor), commits,
+waits for the group (pending 0) and stores D back into C: the primitive completes before
+the next statement. With ``wait=False`` it stores the committed, still in-flight D into
+C's registers and leaves the wait to the kernel (``tj.wgmma_wait(n)``, the tile op
+``wgmma_wait``: ``passes/wgmma_groups.py`` checks that nothing else touches C -- nor a
+register A -- before the wait that retires the group, and gives the wait C's values to
+carry); a later ``gemm_async`` on the same C chains onto the group in flight, as wgmma
+allows for one accumulator.
 """
 from __future__ import annotations
 
@@ -269,7 +271,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             return em.b.create("wgmma_mma_async", (a_desc, b_desc, *accumulators),
                                attrs).results
     else:
-        a_values = _register_a(em, call, thread, axis)
+        a_values = _a_values(em, call, thread, axis)
 
         def multiply(block: int, step: int, b_desc, accumulators):
             return em.b.create("wgmma_mma_async_reg_a",
@@ -287,7 +289,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         em.store(c, value, idx)
 
 
-def _register_a(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
+def _a_values(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
     """The thread's A values per row block and k-step (its ``WGMMA_A_VALUES`` registers of
     each 64 x 16 block, in ``wgmma_a_register_layout`` order), loaded from the fragment."""
     a = call["A"]
@@ -307,4 +309,4 @@ def _register_a(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),
                            doc="Hopper tensor cores: wgmma.mma_async m64nNk16 (f16/bf16) or "
                                "m64nNk32 (fp8) per warpgroup into f32, operands by "
-                               "shared-memory descriptors"))
+                               "shared-memory descriptors (A also from registers)"))

@@ -17,12 +17,17 @@ from shared memory when the multiply is issued: a legal schedule of the asynchro
 the warpgroup does not meet here; the op is ``.sync.aligned``, so the whole warpgroup must
 be active (a compile error otherwise).
 
+``wgmma_mma_async_reg_a`` (A from registers) computes the same dot products with A's
+rows taken from the registers of the four lanes that hold each: a warp owns the same 16
+rows of A (``wgmma_a_register_layout``) and of D, so the warp meets (``warp_exchange``)
+and each lane reads its rows whole from the exchanged 16 x K block; B as above.
+
 The multiply's shared reads complete late, as on a GPU: with the race detector on, each
 ``wgmma_mma_async`` is queued in its unit's queue of multiplies (``deferred.py``: its
 descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_commit_group``
 closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
-the reads of the whole 64 x K block of A and K x N block of B of each multiply in the
-groups before the N most recent, then drops them. A kernel that lets another thread
+the reads of the whole 64 x K block of A (none with A in registers) and K x N block of B
+of each multiply in the groups before the N most recent, then drops them. A kernel that lets another thread
 overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
 multiply is a race there, as the hardware may still read it. (A full queue drops its
 multiplies without recording their reads: that can hide such a race, never invent one. So

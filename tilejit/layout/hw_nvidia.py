@@ -378,8 +378,9 @@ def wgmma_a_register_layout(shape, dtype="float16", *, warp_axis: str = "wid_in_
     M a multiple of 64 and K of 16: per 64 rows and k-step, each thread holds four 32-bit
     registers a0..a3, eight elements ``m``.
 
-    PTX ISA "Asynchronous Warpgroup Level Matrix Register Fragment", Figure "WGMMA
-    .m64nNk16 register fragment layout for matrix A": warp w owns rows 16w..16w+15; a_i
+    PTX ISA 9.7.15.5.1.1.1 "Matrix Fragments for wgmma.mma_async.m64nNk16" (multiplicand A
+    in registers: four .f16x2 registers, a0..a7; Figure 148 "WGMMA .m64nNk16 register
+    fragment layout for matrix A"): warp w owns rows 16w..16w+15; a_i
     row = 16*w + groupID + 8*((i >> 1) & 1), col = 2*tig + (i & 1) + 8*(i >> 2) (groupID =
     laneid >> 2, tig = laneid % 4) -- the accumulator's mapping of a 64 x 16 D
     (:func:`wgmma_acc_layout` ``(16)``). Row block ``b`` and k-step ``s`` keep their

@@ -10,8 +10,11 @@ import torch
 
 import tilejit as tj
 from tilejit.errors import CompilationError
+from tilejit.ir.parser import parse_kernel
 from tilejit.layout import SwizzleMode, smem_layout
 from tilejit.layout.fragments import blocked_layout
+from tilejit.layout.hw_nvidia import wgmma_a_register_layout
+from tilejit.passes.pipeline import PIPELINE, run_pipeline
 
 
 
@@ -206,3 +209,20 @@ def test_rewriting_b_while_a_register_a_group_is_in_flight_is_a_race():
     torch.testing.assert_close(c.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
     with pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'b'"):
         register_a_in_flight[(1,)](a, b, c, simt=True, OVERWRITE_B=True)
+
+
+@pytest.mark.team_once_only("reads the IR after layout inference (compiled with simt=True)")
+def test_layout_inference_gives_a_its_register_layout():
+    """The fragment read as A gets wgmma_a_register_layout, noted as the tensor cores' A
+    operand; the CTA's 4 warps are the warpgroup (warp axis warpid)."""
+    compiled = _checked()
+    passes = [name for name, _ in PIPELINE]
+    passes = passes[:passes.index("infer-fragment-layouts") + 1]
+    text = run_pipeline(parse_kernel(compiled.asm["ir"]), dump=(),
+                        passes=passes)[1]["infer-fragment-layouts"]
+    (a,) = [line for line in text.splitlines() if line.strip().startswith("%a = alloc")]
+    layout = wgmma_a_register_layout((64, 16), warp_axis="warpid")
+    assert f'layout = "{layout}"' in a
+    gemm_line = _source_line('tj.gemm_async(acc, a, b, dispatch="wgmma")')
+    assert f'layout_note = "inferred: the tensor-core A operand of the wgmma at line {gemm_line}' \
+        in a

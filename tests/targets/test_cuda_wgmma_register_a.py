@@ -90,3 +90,18 @@ def test_the_sass_reads_a_from_registers(tmp_path):
     # D, then A in registers, then B's descriptor (A from shared memory: D, gdesc, ...)
     assert len(hgmma) == 4 and all(re.search(r"HGMMA\.64x32x16\.F32 R\d+, R\d+, gdesc\[", line)
                                    for line in hgmma)
+
+
+@needs_nvrtc
+def test_a_register_a_group_left_in_flight_compiles():
+    """wait=False: the multiply's commit, then the kernel's tj.wgmma_wait(0) -- one
+    wait_group 0, after the register-A multiply -- and no spills."""
+    from test_e2e_wgmma_register_a import register_a_in_flight
+    a, b = (tj.TensorSpec(shape, tj.float16, device="cuda") for shape in ((64, 16), (16, 32)))
+    c = tj.TensorSpec((64, 32), tj.float32, device="cuda")
+    compiled = register_a_in_flight.compile(a, b, c, target="cuda", arch="sm_90a")
+    ptx = _ptx(compiled)
+    (mma,) = [i for i, line in enumerate(ptx) if line.startswith("wgmma.mma_async")]
+    assert ", {%r" in ptx[mma]
+    (wait,) = [i for i, line in enumerate(ptx) if line == "wgmma.wait_group.sync.aligned 0;"]
+    assert mma < wait and compiled.metadata["spill_bytes"] == 0

@@ -13,9 +13,9 @@ so a group a loop iteration leaves in flight (the pipelined mainloop's
 ``wgmma_wait(1)``) reaches the next iteration and the code after the loop. A gemm whose A
 is a register fragment leaves that fragment pending with its accumulator (the PTX ISA
 makes touching A's registers before the wait undefined); only accumulators are carried
-through the waits. Any other op that touches an accumulator that may be pending -- a copy of it, an epilogue's pointwise
-op, an element load -- is a CompilationError at its line naming the gemm and the wait that
-is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator may:
+through the waits. Any other op that touches an accumulator that may be pending -- a
+copy of it, an epilogue's pointwise op, an element load -- is a CompilationError at its
+line naming the gemm and the wait that is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator may:
 wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as operands, every
 accumulator that may be pending where it runs: the values it carries.
 

@@ -27,8 +27,8 @@ The multiply's shared reads complete late, as on a GPU: with the race detector o
 descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_commit_group``
 closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
 the reads of the whole 64 x K block of A (none with A in registers) and K x N block of B
-of each multiply in the groups before the N most recent, then drops them. A kernel that lets another thread
-overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
+of each multiply in the groups before the N most recent, then drops them. A kernel that
+lets another thread overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
 multiply is a race there, as the hardware may still read it. (A full queue drops its
 multiplies without recording their reads: that can hide such a race, never invent one. So
 can a write that the multiplying thread itself is ordered after, by a barrier between the

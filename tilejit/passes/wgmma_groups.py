@@ -9,15 +9,15 @@ a list, oldest first, each the accumulators its gemm writes. A ``gemm_async`` wi
 only that one's values, so the others still need theirs); ``wgmma_wait(n)`` keeps the
 ``n`` newest. An ``if`` joins its branches' lists (aligned at the newest group, each
 position the union) and a loop runs its body until the list at its head stops changing,
-so a group a loop iteration leaves in flight (the pipelined mainloop's
-``wgmma_wait(1)``) reaches the next iteration and the code after the loop. A gemm whose A
-is a register fragment leaves that fragment pending with its accumulator (the PTX ISA
-makes touching A's registers before the wait undefined); only accumulators are carried
-through the waits. Any other op that touches an accumulator that may be pending -- a
-copy of it, an epilogue's pointwise op, an element load -- is a CompilationError at its
-line naming the gemm and the wait that is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator may:
-wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as operands, every
-accumulator that may be pending where it runs: the values it carries.
+so a group a loop iteration leaves in flight (the pipelined mainloop's ``wgmma_wait(1)``)
+reaches the next iteration and the code after the loop. A gemm whose A is a register
+fragment leaves that fragment pending with its accumulator (the PTX ISA makes touching A's
+registers before the wait undefined); only accumulators are carried through the waits. Any
+other op that touches an accumulator that may be pending -- a copy of it, an epilogue's
+pointwise op, an element load -- is a CompilationError at its line naming the gemm and the
+wait that is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator
+may: wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as
+operands, every accumulator that may be pending where it runs: the values it carries.
 
 ``carry-wgmma-accumulators`` (after ``lower-addresses``): per thread each ``wgmma_wait``
 becomes ``wgmma_wait_group {pending = n}`` on the values of its accumulators -- loaded

@@ -28,14 +28,14 @@ descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_comm
 closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
 the reads of the whole 64 x K block of A (none with A in registers) and K x N block of B
 of each multiply in the groups before the N most recent, then drops them. A kernel that
-lets another thread overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
-multiply is a race there, as the hardware may still read it. (A full queue drops its
-multiplies without recording their reads: that can hide such a race, never invent one. So
-can a write that the multiplying thread itself is ordered after, by a barrier between the
-issue and the wait: the reads carry the wait's clock, not the issue's.) The values
-themselves are computed at the issue, a legal schedule; fence, commit and wait hand the
-accumulators on. That a wait is missing before a read of the accumulators is the
-verifier's refusal and the ``wgmma-groups`` pass's, before any target.
+lets another thread overwrite an operand (an mbarrier arrive, a barrier) before the wait
+that retires its multiply is a race there, as the hardware may still read it. (A full
+queue drops its multiplies without recording their reads: that can hide such a race, never
+invent one. So can a write that the multiplying thread itself is ordered after, by a
+barrier between the issue and the wait: the reads carry the wait's clock, not the
+issue's.) The values themselves are computed at the issue, a legal schedule; fence, commit
+and wait hand the accumulators on. That a wait is missing before a read of the
+accumulators is the verifier's refusal and the ``wgmma-groups`` pass's, before any target.
 
 ``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
 count, whole warpgroups at team warpgroup) are the verifier's and scope analysis's, so a

@@ -232,3 +232,49 @@ def test_a_read_of_a_loop_carried_accumulator_is_refused(body_read, after, messa
     with pytest.raises(CompilationError, match=message) as info:
         verify(parse_kernel(carried_kernel(body_read, after)))
     assert info.value.line == line
+
+
+def register_a_kernel(a_type: str = "f16", a_values: int = 8, n: int = 8) -> str:
+    """One m64nNk16 multiply with A from registers: ``a_values`` A operands of ``a_type``,
+    then the N / 2 accumulators, waited on and stored."""
+    acc = ", ".join(["f32"] * (n // 2))
+
+    def values(prefix, count=n // 2):
+        return ", ".join(f"%{prefix}{i}" for i in range(count))
+    return "\n".join([
+        'kernel @k(%x: buffer<global, f32, [?], strides=[1]>) loc("/src/k.py":1:0) {',
+        "  %z = const {value = 0.0} : f32 loc(2:4)",
+        f"  %h = const {{value = 1.0}} : {a_type} loc(2:4)",
+        "  %d = const {value = 0} : i64 loc(2:4)",
+        "  %i = const {value = 0} : i32 loc(2:4)",
+        f"  {values('m')} = wgmma_mma_async_reg_a(%d, {', '.join(['%h'] * a_values)}, "
+        f"{', '.join(['%z'] * (n // 2))}) {{n = {n}, a_type = {a_type}}} : {acc} loc(3:4)",
+        f"  {values('c')} = wgmma_commit_group({values('m')}) : {acc} loc(4:4)",
+        f"  {values('w')} = wgmma_wait_group({values('c')}) {{pending = 0}} : {acc} loc(5:4)",
+        "  store_at(%x, %w0, %i) loc(6:4)",
+        "}"])
+
+
+@pytest.mark.parametrize("a_type", ["f16", "bf16"])
+def test_the_register_a_multiply_round_trips(a_type):
+    text = register_a_kernel(a_type)
+    assert str(verify(parse_kernel(text))) == text
+
+
+@pytest.mark.parametrize("a_type, a_values, message", [
+    ("f8e4m3", 8, "wgmma_mma_async_reg_a reads A from registers as f16 or bf16 here, not "
+                  "f8e4m3"),
+    ("f16", 7, "wgmma_mma_async_reg_a produces f32, f32, f32, not f32, f32, f32, f32"),
+    ("f32", 8, "reads A from registers as f16 or bf16 here, not f32"),
+])
+def test_the_register_a_multiply_refuses_what_the_isa_lacks(a_type, a_values, message):
+    with pytest.raises(CompilationError, match=message) as info:
+        verify(parse_kernel(register_a_kernel(a_type, a_values)))
+    assert info.value.line == 3
+
+
+def test_a_register_a_multiply_is_in_flight_until_the_wait():
+    text = register_a_kernel().replace("store_at(%x, %w0, %i)", "store_at(%x, %c0, %i)")
+    with pytest.raises(CompilationError, match="store_at reads %c0, an accumulator of a "
+                                               "wgmma_commit_group still in flight"):
+        verify(parse_kernel(text))

@@ -453,3 +453,35 @@ def test_wgmma_accumulator_layout_stacks_m64_blocks(m, n):
                                      "m": block * n // 2 + i}, (row, col)
     with pytest.raises(LayoutError, match="M = 96 is not a multiple of 64"):
         hw.wgmma_accumulator_layout((96, 8))
+
+
+@pytest.mark.parametrize("m, k", [(64, 16), (64, 64), (128, 32), (192, 48)])
+def test_wgmma_a_register_layout_matches_ptx(m, k):
+    """Element by element against the PTX ISA's register A fragment of m64nNk16 (a_i of
+    warp w, lane l, i in 0..7: row 16w + l/4 + 8*((i >> 1) & 1), column 2*(l % 4) + (i & 1)
+    + 8*(i >> 2)), k-step s of row block b in elements 8 * (b * K / 16 + s) + i; and the
+    same layout as the m64nK accumulator (a converted accumulator is an A fragment)."""
+    lay = hw.wgmma_a_register_layout((m, k))
+    seen = set()
+    for block in range(m // 64):
+        for step in range(k // 16):
+            for warp in range(4):
+                for lane in range(32):
+                    for i in range(8):
+                        row = 64 * block + 16 * warp + lane // 4 + 8 * ((i >> 1) & 1)
+                        col = 16 * step + 2 * (lane % 4) + (i & 1) + 8 * (i >> 2)
+                        place = lay.apply(row * k + col)
+                        assert place == {"wid_in_wg": warp, "laneid": lane,
+                                         "m": 8 * (block * k // 16 + step) + i}, (row, col)
+                        seen.add((row, col))
+    assert len(seen) == m * k
+    assert lay.equivalent(hw.wgmma_accumulator_layout((m, k)))
+
+
+def test_wgmma_a_register_layout_refuses_what_the_isa_lacks():
+    with pytest.raises(LayoutError, match="K = 24 is not a multiple of 16"):
+        hw.wgmma_a_register_layout((64, 24))
+    with pytest.raises(LayoutError):
+        hw.wgmma_a_register_layout((64, 32), "float8_e4m3")
+    with pytest.raises(LayoutError, match="M = 32 is out of range"):
+        hw.wgmma_a_register_layout((32, 16))

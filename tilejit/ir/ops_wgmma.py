@@ -23,6 +23,14 @@ private or fragment memory -- the accumulator registers themselves, which hold a
 flight from one K step to the next. Whether those registers are read before the wait that
 retires their group is ``passes/wgmma_groups.py``'s check, on the tile IR.
 
+``wgmma_mma_async_reg_a`` is the same multiply with A from registers (f16 / bf16 only
+here): its first :data:`WGMMA_A_VALUES` operands are the thread's eight A elements of the
+64 x 16 block (``layout/hw_nvidia.wgmma_a_register_layout``, four 32-bit registers a0..a3),
+then its accumulators; B by descriptor, no transpose of A. The PTX ISA makes reading or
+writing those A registers before the wait that retires the multiply undefined: in SSA the
+values cannot change, and at the tile level ``passes/wgmma_groups.py`` refuses any op on
+the A fragment while its group may be pending.
+
 ``wgmma_wait {pending = N}`` is that wait in the tile IR (``tj.wgmma_wait(n)``): its
 operands are the accumulator fragments whose groups may be pending there (the
 ``wgmma-groups`` pass names them); per thread it becomes ``wgmma_wait_group`` on their
@@ -47,7 +55,8 @@ from .types import MemScope, ScalarType, bf16, f8e4m3, f8e5m2, f16, f32, i64
 
 __all__ = ["CORE_BYTES", "CORE_ROWS", "DESCRIPTOR_SWIZZLE", "IN_FLIGHT_READERS",
            "MatrixDescriptor",
-           "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_FP8_TYPES",
+           "SETMAXNREG_RANGE", "SETMAXNREG_STEP", "SWIZZLE_BYTES", "WGMMA_A_REGISTER_TYPES",
+           "WGMMA_A_VALUES", "WGMMA_FP8_TYPES",
            "WGMMA_INPUT_TYPES", "WGMMA_K_BYTES", "WGMMA_M", "describe_operand",
            "in_flight", "takes_in_flight", "wgmma_accumulators", "wgmma_k"]
 
@@ -56,6 +65,8 @@ WGMMA_M = 64                        # m64nNkK: N a multiple of 8 in [8, 256]
 WGMMA_K_BYTES = 32                  # K of one instruction: k16 for 16-bit types, k32 for fp8
 WGMMA_FP8_TYPES = (f8e4m3, f8e5m2)
 WGMMA_INPUT_TYPES = (f16, bf16, *WGMMA_FP8_TYPES)
+WGMMA_A_REGISTER_TYPES = (f16, bf16)   # A from registers: the 16-bit types (k16)
+WGMMA_A_VALUES = 8                  # per thread, A's 64 x 16 block: four 32-bit registers
 SWIZZLE_BYTES = (0, 32, 64, 128)    # 0: no swizzle (the 8-row x 16-byte core matrices)
 # per descriptor version, where the swizzle field starts and its code per swizzle: wgmma's
 # two bits at 62 (0 none, 1 128B, 2 64B, 3 32B); tcgen05's three at 61 (0 none, 2 128B,
@@ -65,8 +76,8 @@ _FIELD = 0x3FFF                     # start address, LBO and SBO: 14 bits of (by
 CORE_ROWS, CORE_BYTES = 8, 16       # a core matrix: 8 rows of 16 bytes
 # The ops that may take results the tensor cores still write (the verifier's check, with
 # terminators and stores into the accumulator registers: :func:`takes_in_flight`)
-IN_FLIGHT_READERS = frozenset({"wgmma_fence", "wgmma_mma_async", "wgmma_commit_group",
-                               "wgmma_wait_group"})
+IN_FLIGHT_READERS = frozenset({"wgmma_fence", "wgmma_mma_async", "wgmma_mma_async_reg_a",
+                               "wgmma_commit_group", "wgmma_wait_group"})
 _REGISTERS = (MemScope.LOCAL, MemScope.FRAGMENT)
 SETMAXNREG_RANGE, SETMAXNREG_STEP = (24, 256), 8   # per-thread registers (PTX ISA setmaxnreg)
 
@@ -76,7 +87,7 @@ def in_flight(op) -> bool:
     multiply's and a commit's, and a wait's that leaves groups pending (the newest may be
     the one that writes them)."""
     name = getattr(op, "name", None)
-    return name in ("wgmma_mma_async", "wgmma_commit_group") or \
+    return name in ("wgmma_mma_async", "wgmma_mma_async_reg_a", "wgmma_commit_group") or \
         (name == "wgmma_wait_group" and op.attrs["pending"] > 0)
 
 
@@ -263,6 +274,25 @@ def _check_mma_async(op):
     return _check_accumulators(op, op.operands[2:])
 
 
+def _check_mma_async_reg_a(op):
+    a_type, values = op.attrs["a_type"], op.operands[1:]
+    if a_type not in WGMMA_A_REGISTER_TYPES:
+        return (f"wgmma_mma_async_reg_a reads A from registers as f16 or bf16 here, not "
+                f"{a_type}")
+    n = op.attrs["n"]
+    if n % 8 or not 8 <= n <= 256:
+        return f"wgmma m64nNkK has N a multiple of 8 in [8, 256], not {n}"
+    if op.operands[0].type != i64:
+        return f"B's descriptor is {op.operands[0].type}, not i64"
+    if len(values) < WGMMA_A_VALUES:
+        return (f"wgmma_mma_async_reg_a takes {WGMMA_A_VALUES} {a_type} A values per thread "
+                f"before the accumulators, got {len(values)} operands")
+    for index, value in enumerate(values[:WGMMA_A_VALUES]):
+        if value.type != a_type:
+            return f"wgmma_mma_async_reg_a's A value {index} is {value.type}, not {a_type}"
+    return _check_accumulators(op, values[WGMMA_A_VALUES:])
+
+
 def _check_passthrough(op):
     if op.name == "wgmma_wait_group" and op.attrs["pending"] < 0:
         return f"wgmma_wait_group keeps a non-negative number of groups pending, not " \
@@ -293,6 +323,10 @@ def _accumulator_results(types, attrs):
     return tuple(types[2:])   # D in C's registers; the check counts them against N
 
 
+def _reg_a_accumulator_results(types, attrs):
+    return tuple(types[1 + WGMMA_A_VALUES:])   # D in C's registers, after B and A's values
+
+
 def _same_types(types, attrs):
     return tuple(types)
 
@@ -311,6 +345,15 @@ _register("wgmma_mma_async", SYNC, "a_desc:int b_desc:int *acc:scalar",
               "two descriptors; b_type: B's type when not a_type (fp8 mixes e4m3 and e5m2); "
               "trans_a / trans_b read A / B MN-major (else K-major); every thread of the "
               "warpgroup passes its N / 2 accumulators; the results are ready after a wait")
+_register("wgmma_mma_async_reg_a", SYNC, "b_desc:int *values:scalar",
+          {"n": Attr(INT), "a_type": Attr(SCALAR_TYPE), "trans_b": Attr(BOOL, False),
+           "scale_d": Attr(BOOL, True)},
+          _reg_a_accumulator_results, check=_check_mma_async_reg_a,
+          doc="a warpgroup's D = A @ B (+ D when scale_d) of m64nNk16, A from registers: "
+              "values are the thread's 8 A elements (f16 / bf16, wgmma_a_register_layout) "
+              "then its N / 2 accumulators; B from a descriptor (trans_b: MN-major); the "
+              "results are ready after a wait, and A's registers must stay unread and "
+              "unwritten until then")
 _register("wgmma_fence", SYNC, "*acc:scalar", results=_same_types, check=_check_passthrough,
           doc="orders the thread's earlier accumulator writes before later wgmma reads")
 _register("wgmma_commit_group", SYNC, "*acc:scalar", results=_same_types,

@@ -26,7 +26,8 @@ __all__ = [
     "mma_m16n8k16_a_layout", "mma_m16n8k16_b_layout", "mma_m16n8k16_c_layout",
     "mma_m16n8k32_a_layout", "mma_m16n8k32_b_layout",
     "ldmatrix_layout",
-    "wgmma_acc_layout", "wgmma_accumulator_layout", "wgmma_m64nNk16_d_layout",
+    "wgmma_a_register_layout", "wgmma_acc_layout", "wgmma_accumulator_layout",
+    "wgmma_m64nNk16_d_layout",
     "wg_local_layout", "wg_rf_layout",
     "TMEM_LANES", "TMEM_COLS", "tmem_layout", "tmem_datapath_layout",
     "tmem_scale_factor_layout",
@@ -370,6 +371,29 @@ def wgmma_accumulator_layout(shape, *, warp_axis: str = "wid_in_wg"):
     if m == 64:
         return block
     return TileLayout.from_iters((Iter(m // 64, n // 2, Axis("m")), *block.shard))
+
+
+def wgmma_a_register_layout(shape, dtype="float16", *, warp_axis: str = "wid_in_wg"):
+    """Matrix A (M x K) of ``wgmma.mma_async.m64nNk16`` read from registers (f16 / bf16),
+    M a multiple of 64 and K of 16: per 64 rows and k-step, each thread holds four 32-bit
+    registers a0..a3, eight elements ``m``.
+
+    PTX ISA 9.7.15.5.1.1.1 "Matrix Fragments for wgmma.mma_async.m64nNk16" (multiplicand A
+    in registers: four .f16x2 registers, a0..a7; Figure 148 "WGMMA .m64nNk16 register
+    fragment layout for matrix A"): warp w owns rows 16w..16w+15; a_i
+    row = 16*w + groupID + 8*((i >> 1) & 1), col = 2*tig + (i & 1) + 8*(i >> 2) (groupID =
+    laneid >> 2, tig = laneid % 4) -- the accumulator's mapping of a 64 x 16 D
+    (:func:`wgmma_acc_layout` ``(16)``). Row block ``b`` and k-step ``s`` keep their
+    elements from ``m = 8 * (b * K / 16 + s)`` on, so the layout *is*
+    :func:`wgmma_accumulator_layout` ``((M, K))``: a thread's accumulator values of an
+    m64nN wgmma, converted to 16 bits, are already its A fragment of an m64nKk16 one
+    (the FlashAttention ``P @ V``, P never leaving the registers)."""
+    m, k = shape
+    _require(dtype, {"float16", "bfloat16"}, "wgmma_a_register_layout")
+    _check_int("K", k, 16, 256)
+    if k % 16:
+        raise LayoutError(f"wgmma A in registers: K = {k} is not a multiple of 16 (m64nNk16)")
+    return wgmma_accumulator_layout((m, k), warp_axis=warp_axis)
 
 
 def wgmma_m64nNk16_d_layout(n: int, dtype="float32", *, warp_axis: str = "wid_in_wg"):

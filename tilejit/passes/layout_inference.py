@@ -43,7 +43,7 @@ from ..ir.ops_wgmma import WGMMA_M
 from ..ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ..ir.types import BufferType, MemScope, RegionType, TeamKind, bf16, f16, f32
 from ..layout.fragments import blocked_layout, mma_accumulator_layout, reduced_layout
-from ..layout.hw_nvidia import wgmma_accumulator_layout
+from ..layout.hw_nvidia import wgmma_a_register_layout, wgmma_accumulator_layout
 from ..layout.tile_layout import TileLayout
 from .dispatch import PER_THREAD, PrimitiveCall, context_for, select
 from .dispatch.call import argument_flags
@@ -53,6 +53,7 @@ __all__ = ["run"]
 
 _ELEMENTWISE = ("tile.pointwise", "tile.copy")   # element i of the result from element i
 _TENSOR_CORE_NOTE = "inferred: the tensor-core accumulator"
+_REGISTER_A_NOTE = "inferred: the tensor-core A operand"   # a wgmma reading A from registers
 _TENSOR_CORE_INPUTS = {f16, bf16}
 
 
@@ -93,7 +94,8 @@ def run(kernel: KernelIR) -> KernelIR:
         failures, staged = _failures(kernel, trial, proposal, context, may_stage)
         if not failures:
             return _apply(kernel, proposal, {**skipped, **notes, **excluded}, staged)
-        retry = {v for v in failures if notes[v].startswith(_TENSOR_CORE_NOTE)}
+        retry = {v for v in failures
+                 if notes[v].startswith((_TENSOR_CORE_NOTE, _REGISTER_A_NOTE))}
         if retry:   # try those again with the blocked layout before giving up on them
             no_tensor_cores |= retry
             continue
@@ -199,7 +201,9 @@ def _propose(kernel: KernelIR, fragments: dict[Value, _Fragment], excluded: dict
                 if value in excluded:
                     continue
                 found = _derived(fragment, proposal) \
-                    or (value not in no_tensor_cores and _accumulator(kernel, fragment)) \
+                    or (value not in no_tensor_cores
+                        and (_accumulator(kernel, fragment)
+                             or _register_a_operand(kernel, fragment))) \
                     or (fallback and _blocked(kernel, fragment, context))
                 if not found:
                     continue
@@ -319,6 +323,25 @@ def _accumulator(kernel: KernelIR, fragment: _Fragment) -> tuple[TileLayout, str
         return None
     return layout, f"{_TENSOR_CORE_NOTE} of the gemm at line {gemms[0].loc.line} over " \
                    f"{warps} warp(s)"
+
+
+def _register_a_operand(kernel: KernelIR,
+                        fragment: _Fragment) -> tuple[TileLayout, str] | None:
+    """wgmma's register A layout, for an f16/bf16 [M, K] fragment a ``gemm_async``
+    dispatched to ``wgmma`` reads as A (not transposed) in a team of one warpgroup."""
+    wgmmas = [op for op in fragment.users if op.name == "tile.gemm_async"
+              and op.attrs.get("dispatch") == "wgmma" and op.operands[1] is fragment.value
+              and not op.attrs.get("transpose_a")]
+    if not wgmmas or fragment.alloc.attrs["dtype"] not in _TENSOR_CORE_INPUTS \
+            or len(fragment.shape) != 2 \
+            or fragment.team not in (TeamKind.WARPGROUP, TeamKind.CTA) \
+            or team_warps(fragment.team, kernel.attrs["num_warps"]) != WARPS_PER_WARPGROUP:
+        return None
+    rows, cols = fragment.shape
+    if rows % WGMMA_M or cols % 16 or not 0 < cols <= 256:   # m64nNk16: K steps of 16
+        return None
+    layout = wgmma_a_register_layout((rows, cols), warp_axis=TEAM_WARP_AXIS[fragment.team])
+    return layout, f"{_REGISTER_A_NOTE} of the wgmma at line {wgmmas[0].loc.line}"
 
 
 def _dtype(value: Value):

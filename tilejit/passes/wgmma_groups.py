@@ -9,13 +9,15 @@ a list, oldest first, each the accumulators its gemm writes. A ``gemm_async`` wi
 only that one's values, so the others still need theirs); ``wgmma_wait(n)`` keeps the
 ``n`` newest. An ``if`` joins its branches' lists (aligned at the newest group, each
 position the union) and a loop runs its body until the list at its head stops changing,
-so a group a loop iteration leaves in flight (the pipelined mainloop's
-``wgmma_wait(1)``) reaches the next iteration and the code after the loop. Any other op
-that touches an accumulator that may be pending -- a copy of it, an epilogue's pointwise
-op, an element load -- is a CompilationError at its line naming the gemm and the wait that
-is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator may:
-wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as operands, every
-accumulator that may be pending where it runs: the values it carries.
+so a group a loop iteration leaves in flight (the pipelined mainloop's ``wgmma_wait(1)``)
+reaches the next iteration and the code after the loop. A gemm whose A is a register
+fragment leaves that fragment pending with its accumulator (the PTX ISA makes touching A's
+registers before the wait undefined); only accumulators are carried through the waits. Any
+other op that touches an accumulator that may be pending -- a copy of it, an epilogue's
+pointwise op, an element load -- is a CompilationError at its line naming the gemm and the
+wait that is missing. A later ``gemm_async`` of family ``wgmma`` into the same accumulator
+may: wgmma orders multiplies into one accumulator. Each ``wgmma_wait`` then gets, as
+operands, every accumulator that may be pending where it runs: the values it carries.
 
 ``carry-wgmma-accumulators`` (after ``lower-addresses``): per thread each ``wgmma_wait``
 becomes ``wgmma_wait_group {pending = n}`` on the values of its accumulators -- loaded
@@ -31,7 +33,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, KernelIR, Operation, Value, walk
 from ..ir.rewrite import Rewriter, clone_ops
 from ..ir.storage import held_per_thread, storage_elements
-from ..ir.types import BufferType, RegionType, i32
+from ..ir.types import BufferType, MemScope, RegionType, i32
 from .dispatch.registry import PER_THREAD, context_for
 from .effects import ALIASING_OPS, root_buffer
 
@@ -94,7 +96,8 @@ class _Groups:
         if op.name == "wgmma_wait":
             kept = op.attrs["pending"]
             # an accumulator out of scope here is read nowhere after it: nothing to carry
-            names = (self.visible.get(root, root) for group in groups for root, _ in group)
+            names = (self.visible.get(root, root) for group in groups for root, gemm in group
+                     if root is self.root(gemm.operands[0]))   # A's registers: no values
             self.carried.setdefault(op, {}).update(
                 dict.fromkeys(name for name in names if name in self.in_scope))
             return groups[len(groups) - kept:] if kept else ()
@@ -140,7 +143,10 @@ class _Groups:
         if op.attrs["wait"]:   # its own wait retires acc's groups (and carries only acc)
             return tuple(g for g in (frozenset(p for p in group if p[0] is not acc)
                                      for group in groups) if g)
-        return _capped((*groups, frozenset({(acc, op)})))
+        pending = {(acc, op)}
+        if _in_registers(op.operands[1]):   # the ISA: A's registers untouched until the wait
+            pending.add((self.root(op.operands[1]), op))
+        return _capped((*groups, frozenset(pending)))
 
     def check_untouched(self, op: Operation, groups: Groups, skip: Value | None = None):
         pending = {root: gemm for group in groups for root, gemm in group}
@@ -158,6 +164,11 @@ class _Groups:
                     f"tj.wgmma_wait(n) that retires it is missing before this line "
                     f"(tj.wgmma_wait(0) retires every group; n keeps the n newest pending)",
                     op.loc)
+
+
+def _in_registers(value: Value) -> bool:
+    buffer = value.type.buffer if isinstance(value.type, RegionType) else value.type
+    return isinstance(buffer, BufferType) and buffer.scope is MemScope.FRAGMENT
 
 
 def _in_flight_ops(kernel: KernelIR) -> bool:

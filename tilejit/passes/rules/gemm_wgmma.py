@@ -7,9 +7,11 @@ Legal (else a Decline naming each condition that fails) when the target lists th
 m64nNk16 (fp8: m64nNk32) shapes among its capabilities (and compiles for sm_90a where it
 names an arch); the team is one whole warpgroup (a warpgroup team, or a CTA of 4 warps); A
 and B are f16 or bf16 tiles of one type, or fp8 tiles (e4m3 / e5m2, mixed freely), in
-shared memory; C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest
-legal N: the whole width of C in one instruction), M a multiple of 64 (one instruction
-per 64 rows), at most 128 accumulators per thread, laid out by
+shared memory -- or A is an f16 / bf16 fragment, not transposed, laid out by
+``layout/hw_nvidia.wgmma_a_register_layout((M, K))`` (wgmma reads it from registers);
+C is an f32 fragment of M x N, N a multiple of 8 up to 256 (the largest legal N: the
+whole width of C in one instruction), M a multiple of 64 (one instruction per 64 rows),
+at most 128 accumulators per thread, laid out by
 ``layout/hw_nvidia.wgmma_accumulator_layout((M, N))``; K is a multiple of the
 instruction's (16, or 32 for fp8); and each k-step's 64 x K blocks of A and K x N block of
 B sit in shared memory in a canonical wgmma layout, K-major for fp8 (wgmma transposes
@@ -24,13 +26,15 @@ the constant.
 Lowering, the same code in every thread: it reads its M * N / 128 values of C (zero
 without ``accum``), fences them, issues one ``wgmma_mma_async`` per k-step and 64 rows
 from two ``wgmma_desc`` (the root buffer and the block's first element) on that row
-block's accumulators, commits, waits for the group (pending 0) and stores D back into C:
-the primitive completes before the next statement. With ``wait=False`` it stores the
-committed, still in-flight D into C's registers and leaves the wait to the kernel
-(``tj.wgmma_wait(n)``, the tile op ``wgmma_wait``: ``passes/wgmma_groups.py`` checks that
-nothing else touches C before the wait that retires the group, and gives the wait C's
-values to carry); a later ``gemm_async`` on the same C chains onto the group in flight,
-as wgmma allows for one accumulator.
+block's accumulators (with A in registers, ``wgmma_mma_async_reg_a`` on the thread's 8 A
+values of the block and k-step, loaded from the fragment, and B's descriptor), commits,
+waits for the group (pending 0) and stores D back into C: the primitive completes before
+the next statement. With ``wait=False`` it stores the committed, still in-flight D into
+C's registers and leaves the wait to the kernel (``tj.wgmma_wait(n)``, the tile op
+``wgmma_wait``: ``passes/wgmma_groups.py`` checks that nothing else touches C -- nor a
+register A -- before the wait that retires the group, and gives the wait C's values to
+carry); a later ``gemm_async`` on the same C chains onto the group in flight, as wgmma
+allows for one accumulator.
 """
 from __future__ import annotations
 
@@ -39,12 +43,12 @@ import re
 
 import numpy as np
 
-from ...ir.ops_wgmma import (WGMMA_FP8_TYPES, WGMMA_INPUT_TYPES, WGMMA_M, describe_operand,
-                              wgmma_k)
+from ...ir.ops_wgmma import (WGMMA_A_REGISTER_TYPES, WGMMA_A_VALUES, WGMMA_FP8_TYPES,
+                              WGMMA_INPUT_TYPES, WGMMA_M, describe_operand, wgmma_k)
 from ...ir.scope import TEAM_WARP_AXIS, WARPS_PER_WARPGROUP, team_warps
 from ...ir.types import MemScope, TeamKind, f16, f32
 from ...layout import TileLayout
-from ...layout.hw_nvidia import wgmma_accumulator_layout
+from ...layout.hw_nvidia import wgmma_a_register_layout, wgmma_accumulator_layout
 from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
@@ -71,8 +75,16 @@ def _shape_reasons(call: PrimitiveCall) -> list[str]:
     c, a, b = call["C"], call["A"], call["B"]
     # the contract's A (shared memory or registers) narrowed to what this family reads
     reasons = [r for r in wgmma_reasons(call) if not r.startswith("wgmma reads A")]
-    if a.role is not MemScope.SHARED:
-        reasons.append(f"A is {a.role}: this family reads A from shared memory")
+    if a.role is MemScope.FRAGMENT:
+        if a.dtype not in WGMMA_A_REGISTER_TYPES:
+            reasons.append(f"A is a {a.dtype} fragment: wgmma reads A from registers as f16 "
+                           "or bf16 here (fp8 A from shared memory)")
+        if call.attrs["transpose_a"]:
+            reasons.append("A is a fragment read transposed: wgmma transposes A only from "
+                           "shared memory (give the fragment as [M, K])")
+    elif a.role is not MemScope.SHARED:
+        reasons.append(f"A is {a.role}: this family reads A from shared memory or registers "
+                       "(a fragment)")
     if a.dtype not in WGMMA_INPUT_TYPES or c.dtype != f32:
         reasons.append(f"A, B and C are {a.dtype}, {b.dtype} and {c.dtype}: this family "
                        "multiplies f16, bf16 or fp8 (e4m3, e5m2) into f32")
@@ -189,8 +201,16 @@ def check(call: PrimitiveCall) -> Plan | Decline:
     expected = wgmma_accumulator_layout((m, n), warp_axis=axis)
     # the operands' reasons first: a layout wgmma cannot read is what the kernel must change
     # (layout inference then leaves C without the wgmma layout too)
-    operands = {name: operand_descriptors(call, name) for name in "AB"}
+    a_in_registers = call["A"].role is MemScope.FRAGMENT
+    operands = {name: operand_descriptors(call, name)
+                for name in ("B" if a_in_registers else "AB")}
     reasons = [why for why in operands.values() if isinstance(why, str)]
+    if a_in_registers:
+        a, a_layout = call["A"], wgmma_a_register_layout((m, _mnk(call)[2]), warp_axis=axis)
+        if not isinstance(a.layout, TileLayout) or not a.layout.equivalent(a_layout):
+            reasons.append(f"A is laid out by {a.layout}; wgmma reads A from registers in "
+                           f"the layout {a_layout} (layout.hw_nvidia.wgmma_a_register_layout"
+                           f"(({m}, {_mnk(call)[2]})))")
     if c.role is not MemScope.FRAGMENT or not isinstance(c.layout, TileLayout) \
             or not c.layout.equivalent(expected):
         reasons.append(f"C is laid out by {c.layout}; wgmma needs the accumulator layout "
@@ -205,6 +225,8 @@ def check(call: PrimitiveCall) -> Plan | Decline:
                      + f", LBO {fields['lbo']}, SBO {fields['sbo']}"
                      + (", a run-time stage offset" if terms else "")
                      for name, (fields, k_major, _, terms) in operands.items())
+    if a_in_registers:
+        note = "A from registers; " + note
     return Plan([(WGMMA_M, n, step)], {"distribution": dist, "warp_axis": axis,
                                           "operands": operands, "note": note})
 
@@ -229,27 +251,39 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     zero = em.const(0.0, f32)
     acc = [em.load(c, idx) if call.attrs["accum"] else zero for idx in indices]
     acc = list(em.b.create("wgmma_fence", acc).results)
-    (a_fields, a_k_major, a_starts, _), (b_fields, b_k_major, (b_starts,), _) = \
-        operands["A"], operands["B"]
+    b_fields, b_k_major, (b_starts,), _ = operands["B"]
     a_type, b_type = call["A"].dtype, call["B"].dtype
-    attrs = {"n": n, "a_type": a_type, "trans_a": not a_k_major, "trans_b": not b_k_major}
+    attrs = {"n": n, "a_type": a_type, "trans_b": not b_k_major}
     if b_type != a_type:   # fp8: e4m3 by e5m2 or the other way round
         attrs["b_type"] = b_type
     with em.hoisted():   # the stage's offset (0 without run-time starts)
         stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
-                                                 in operands[name][3]), 0) for name in "AB"}
+                                                 in operands[name][3]), 0)
+                 for name in operands}
 
     def desc(name: str, start: int, fields: dict):
         offset = em.index(em.add(stage[name], start))
         return em.b.create("wgmma_desc", (root_of(call[name]), offset), fields).result
+    if "A" in operands:
+        a_fields, a_k_major, a_starts, _ = operands["A"]
+        attrs["trans_a"] = not a_k_major
+
+        def multiply(block: int, step: int, b_desc, accumulators):
+            a_desc = desc("A", a_starts[block][step], a_fields)
+            return em.b.create("wgmma_mma_async", (a_desc, b_desc, *accumulators),
+                               attrs).results
+    else:
+        a_values = _a_values(em, call, thread, axis)
+
+        def multiply(block: int, step: int, b_desc, accumulators):
+            return em.b.create("wgmma_mma_async_reg_a",
+                               (b_desc, *a_values[block][step], *accumulators), attrs).results
     per_block = n // 2   # a row block's accumulators follow one another (its registers)
     for step, b_start in enumerate(b_starts):
         b_desc = desc("B", b_start, b_fields)
-        for block, starts in enumerate(a_starts):
+        for block in range(m // WGMMA_M):
             mine = slice(block * per_block, (block + 1) * per_block)
-            acc[mine] = em.b.create("wgmma_mma_async",
-                                    (desc("A", starts[step], a_fields), b_desc, *acc[mine]),
-                                    attrs).results
+            acc[mine] = multiply(block, step, b_desc, acc[mine])
     acc = list(em.b.create("wgmma_commit_group", acc).results)
     if call.attrs["wait"]:   # else C's registers hold the group in flight (tj.wgmma_wait)
         acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
@@ -257,7 +291,24 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         em.store(c, value, idx)
 
 
+def _a_values(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
+    """The thread's A values per row block and k-step (its ``WGMMA_A_VALUES`` registers of
+    each 64 x 16 block, in ``wgmma_a_register_layout`` order), loaded from the fragment."""
+    a = call["A"]
+    m, k = a.shape
+    layout = wgmma_a_register_layout((m, k), warp_axis=axis)
+    with em.hoisted():
+        thread_part = logical_index(em, layout, (m, k), thread)
+    values = [em.load(a, [em.add(t, r) for t, r in
+                          zip(thread_part, logical_index(em, layout, (m, k), {"m": i}))])
+              for i in range(m * k // 128)]
+    steps = k // wgmma_k(a.dtype)
+    return [[values[(block * steps + step) * WGMMA_A_VALUES:
+                    (block * steps + step + 1) * WGMMA_A_VALUES] for step in range(steps)]
+            for block in range(m // WGMMA_M)]
+
+
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),
                            doc="Hopper tensor cores: wgmma.mma_async m64nNk16 (f16/bf16) or "
                                "m64nNk32 (fp8) per warpgroup into f32, operands by "
-                               "shared-memory descriptors"))
+                               "shared-memory descriptors (A also from registers)"))

@@ -17,20 +17,25 @@ from shared memory when the multiply is issued: a legal schedule of the asynchro
 the warpgroup does not meet here; the op is ``.sync.aligned``, so the whole warpgroup must
 be active (a compile error otherwise).
 
+``wgmma_mma_async_reg_a`` (A from registers) computes the same dot products with A's
+rows taken from the registers of the four lanes that hold each: a warp owns the same 16
+rows of A (``wgmma_a_register_layout``) and of D, so the warp meets (``warp_exchange``)
+and each lane reads its rows whole from the exchanged 16 x K block; B as above.
+
 The multiply's shared reads complete late, as on a GPU: with the race detector on, each
 ``wgmma_mma_async`` is queued in its unit's queue of multiplies (``deferred.py``: its
 descriptors, A's and B's buffers and race sites) in the open group, ``wgmma_commit_group``
 closes the group and ``wgmma_wait_group {pending = N}`` records, for the race detector,
-the reads of the whole 64 x K block of A and K x N block of B of each multiply in the
-groups before the N most recent, then drops them. A kernel that lets another thread
-overwrite an operand (an mbarrier arrive, a barrier) before the wait that retires its
-multiply is a race there, as the hardware may still read it. (A full queue drops its
-multiplies without recording their reads: that can hide such a race, never invent one. So
-can a write that the multiplying thread itself is ordered after, by a barrier between the
-issue and the wait: the reads carry the wait's clock, not the issue's.) The values
-themselves are computed at the issue, a legal schedule; fence, commit and wait hand the
-accumulators on. That a wait is missing before a read of the accumulators is the
-verifier's refusal and the ``wgmma-groups`` pass's, before any target.
+the reads of the whole 64 x K block of A (none with A in registers) and K x N block of B
+of each multiply in the groups before the N most recent, then drops them. A kernel that
+lets another thread overwrite an operand (an mbarrier arrive, a barrier) before the wait
+that retires its multiply is a race there, as the hardware may still read it. (A full
+queue drops its multiplies without recording their reads: that can hide such a race, never
+invent one. So can a write that the multiplying thread itself is ordered after, by a
+barrier between the issue and the wait: the reads carry the wait's clock, not the
+issue's.) The values themselves are computed at the issue, a legal schedule; fence, commit
+and wait hand the accumulators on. That a wait is missing before a read of the
+accumulators is the verifier's refusal and the ``wgmma-groups`` pass's, before any target.
 
 ``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
 count, whole warpgroups at team warpgroup) are the verifier's and scope analysis's, so a
@@ -41,14 +46,15 @@ from __future__ import annotations
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
-from tilejit.ir.ops_wgmma import (CORE_BYTES, CORE_ROWS, DESCRIPTOR_SWIZZLE, WGMMA_K_BYTES,
-                                  WGMMA_M, MatrixDescriptor, wgmma_k)
+from tilejit.ir.ops_wgmma import (CORE_BYTES, CORE_ROWS, DESCRIPTOR_SWIZZLE, WGMMA_A_VALUES,
+                                  WGMMA_K_BYTES, WGMMA_M, MatrixDescriptor, wgmma_k)
 from tilejit.ir.scope import LANES_PER_WARP, WARPS_PER_WARPGROUP
-from tilejit.layout.hw_nvidia import wgmma_acc_layout
+from tilejit.layout.hw_nvidia import wgmma_a_register_layout, wgmma_acc_layout
 
 from . import race, types
 from .deferred import DeferredQueue
 from .emit_mma import constant_table, table_entry
+from .emit_sync import warp_exchange
 from .frames import counted_loop
 from .types import F32, I1, I32, I64, PTR
 
@@ -63,6 +69,7 @@ DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, ITEMSIZE, G
     range(11)
 STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(ENTRY, QUEUE)])
 LENGTH, COMMITTED, ENTRIES = range(3)
+A_FROM_REGISTERS = 2                # TRANS_A of a multiply with A in registers: no A reads
 ENTRY_BYTES = 64                    # 4 x 8 bytes, then 7 x 4, padded to the i64s' 8
 STATE_BYTES = 8 + ENTRY_BYTES * QUEUE
 
@@ -133,32 +140,87 @@ def element_address(b: ir.IRBuilder, desc, mn, k, itemsize, k_major: bool):
     return b.xor(address, b.shl(b.and_(b.lshr(address, const(7)), mask), const(4)))
 
 
-def _dot_function(mc, a_type, b_type, trans_a: bool, trans_b: bool) -> ir.Function:
-    """``dot(data, desc_a, desc_b, row, col, acc)``: ``acc + sum_k A[row, k] * B[k, col]``
-    in f32, A and B read from the shared window at ``data`` through their descriptors."""
-    name = f"tj.wgmma.dot.{a_type}.{b_type}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
+def _dot_function(mc, a_type, b_type, trans_a: bool, trans_b: bool,
+                  a_in_registers: bool = False) -> ir.Function:
+    """``dot(data, a, desc_b, row, col, acc)``: ``acc + sum_k A[row, k] * B[k, col]`` in
+    f32, B read from the shared window at ``data`` through its descriptor; A too, ``a``
+    its descriptor, or with ``a_in_registers`` from the warp's exchanged A rows (``a`` a
+    pointer to 16 x K f32, row-major; ``row`` then counts from the warp's first)."""
+    name = (f"tj.wgmma.dot.{a_type}.{b_type}.{'t' if trans_a else 'n'}"
+            f"{'t' if trans_b else 'n'}{'.reg_a' if a_in_registers else ''}")
     fn = mc.module.globals.get(name)
     if fn is not None:
         return fn
-    fn = ir.Function(mc.module, ir.FunctionType(F32, [PTR, I64, I64, I64, I64, F32]), name)
+    fn = ir.Function(mc.module, ir.FunctionType(
+        F32, [PTR, PTR if a_in_registers else I64, I64, I64, I64, F32]), name)
     fn.linkage = "internal"
-    data, desc_a, desc_b, row, col, acc = fn.args
+    data, a_source, desc_b, row, col, acc = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    depth = wgmma_k(a_type)
 
     def element(desc, dtype, mn, k, k_major):
         address = element_address(b, desc, mn, ir.Constant(I64, k),
                                   ir.Constant(I64, dtype.itemsize), k_major)
         ptr = b.gep(data, [address], source_etype=ir.IntType(8))
         return types.widen(b, types.load(b, ptr, dtype), dtype)
-    for k in range(wgmma_k(a_type)):
-        acc = b.fadd(acc, b.fmul(element(desc_a, a_type, row, k, not trans_a),
-                                 element(desc_b, b_type, col, k, not trans_b)))
+
+    def a_element(k):
+        if not a_in_registers:
+            return element(a_source, a_type, row, k, not trans_a)
+        index = b.add(b.mul(row, ir.Constant(I64, depth)), ir.Constant(I64, k))
+        return b.load(b.gep(a_source, [index], source_etype=F32), typ=F32)
+    for k in range(depth):
+        acc = b.fadd(acc, b.fmul(a_element(k), element(desc_b, b_type, col, k, not trans_b)))
     b.ret(acc)
     return fn
 
 
 def emit_wgmma_mma_async(em, op):
     _require_whole_warpgroup(em)
+    attrs = op.attrs
+    dot = _dot_function(em.mc, attrs["a_type"], attrs["b_type"] or attrs["a_type"],
+                        attrs["trans_a"], attrs["trans_b"])
+    desc_a, desc_b, *acc = em.operands(op)
+    if em.mc.race is not None:
+        _queue_multiply(em, op, desc_a, desc_b)
+    return _multiply(em, op, dot, desc_a, desc_b, acc, lambda row: row)
+
+
+def emit_wgmma_mma_async_reg_a(em, op):
+    """A from registers: the four lanes holding a row's A values are in one warp (a warp
+    owns 16 rows of A and the same 16 of D), so the warp meets (``warp_exchange``) with
+    each lane's eight values widened to f32 at their places in its 16 x 16 block of A
+    (``wgmma_a_register_layout``), and each lane then reads its rows whole."""
+    _require_whole_warpgroup(em)
+    b, attrs = em.b, op.attrs
+    depth, rows = wgmma_k(attrs["a_type"]), WGMMA_M // WARPS_PER_WARPGROUP
+    layout = wgmma_a_register_layout((WGMMA_M, depth))
+    places = [None] * (LANES_PER_WARP * WGMMA_A_VALUES)
+    for flat in range(rows * depth):   # warp 0's rows (row * K + k): the same in every warp
+        place = layout.apply(flat)
+        places[place["laneid"] * WGMMA_A_VALUES + place["m"]] = flat
+    table = constant_table(em.mc, "tj.wgmma.reg_a.places", places)
+    b_desc, *values = em.operands(op)
+    a_values, acc = values[:WGMMA_A_VALUES], values[WGMMA_A_VALUES:]
+    first = b.mul(em.mc.units.thread_index(b, "lane_id", em.frame.unit),
+                  ir.Constant(I32, WGMMA_A_VALUES))
+
+    def deposit(area):
+        for i, (value, operand) in enumerate(zip(a_values, op.operands[1:])):
+            at = b.zext(table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
+            b.store(types.widen(b, value, operand.type), b.gep(area, [at], source_etype=F32))
+    area = warp_exchange(em, op, "wgmma_reg_a", len(places) * 4, deposit, op.name)
+    dot = _dot_function(em.mc, attrs["a_type"], attrs["a_type"], False, attrs["trans_b"],
+                        a_in_registers=True)
+    if em.mc.race is not None:
+        _queue_multiply(em, op, None, b_desc)
+    return _multiply(em, op, dot, area, b_desc, acc,
+                     lambda row: b.urem(row, ir.Constant(I64, rows)))
+
+
+def _multiply(em, op, dot, a_source, desc_b, acc, a_row):
+    """The thread's new accumulators: each ``dot(data, a_source, desc_b, a_row(row), col,
+    D[row, col] or 0)``, row and column from one constant table of wgmma's D layout."""
     b, units, attrs = em.b, em.mc.units, op.attrs
     n = attrs["n"]
     layout = wgmma_acc_layout(n, warp_axis="tid_in_wg")
@@ -170,17 +232,12 @@ def emit_wgmma_mma_async(em, op):
     thread = b.and_(units.thread_index(b, "thread_id", em.frame.unit),
                     ir.Constant(I32, LANES_PER_WARP * WARPS_PER_WARPGROUP - 1))
     first = b.mul(thread, ir.Constant(I32, n // 2))
-    dot = _dot_function(em.mc, attrs["a_type"], attrs["b_type"] or attrs["a_type"],
-                        attrs["trans_a"], attrs["trans_b"])
-    desc_a, desc_b, *acc = em.operands(op)
-    if em.mc.race is not None:
-        _queue_multiply(em, op, desc_a, desc_b)
     results = []
     for i, value in enumerate(acc):
         flat = b.zext(table_entry(em, table, b.add(first, ir.Constant(I32, i))), I64)
         row, col = b.udiv(flat, ir.Constant(I64, n)), b.urem(flat, ir.Constant(I64, n))
         start = value if attrs["scale_d"] else ir.Constant(F32, 0.0)
-        results.append(b.call(dot, [em.frame.data, desc_a, desc_b, row, col, start]))
+        results.append(b.call(dot, [em.frame.data, a_source, desc_b, a_row(row), col, start]))
     return results
 
 
@@ -206,14 +263,17 @@ def operand_buffer(em, op, desc: ir.Value, side: str):
 
 
 def _queue_multiply(em, op, desc_a, desc_b) -> None:
-    a_desc, b_desc = op.operands[:2]
-    (base_a, site_a), (base_b, site_b) = (operand_buffer(em, op, value, side) for value, side
-                                          in ((a_desc, "A"), (b_desc, "B")))
+    """Queue a multiply's shared reads; ``desc_a`` None: A is in registers (B's only)."""
+    b_desc = op.operands[0 if desc_a is None else 1]
+    base_b, site_b = operand_buffer(em, op, b_desc, "B")
+    base_a, site_a = (base_b, site_b) if desc_a is None else \
+        operand_buffer(em, op, op.operands[0], "A")
     attrs = op.attrs
+    trans_a = A_FROM_REGISTERS if desc_a is None else int(attrs["trans_a"])
     MULTIPLIES.enqueue(em, MULTIPLIES.unit_state(em), {
-        DESC_A: desc_a, DESC_B: desc_b, BASE_A: base_a, BASE_B: base_b,
+        DESC_A: desc_a or ir.Constant(I64, 0), DESC_B: desc_b, BASE_A: base_a, BASE_B: base_b,
         SITE_A: ir.Constant(I32, site_a), SITE_B: ir.Constant(I32, site_b),
-        N: ir.Constant(I32, attrs["n"]), TRANS_A: ir.Constant(I32, int(attrs["trans_a"])),
+        N: ir.Constant(I32, attrs["n"]), TRANS_A: ir.Constant(I32, trans_a),
         TRANS_B: ir.Constant(I32, int(attrs["trans_b"])),
         ITEMSIZE: ir.Constant(I32, attrs["a_type"].itemsize)})
 
@@ -257,8 +317,10 @@ def _reads_function(mc) -> ir.Function:
                 b.position_at_end(go_on)
             counted_loop(b, depth, element, "k")
         counted_loop(b, count, row, "mn")
-    read_block(field(DESC_A, I64), field(BASE_A, PTR), field(SITE_A, I32),
-               field(TRANS_A, I32), ir.Constant(I64, WGMMA_M))
+    trans_a = field(TRANS_A, I32)
+    with b.if_then(b.icmp_unsigned("!=", trans_a, ir.Constant(I32, A_FROM_REGISTERS))):
+        read_block(field(DESC_A, I64), field(BASE_A, PTR), field(SITE_A, I32), trans_a,
+                   ir.Constant(I64, WGMMA_M))
     read_block(field(DESC_B, I64), field(BASE_B, PTR), field(SITE_B, I32),
                field(TRANS_B, I32), b.zext(field(N, I32), I64))
     b.ret(ir.Constant(I1, 0))
@@ -306,6 +368,7 @@ def _no_op(em, op):
 
 
 HANDLERS = {"wgmma_desc": emit_wgmma_desc, "wgmma_mma_async": emit_wgmma_mma_async,
+            "wgmma_mma_async_reg_a": emit_wgmma_mma_async_reg_a,
             "wgmma_fence": _hand_on, "wgmma_commit_group": emit_wgmma_commit_group,
             "wgmma_wait_group": emit_wgmma_wait_group,
             "setmaxnreg": _no_op}

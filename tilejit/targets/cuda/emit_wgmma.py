@@ -8,6 +8,9 @@
   as ``"+f"`` operands, the two descriptors, scale-d as a predicate set from a register, A
   and B scales 1 and, for 16-bit types only, the transpose immediates (the fp8 form has
   none: it reads K-major operands, which the verifier requires).
+* ``wgmma_mma_async_reg_a`` is the form with A from registers: the eight 16-bit A values
+  packed two to a 32-bit register as ``{a0, a1, a2, a3}`` in place of A's descriptor, and
+  no transpose-A immediate (``..., p, 1, 1, trans_b;``).
 * ``wgmma_fence`` / ``wgmma_commit_group`` / ``wgmma_wait_group N`` are ``wgmma.fence``,
   ``wgmma.commit_group`` and ``wgmma.wait_group N``, each ``.sync.aligned``.
 
@@ -21,10 +24,11 @@ from __future__ import annotations
 
 from tilejit.errors import CompilationError
 from tilejit.ir.core import Operation
-from tilejit.ir.ops_wgmma import WGMMA_FP8_TYPES, MatrixDescriptor, wgmma_k
+from tilejit.ir.ops_wgmma import WGMMA_A_VALUES, WGMMA_FP8_TYPES, MatrixDescriptor, wgmma_k
 from tilejit.ir.types import f8e4m3, f8e5m2
 
 from .emit import CudaPrinter
+from .emit_scalar import packed_words
 
 __all__ = ["HANDLERS", "WGMMA_ARCH"]
 
@@ -71,10 +75,36 @@ def print_wgmma_mma_async(p: CudaPrinter, op: Operation) -> None:
     instruction = (f"wgmma.mma_async.sync.aligned.m64n{a['n']}k{wgmma_k(a_type)}.f32."
                    f"{a_name}.{b_name} {registers}, %{count}, %{count + 1}, p, 1, 1"
                    f"{transposes};")
+    _emit_multiply(p, instruction, d, [f'"l"({p[a_desc]})', f'"l"({p[b_desc]})'],
+                   a["scale_d"])
+
+
+def print_wgmma_mma_async_reg_a(p: CudaPrinter, op: Operation) -> None:
+    _needs_sm90a(p, op)
+    a = op.attrs
+    d = _accumulators(p, op, first=1 + WGMMA_A_VALUES)
+    count = len(d)
+    words = packed_words(p, op.operands[1:1 + WGMMA_A_VALUES])   # a0..a3: two halves each
+    registers = "{" + ", ".join(f"%{i}" for i in range(count)) + "}"
+    a_registers = "{" + ", ".join(f"%{count + i}" for i in range(len(words))) + "}"
+    b_operand = count + len(words)
+    # no imm-trans-a: A in registers is given as [M, K]
+    instruction = (f"wgmma.mma_async.sync.aligned.m64n{a['n']}k{wgmma_k(a['a_type'])}.f32."
+                   f"{a['a_type']}.{a['a_type']} {registers}, {a_registers}, %{b_operand}, p, "
+                   f"1, 1, {int(a['trans_b'])};")
+    inputs = [*(f'"r"({word})' for word in words), f'"l"({p[op.operands[0]]})']
+    _emit_multiply(p, instruction, d, inputs, a["scale_d"])
+
+
+def _emit_multiply(p: CudaPrinter, instruction: str, d: list[str], inputs: list[str],
+                   scale_d: bool) -> None:
+    """The multiply's ``asm volatile``: the accumulators tied, then ``inputs`` (the asm
+    operands after them), then scale-d as a predicate set from a register."""
     # one PTX line each (the C string's \\n), so the PTX reads as the instruction it is
-    body = f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{count + 2}, 0;\\n{instruction}\\n}}"
-    p.emit(f'asm volatile("{body}" : {_tied(d)} : "l"({p[a_desc]}), "l"({p[b_desc]}), '
-           f'"r"({int(a["scale_d"])}) : "memory");')
+    scale = len(d) + len(inputs)
+    body = f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale}, 0;\\n{instruction}\\n}}"
+    p.emit(f'asm volatile("{body}" : {_tied(d)} : {", ".join(inputs)}, '
+           f'"r"({int(scale_d)}) : "memory");')
 
 
 def _print_passthrough(instruction: str):
@@ -92,6 +122,7 @@ def print_setmaxnreg(p: CudaPrinter, op: Operation) -> None:
 
 
 HANDLERS = {"wgmma_desc": print_wgmma_desc, "wgmma_mma_async": print_wgmma_mma_async,
+            "wgmma_mma_async_reg_a": print_wgmma_mma_async_reg_a,
             "wgmma_fence": _print_passthrough("wgmma.fence.sync.aligned;"),
             "wgmma_commit_group": _print_passthrough("wgmma.commit_group.sync.aligned;"),
             "wgmma_wait_group": _print_passthrough("wgmma.wait_group.sync.aligned {pending};"),

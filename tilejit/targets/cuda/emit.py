@@ -116,8 +116,9 @@ class CudaPrinter:
     tensor_maps: list = field(default_factory=list)
     # the struct format of each parameter as declared, for the launcher (None: one has none)
     param_formats: list | None = field(default_factory=list)
-    # 16-bit values unpacked from a 32-bit register (ldmatrix's): (register, which half)
-    halves: dict[Value, tuple[str, int]] = field(default_factory=dict)
+    # 16- or 8-bit values unpacked from a 32-bit register (ldmatrix's): (register, which
+    # part, lowest bits first), so that an mma takes the register as it came
+    register_parts: dict[Value, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))

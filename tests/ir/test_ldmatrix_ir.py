@@ -15,7 +15,7 @@ def kernel(num=4, trans=False, dtype="f16", scope="shared", indices=2, flat=Fals
     count = num * (4 if dtype.startswith("f8") else 2)   # one 32-bit register per matrix
     names = ", ".join(f"%v{k}" for k in range(count))
     index = ", ".join(["%i"] * indices)
-    access = (f"ldmatrix_at(%s, %o)" if flat else f"ldmatrix(%s, {index})")
+    access = ("ldmatrix_at(%s, %o)" if flat else f"ldmatrix(%s, {index})")
     return HEAD + "\n".join([
         f"  %s = alloc {{scope = {scope}, dtype = {dtype}, shape = [16, 16]}} : {buffer} "
         "loc(2:4)",

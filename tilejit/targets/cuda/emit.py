@@ -25,7 +25,7 @@ from tilejit.ir.storage import held_per_thread, reaches_threads, storage_element
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, i1, i64
 
 from . import emit_scalar
-from .driver import MAX_PORTABLE_CLUSTER
+from .driver import MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER
 from .emit_prelude import PRELUDE, type_preludes
 from .emit_scalar import C_TYPES, PARAM_FORMATS, literal, storage_type, value_type
 from .tensor_map import MAP_BYTES
@@ -253,11 +253,11 @@ class CudaPrinter:
             raise CompilationError(f"cluster={cluster}: thread-block clusters need "
                                    f"sm_{CLUSTER_MIN_SM} or later; compiling for {self.arch}",
                                    self.kernel.loc)
-        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
+        if math.prod(cluster) > MAX_NON_PORTABLE_CLUSTER:
             raise CompilationError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above "
-                                   f"the portable maximum of {MAX_PORTABLE_CLUSTER}; the cuda "
-                                   "target does not opt in to non-portable cluster sizes",
-                                   self.kernel.loc)
+                                   f"the {MAX_NON_PORTABLE_CLUSTER} that sm_90 runs with the "
+                                   "non-portable opt-in (the loader sets it above the portable "
+                                   f"{MAX_PORTABLE_CLUSTER})", self.kernel.loc)
         return f" __cluster_dims__({', '.join(map(str, cluster))})"
 
     def print(self) -> str:

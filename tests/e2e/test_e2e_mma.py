@@ -118,13 +118,28 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
                                               (FP8[1], FP8[0]), (FP8[1], FP8[1])], ids=str)
 @pytest.mark.parametrize("m, n, k, bm, bn, bk, warps", [(48, 40, 96, 16, 8, 32, 1),
                                                         (96, 48, 64, 32, 24, 32, 2)])
-def test_fp8_mma_gemm_matches_torch(lowering, a_dtype, b_dtype, m, n, k, bm, bn, bk, warps):
-    """e4m3 and e5m2 tiles in any mix: per thread each warp issues mma.sync m16n8k32 (the
-    fragments load by elements: ldmatrix moves 16-bit elements)."""
-    gemm = run(m, n, k, bm, bn, bk, a_dtype, warps=warps, b_dtype=b_dtype)
+@pytest.mark.parametrize("tb", [False, True], ids=["B_KxN", "B_NxK"])
+def test_fp8_mma_gemm_matches_torch(lowering, a_dtype, b_dtype, m, n, k, bm, bn, bk, warps,
+                                    tb):
+    """e4m3 and e5m2 tiles in any mix: per thread each warp issues mma.sync m16n8k32. A
+    ([M, K]) loads by ldmatrix, four bytes of a row to a register; so does B given as
+    [N, K]; B as [K, N] loads by elements (an 8-bit .trans does not exist)."""
+    gemm = run(m, n, k, bm, bn, bk, a_dtype, warps=warps, b_dtype=b_dtype, tb=tb)
     if lowering == "per_thread":
         assert gemm.rule == "mma" and gemm.shape == (16, 8, 32)
-        assert gemm.note.startswith("A by elements (A is f8e")
+        a_load, *b_loads = gemm.note.split("; ")
+        assert a_load == "A by ldmatrix.x4" and b_loads
+        for b_load in b_loads:   # one B column per warp (bn 8) or three (bn 24): x2 and x4
+            if tb:
+                assert b_load in ("B pairs by ldmatrix.x4", "B by ldmatrix.x2")
+            else:
+                assert "by elements (no ldmatrix delivers B" in b_load
+                assert b_load.endswith(f"({gemm_dtype(b_dtype)}: an 8-bit operand needs K as "
+                                       "its contiguous dim, since .trans moves 16-bit units))")
+
+
+def gemm_dtype(dtype) -> str:
+    return {torch.float8_e4m3fn: "f8e4m3", torch.float8_e5m2: "f8e5m2"}[dtype]
 
 
 def declined(gemm) -> str:
@@ -169,6 +184,28 @@ def test_the_kernel_compiles_for_cuda_with_mma_sync(arch, fresh_cache):
     for form in ("x4", "x4.trans"):   # the dispatch log's "A by ldmatrix.x4; B pairs by ..."
         assert any(line.startswith(f"ldmatrix.sync.aligned.m8n8.{form}.shared.b16")
                    for line in ptx)
+    assert compiled.metadata["spill_bytes"] == 0
+
+
+@pytest.mark.team_once_only("compiles for the cuda target, per thread in either CPU mode")
+@needs_nvrtc
+def test_fp8_operands_load_by_ldmatrix_x4_on_sm_90a(fresh_cache):
+    a = tj.TensorSpec((64, 64), tj.float8_e4m3, device="cuda")
+    b = tj.TensorSpec((64, 64), tj.float8_e5m2, device="cuda")   # given as [N, K]
+    c = tj.TensorSpec((64, 64), tj.float32, device="cuda")
+    compiled = staged_gemm.compile(a, b, c, BM=64, BN=64, BK=64, TB=True,
+                                   L=mma_accumulator_layout((64, 64), 4), num_warps=4,
+                                   target="cuda", arch="sm_90a")
+    (gemm,) = [r for r in compiled.dispatch_log if r.primitive == "gemm"]
+    assert gemm.note == "A by ldmatrix.x4; B pairs by ldmatrix.x4"
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    ldmatrix = [line for line in ptx if line.startswith("ldmatrix")]
+    assert ldmatrix and all(line.startswith("ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+                            for line in ldmatrix)
+    assert any(line.startswith("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32")
+               for line in ptx)
+    assert not any(line.startswith("ld.shared.u8") or line.startswith("ld.shared.b8")
+                   for line in ptx)   # no operand byte loaded alone
     assert compiled.metadata["spill_bytes"] == 0
 
 

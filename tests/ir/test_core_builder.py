@@ -135,6 +135,25 @@ def test_replace_returns_a_new_validated_op_and_keeps_names():
     assert op.replace(operands=[wider, wider]).result.type is i64  # result type recomputed
 
 
+def test_replace_with_operands_of_the_same_types_keeps_the_checked_signature():
+    # the rewriter rebuilds every op with mapped operands: same types skip re-validation,
+    # anything else is validated and typed as a new op would be
+    k, b = kernel_and_builder()
+    with b.insert_into(k.body):
+        one, other = b.const(1, i32), b.const(2, i32)
+        two = b.binary("add", one, one)
+        half = b.const(1.0, f16)
+    op = two.owner
+    new = op.replace(operands=[other, other])
+    assert new.operands == (other, other) and new.result.type is i32 and new.result is not two
+    assert new.attrs == op.attrs and new.attrs is not op.attrs and new.result.owner is new
+    assert op.replace(operands=[half, half]).result.type is f16   # other types: recomputed
+    with pytest.raises(CompilationError, match="not an IR value"):
+        op.replace(operands=[3, one])
+    with pytest.raises(CompilationError, match="takes"):
+        op.replace(operands=[one])
+
+
 def test_walk_is_pre_order_through_regions():
     names = [op.name for op in walk(ALL["softmax_like"]().body)]
     assert names.index("for") < names.index("tile.reduce") < names.index("store")

@@ -29,6 +29,19 @@ def test_sample_kernels_verify(name):
     assert verify(ALL[name]()) is not None
 
 
+def test_a_shared_memo_checks_each_signature_once_and_a_changed_one_again():
+    from tilejit.ir import walk
+    accepted = {}
+    kernel = ALL["softmax_like"]()
+    verify(kernel, accepted)
+    known = dict(accepted)
+    assert known and verify(kernel, accepted) is kernel and accepted == known
+    binary = next(op for op in walk(kernel.body) if op.name == "binary")
+    binary.attrs = {**binary.attrs, "op": "atan2"}   # a new value: checked, and refused
+    with pytest.raises(CompilationError, match="expected one of"):
+        verify(kernel, accepted)
+
+
 def test_use_before_definition():
     k, b = new_kernel()
     with b.insert_into(k.body):

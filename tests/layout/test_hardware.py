@@ -131,6 +131,40 @@ def test_ldmatrix_matches_ptx(num, trans):
         hw.ldmatrix_layout(3)
 
 
+@pytest.mark.parametrize("num", [1, 2, 4])
+def test_ldmatrix_of_8_bit_elements_moves_byte_pairs(num):
+    # ldmatrix .b16 moves a row of 16 bytes: thread 4*row + word holds word (four 8-bit
+    # elements, lowest column lowest) of each matrix's row
+    lay = hw.ldmatrix_layout(num, element_bytes=1)
+    for j in range(num):
+        for row in range(8):
+            for col in range(16):
+                lane, element = 4 * row + col // 4, 4 * j + col % 4
+                assert at(lay, (j, row, col), (num, 8, 16), ("laneid", "m")) == (lane, element)
+    with pytest.raises(LayoutError, match="no 8-bit form"):
+        hw.ldmatrix_layout(num, True, element_bytes=1)
+
+
+def test_ldmatrix_x4_delivers_the_m16n8k32_a_fragment_and_x2_a_k_major_b_fragment():
+    # the PTX fragment formulas (a_i: row groupID (+8 for i in 4..7, 12..15), col tig*4 +
+    # (i & 3) (+16 for i >= 8); b_i: k tig*4 + (i & 3) (+16 for i >= 4), n groupID) against
+    # ldmatrix: A [16, 32] as matrices (rows 0-7 | 8-15) x (bytes 0-15 | 16-31), column
+    # major over the four; B stored [N=8, K=32] as matrices of bytes 0-15 and 16-31
+    ldm4 = hw.ldmatrix_layout(4, element_bytes=1)
+    a = hw.mma_m16n8k32_a_layout()
+    for m in range(16):
+        for k in range(32):
+            j, row, col = (k // 16) * 2 + m // 8, m % 8, k % 16
+            assert at(a, (m, k), (16, 32), ("laneid", "m")) == \
+                at(ldm4, (j, row, col), (4, 8, 16), ("laneid", "m"))
+    ldm2 = hw.ldmatrix_layout(2, element_bytes=1)
+    b = hw.mma_m16n8k32_b_layout()
+    for k in range(32):
+        for n in range(8):
+            assert at(b, (k, n), (32, 8), ("laneid", "m")) == \
+                at(ldm2, (k // 16, n, k % 16), (2, 8, 16), ("laneid", "m"))
+
+
 def test_mma_rejects_other_dtypes():
     with pytest.raises(LayoutError):
         hw.mma_m16n8k16_a_layout("float32")

@@ -153,13 +153,16 @@ def fp8_values(rng, shape, dtype):
                                                       (48, 16, 96, 1, TeamKind.WARP, True)])
 def test_fp8_mma_takes_k_steps_of_32_and_matches_numpy(a_dtype, b_dtype, m, n, k,
                                                                 warps, team, tb):
-    """Products of 8-bit floats are exact in f32; only the f32 sums round."""
+    """Products of 8-bit floats are exact in f32; only the f32 sums round. The executor
+    reads the ldmatrix fragments by its own restatement of PTX's ldmatrix."""
     kernel = gemm_kernel(m, n, k, warps, warps, team, in_dtype=a_dtype, b_dtype=b_dtype,
                          tb=tb)
     lk, log = lowered(kernel, TENSOR_CORES)
     record = gemm_record(log)
     assert (record.rule, record.shape) == ("mma", (16, 8, 32))
-    assert record.note.startswith("A by elements (A is f8")
+    a_load, *b_loads = record.note.split("; ")   # 8-bit ldmatrix only where K is contiguous
+    assert a_load == "A by ldmatrix.x4" and b_loads
+    assert all(("by ldmatrix" in load) == tb for load in b_loads)
     rng = np.random.default_rng(m + n + k)
     a = fp8_values(rng, (m, k), a_dtype)
     b = fp8_values(rng, (n, k) if tb else (k, n), b_dtype)

@@ -331,17 +331,20 @@ class _CTA:
         return results
 
     def op_ldmatrix(self, op, mask):
-        """Each warp's 8x8 matrices (PTX ISA "ldmatrix", restated apart from the layout
-        object): lane ``8j + r`` names row ``r`` of matrix ``j``, eight elements along the
-        last dim from its indices; lane ``4g + q`` gets elements ``2q`` and ``2q + 1`` of
-        row ``g`` of each matrix -- of column ``g``, rows ``2q`` and ``2q + 1``, with
-        ``.trans``."""
+        """Each warp's matrices of 8 rows of 16 bytes (PTX ISA "ldmatrix", restated apart
+        from the layout object): lane ``8j + r`` names row ``r`` of matrix ``j``, ``w``
+        elements along the last dim from its indices (8 of 16 bits, 16 of 8 bits); with
+        ``p = w // 4`` elements to a 32-bit register, lane ``4g + q`` gets elements ``pq ..
+        pq + p - 1`` of row ``g`` of each matrix -- of column ``g``, rows ``2q`` and
+        ``2q + 1``, with ``.trans`` (16-bit only)."""
         ref, *indices = self.args(op)
         num, trans = op.attrs["num"], op.attrs["trans"]
+        width = 16 // op.operands[0].type.dtype.itemsize
+        per = width // 4
         lane = self.tid % LANES_PER_WARP
         supplies = mask & (lane < 8 * num)
-        row = np.zeros((8, self.threads))
-        for e in range(8):
+        row = np.zeros((width, self.threads))
+        for e in range(width):
             buf, flat = self._locate(op, ref, [*indices[:-1], indices[-1] + e], supplies)
             (pos,) = buf.positions(flat)
             row[e, supplies] = buf.data[pos[supplies]]
@@ -349,13 +352,13 @@ class _CTA:
         for first in range(0, self.threads, LANES_PER_WARP):
             if not mask[first:first + LANES_PER_WARP].all():
                 raise ExecError(f"ldmatrix at {op.loc} with inactive lanes in its warp")
-            matrices = row[:, first:first + 8 * num].T.reshape(num, 8, 8)   # [j, r, e]
+            matrices = row[:, first:first + 8 * num].T.reshape(num, 8, width)   # [j, r, e]
             for t in range(first, first + LANES_PER_WARP):
                 g, q = (t - first) // 4, (t - first) % 4
                 for i, result in enumerate(results):
-                    j, half = divmod(i, 2)
-                    result[t] = matrices[j, 2 * q + half, g] if trans \
-                        else matrices[j, g, 2 * q + half]
+                    j, part = divmod(i, per)
+                    result[t] = matrices[j, per * q + part, g] if trans \
+                        else matrices[j, g, per * q + part]
         return results
 
     def op_stmatrix(self, op, mask):

@@ -3,9 +3,10 @@
 The CPU gives ``cta_id_in_cluster`` its meaning (``cta_id % cluster`` per dimension) and
 refuses a grid that does not split into clusters, as CUDA does; the
 printer compiles the shape in (``__cluster_dims__``: PTX ``.explicitcluster`` and
-``.reqnctapercluster``), refuses it before sm_90 and above the portable 8 CTAs at the
-kernel's line; the launch goes through cuLaunchKernelEx in those clusters and a grid that
-does not split into them is a LaunchError. Without a GPU against a stand-in for the driver
+``.reqnctapercluster``), refuses it before sm_90 and above 16 CTAs at the kernel's line
+(above the portable 8 the loader sets the function's non-portable opt-in); the launch goes
+through cuLaunchKernelEx in those clusters and a grid that does not split into them is a
+LaunchError. Without a GPU against a stand-in for the driver
 (tests/support/fake_cuda_driver.py); on a GPU (``-m gpu``) the ranks are read back."""
 import struct
 
@@ -63,15 +64,39 @@ def test_the_cluster_shape_is_compiled_in(fresh_cache):
 
 
 @needs_nvrtc
-def test_clusters_before_sm_90_or_above_8_ctas_are_refused_at_the_kernel(fresh_cache):
+def test_clusters_before_sm_90_or_above_16_ctas_are_refused_at_the_kernel(fresh_cache):
     with pytest.raises(CompilationError, match=r"cluster=\(2, 1, 1\): thread-block clusters "
                                                "need sm_90 or later; compiling for sm_80") as info:
         _compile(arch="sm_80", cluster=(2, 1))
     assert info.value.loc.line == cluster_ranks.fn.__code__.co_firstlineno + 1
     assert "def cluster_ranks(out):" in str(info.value)
-    with pytest.raises(CompilationError, match=r"cluster=\(4, 4, 1\) has 16 CTAs, above the "
-                                               "portable maximum of 8"):
-        _compile(cluster=(4, 4))
+    with pytest.raises(CompilationError, match=r"cluster=\(4, 8, 1\) has 32 CTAs, above the "
+                                               "16 that sm_90 runs with the non-portable "
+                                               r"opt-in \(the loader sets it above the portable "
+                                               r"8\)") as info:
+        _compile(cluster=(4, 8))
+    assert info.value.loc.line == cluster_ranks.fn.__code__.co_firstlineno + 1
+
+
+@needs_nvrtc
+def test_a_non_portable_cluster_compiles_in_and_the_loader_opts_in(monkeypatch, fresh_cache):
+    """16 CTAs: compiled in like any cluster; loading the CUBIN sets the function's
+    NON_PORTABLE_CLUSTER_SIZE_ALLOWED once, before the launch; a portable one never does."""
+    opt_in = ("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+    compiled = _compile(cluster=(2, 8))
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    assert ".reqnctapercluster 2, 8, 1" in ptx
+    fake = fake_driver(monkeypatch, (8, 8, 8, 8, 8), functions=(b"cluster_ranks",),
+                       required_cluster=(2, 8, 1))
+    record = (0x7000, 8, 2, 2, 1)
+    compiled.launch((2, 8, 1), [record])
+    compiled.launch((4, 8, 1), [record])
+    assert fake.set_attrs.count(opt_in) == 1 and len(fake.launches) == 2
+    portable = _compile()
+    fake = fake_driver(monkeypatch, (8, 8, 8, 8, 8), functions=(b"cluster_ranks",),
+                       required_cluster=(3, 2, 1))
+    portable.launch((6, 4, 1), [record])
+    assert opt_in not in fake.set_attrs and len(fake.launches) == 1
 
 
 @needs_nvrtc

@@ -174,12 +174,24 @@ def test_cluster_launch_errors_name_the_argument(monkeypatch):
     with pytest.raises(LaunchError, match=r"grid \(4, 3, 1\) is not a multiple of the cluster "
                                           r"\(1, 2, 1\): 3 CTAs in y do not split"):
         f(*tensors, 1.0, 1, grid=(4, 3), block=128, cluster=(1, 2))
-    with pytest.raises(LaunchError, match=r"cluster=\(4, 4, 1\) has 16 CTAs, above the "
-                                          "portable maximum of 8"):
-        f(*tensors, 1.0, 1, grid=(4, 4), block=128, cluster=(4, 4))
+    with pytest.raises(LaunchError, match=r"cluster=\(4, 8, 1\) has 32 CTAs, above the "
+                                          r"maximum of 16 \(portable: 8; up to 16 with the "
+                                          r"non-portable opt-in\)"):
+        f(*tensors, 1.0, 1, grid=(4, 8), block=128, cluster=(4, 8))
     with pytest.raises(LaunchError, match="cluster must be 1 to 3 positive ints"):
         f(*tensors, 1.0, 1, grid=4, block=128, cluster=(0, 1))
     assert fake.launches == [] and f._configs == {}   # nothing launched, nothing kept
+
+
+def test_a_cluster_above_8_ctas_opts_in_to_non_portable_sizes_once(monkeypatch):
+    opt_in = ("CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", 1)
+    fake, f, tensors = _axpb(monkeypatch)
+    f(*tensors, 1.0, 1, grid=(4, 2), block=128, cluster=(4, 2))   # 8: portable
+    assert opt_in not in fake.set_attrs
+    f(*tensors, 1.0, 1, grid=(4, 4), block=128, cluster=(4, 4))   # 16
+    f(*tensors, 1.0, 1, grid=(16, 2), block=128, cluster=(16, 1))
+    assert fake.set_attrs.count(opt_in) == 1
+    assert [launch.cluster for launch in fake.launches] == [(4, 2, 1), (4, 4, 1), (16, 1, 1)]
 
 
 def test_a_compiled_in_cluster_is_used_and_never_contradicted(monkeypatch):

@@ -106,20 +106,21 @@ def test_fp8_mma_sync_below_sm_89_is_a_located_error():
     assert info.value.line == 4
 
 
-def ldmatrix_kernel(num: int, trans: bool):
-    """Each lane names row lane % 8 of a shared [32, 8] f16 tile and stores its values."""
-    count = 2 * num
+def ldmatrix_kernel(num: int, trans: bool, dtype: str = "f16"):
+    """Each lane names row lane % 8 of a shared [32, 16 bytes] tile and stores its values."""
+    row = 16 if dtype.startswith("f8") else 8
+    count = num * row // 4   # one 32-bit register (4 bytes of a row) of each matrix
     names = ", ".join(f"%v{i}" for i in range(count))
     flag = ", trans = true" if trans else ""
-    lines = ['kernel @rows(%y: buffer<global, f16, [?], strides=[1]>) '
+    lines = [f'kernel @rows(%y: buffer<global, {dtype}, [?], strides=[1]>) '
              '{num_warps = 1, distribution = "per_thread"} loc("/src/k.py":1:0) {',
-             "  %s = alloc {scope = shared, dtype = f16, shape = [32, 8], offset = 0} : "
-             "buffer<shared, f16, [32, 8]> loc(2:4)",
+             f"  %s = alloc {{scope = shared, dtype = {dtype}, shape = [32, {row}], offset = 0}}"
+             f" : buffer<shared, {dtype}, [32, {row}]> loc(2:4)",
              "  %lane = thread_index {kind = lane_id} : i32 loc(3:4)",
-             "  %eight = const {value = 8} : i32 loc(3:4)",
+             f"  %eight = const {{value = {row}}} : i32 loc(3:4)",
              "  %row = binary(%lane, %eight) {op = mul} : i32 loc(3:4)",
              f"  {names} = ldmatrix_at(%s, %row) {{num = {num}{flag}}} : "
-             f"{', '.join(['f16'] * count)} loc(4:4)",
+             f"{', '.join([dtype] * count)} loc(4:4)",
              f"  %n = const {{value = {count}}} : i32 loc(5:4)",
              "  %first = binary(%lane, %n) {op = mul} : i32 loc(5:4)"]
     for i in range(count):
@@ -148,6 +149,23 @@ def test_nvrtc_compiles_ldmatrix(arch):
     source, _ = print_cuda(ldmatrix_kernel(4, True), arch)
     ptx = [line.strip() for line in compile_cuda(source, arch).ptx.splitlines()]
     assert any(line.startswith("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") for line in ptx)
+
+
+def test_8_bit_ldmatrix_unpacks_four_bytes_of_each_register():
+    source, _ = print_cuda(ldmatrix_kernel(4, False, "f8e4m3"), "sm_90a")
+    (line,) = [line.strip() for line in source.splitlines() if "ldmatrix" in line]
+    assert line.startswith('asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 '
+                           '{%0, %1, %2, %3}, [%4];"')
+    # value 4j + q is byte q of register j, lowest first
+    assert "tj_from_bits<__nv_fp8_e4m3>((unsigned char)(ldm & 0xFFu))" in source
+    assert "tj_from_bits<__nv_fp8_e4m3>((unsigned char)((ldm_3 >> 24) & 0xFFu))" in source
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_8_bit_ldmatrix():
+    source, _ = print_cuda(ldmatrix_kernel(4, False, "f8e5m2"), "sm_90a")
+    ptx = [line.strip() for line in compile_cuda(source, "sm_90a").ptx.splitlines()]
+    assert any(line.startswith("ldmatrix.sync.aligned.m8n8.x4.shared.b16") for line in ptx)
 
 
 def test_ldmatrix_below_sm_75_is_a_located_error():

@@ -33,6 +33,9 @@ class FakeFunction:
     def set_max_dynamic_shared(self, nbytes):
         self.max_shared = nbytes
 
+    def allow_cluster(self, cluster):
+        self.cluster = cluster
+
     def __call__(self, *args, grid, block, shared_mem, stream, cluster):
         self.calls.append((args, grid, block, shared_mem, stream, cluster))
 
@@ -72,6 +75,14 @@ def test_launch_flattens_records_without_a_gpu(fake_driver):
     (fn,) = m._functions.values()
     assert fn.max_shared == 65536    # above 48 KiB: the opt-in attribute, once
     assert fake_driver.loaded == [0]   # no tensor told the device: the current one
+
+
+def test_loading_the_cubin_allows_the_kernels_cluster(fake_driver):
+    m = load(cluster=[4, 4, 1])   # 16 CTAs: the function's non-portable opt-in (driver.py)
+    launch, _ = get_backend("cuda").launchers(m)
+    launch((4, 4, 1), [(4096, 10, 1), 3])
+    (fn,) = m._functions.values()
+    assert fn.cluster == (4, 4, 1) and fake_driver.calls[0][-1] == (4, 4, 1)
 
 
 def test_a_launch_packs_its_values_by_the_kernels_parameter_formats(fake_driver, monkeypatch):

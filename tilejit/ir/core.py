@@ -83,15 +83,29 @@ class Operation:
         Results are new values (named like the old ones); result types are recomputed for
         ops whose results follow from their operands, kept otherwise unless given.
         """
-        if result_types is None and self.opdef.results == "explicit":
-            result_types = self.result_types
-        new = Operation(self.name, self.operands if operands is None else operands,
-                        {**self.attrs, **(attrs or {})}, result_types,
-                        self.regions if regions is None else regions,
-                        self.loc if loc is None else loc)
+        operands = self.operands if operands is None else tuple(operands)
+        regions = self.regions if regions is None else tuple(regions)
+        if attrs or result_types is not None or not self._same_signature(operands, regions):
+            if result_types is None and self.opdef.results == "explicit":
+                result_types = self.result_types
+            new = Operation(self.name, operands, {**self.attrs, **(attrs or {})}, result_types,
+                            regions, self.loc if loc is None else loc)
+        else:   # the catalogue's checks read only what is unchanged: they would agree
+            new = Operation.__new__(Operation)
+            new.name, new.opdef, new.operands, new.attrs = self.name, self.opdef, operands, \
+                dict(self.attrs)
+            new.results = tuple(Value(v.type, "", new, i) for i, v in enumerate(self.results))
+            new.regions, new.loc = regions, self.loc if loc is None else loc
         for old, fresh in zip(self.results, new.results):
             fresh.name_hint = old.name_hint
         return new
+
+    def _same_signature(self, operands: tuple, regions: tuple) -> bool:
+        """Whether ``operands`` are IR values of the very types of this op's operands and
+        ``regions`` as many as its own: what ``OpDef.validate`` reads besides the attrs."""
+        return (len(operands) == len(self.operands) and len(regions) == len(self.regions)
+                and all(isinstance(new, Value) and new.type is old.type
+                        for new, old in zip(operands, self.operands)))
 
     def __str__(self) -> str:
         from .printer import print_op

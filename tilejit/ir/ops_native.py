@@ -44,11 +44,13 @@ VECTOR_ACCESS_OPS = ("load_vec", "store_vec", "ldmatrix", "stmatrix")
 # ops_async / ops_tma: a chunk or box copied between shared and global memory, later
 ASYNC_ACCESS_OPS = ("cp_async", "tma_load", "tma_store")
 VECTOR_ACCESS_BYTES = 16   # the widest run one access moves
-# ldmatrix: a warp's collective load of 8x8 matrices of 16-bit elements from shared memory
-# (PTX ldmatrix.m8n8, layout/hw_nvidia.ldmatrix_layout); each lane's indices name one
-# matrix row, a run of LDMATRIX_ROW elements (16 bytes). stmatrix (PTX stmatrix.m8n8,
-# sm_90) is its store: the values each lane passes are placed as ldmatrix's results.
+# ldmatrix: a warp's collective load of matrices of LDMATRIX_ROW rows of 16 bytes from
+# shared memory (PTX ldmatrix.m8n8: 8x8 16-bit elements, or 8x16 8-bit ones moved as byte
+# pairs; layout/hw_nvidia.ldmatrix_layout); each lane's indices name one matrix row, a run
+# of ldmatrix_row(dtype) elements. stmatrix (PTX stmatrix.m8n8, sm_90; 16-bit elements
+# only here) is its store: the values each lane passes are placed as ldmatrix's results.
 LDMATRIX_ROW = 8
+LDMATRIX_ROW_BYTES = 16
 MATRIX_ACCESS_OPS = ("ldmatrix", "ldmatrix_at", "stmatrix", "stmatrix_at")
 # the flat forms of both (load_at, load_vec_at ...)
 FLAT_ACCESS = {name: f"{name}_at" for name in ACCESS_OPS + VECTOR_ACCESS_OPS}
@@ -298,9 +300,23 @@ def _check_vector(op):
     return None
 
 
+def ldmatrix_row(dtype) -> int:
+    """How many ``dtype`` elements one matrix row of ldmatrix / stmatrix holds."""
+    return LDMATRIX_ROW_BYTES // dtype.itemsize
+
+
+def ldmatrix_values(dtype, num: int) -> int:
+    """How many ``dtype`` values a lane gets from (or passes to) ``num`` matrices: one
+    32-bit register of each (counted as for 16-bit elements unless 8-bit: the op's check
+    refuses other sizes by name)."""
+    return 4 * num if dtype.itemsize == 1 else 2 * num
+
+
 def run_length(op) -> int:
     """How many consecutive elements of the last dim a vector access's indices start."""
-    return LDMATRIX_ROW if op.name in MATRIX_ACCESS_OPS else op.attrs["count"]
+    if op.name in MATRIX_ACCESS_OPS:
+        return ldmatrix_row(op.operands[0].type.dtype)
+    return op.attrs["count"]
 
 
 def stored_values(op) -> int:
@@ -311,8 +327,9 @@ def stored_values(op) -> int:
 
 
 def _check_ldmatrix(op):
-    """ldmatrix and stmatrix: a 16-bit shared buffer; the row's indices (one per dim), or
-    a root buffer and one offset (the _at forms); stmatrix's 2 * num values of the
+    """ldmatrix and stmatrix: a shared buffer of 16-bit elements (or 8-bit ones for a plain
+    ldmatrix: not .trans, which transposes 16-bit units); the row's indices (one per dim),
+    or a root buffer and one offset (the _at forms); stmatrix's 2 * num values of the
     buffer's element type."""
     buf, family = op.operands[0], op.name.removesuffix("_at")
     loads = family == "ldmatrix"
@@ -321,8 +338,10 @@ def _check_ldmatrix(op):
                 f"not {op.attrs['num']}")
     if buf.type.scope is not MemScope.SHARED:
         return f"{family} {'reads' if loads else 'writes'} shared memory, not {buf.type.scope}"
-    if buf.type.dtype.itemsize != 2:
-        return f"{family} moves 16-bit elements, not {buf.type.dtype}"
+    itemsize = buf.type.dtype.itemsize
+    if itemsize != 2 and not (loads and itemsize == 1 and not op.attrs["trans"]):
+        moves = "16-bit elements, or 8-bit ones without .trans" if loads else "16-bit elements"
+        return f"{family}{'.trans' if op.attrs['trans'] else ''} moves {moves}, not {buf.type.dtype}"
     stored, flat = stored_values(op), op.name.endswith("_at")
     # stmatrix's values precede its indices, one per dim of the buffer
     values = op.operands[2:] if flat else op.operands[1:max(1, len(op.operands) - buf.type.rank)]
@@ -341,7 +360,7 @@ def _check_ldmatrix(op):
 
 
 def _ldmatrix_results(types, attrs):
-    return (types[0].dtype,) * (2 * attrs["num"])
+    return (types[0].dtype,) * ldmatrix_values(types[0].dtype, attrs["num"])
 
 
 def _vector_results(types, attrs):
@@ -511,7 +530,8 @@ register("store_vec_at", MEMORY, "buf:buffer offset:int *values:scalar", {"count
          doc=f"the flat store_vec: offset of the first element; {VECTOR_DOC}")
 
 LDMATRIX_DOC = ("a warp collective (every lane of the warp takes part): each lane names the "
-                "first element of one matrix row and gets 2 * num values, two of each matrix, "
+                "first element of one matrix row and gets num 32-bit registers of values (2 * num "
+                "16-bit ones, 4 * num 8-bit ones), one register of each matrix, "
                 "placed as layout/hw_nvidia.ldmatrix_layout(num, trans) says; alignment and "
                 "contiguity of the rows are the rule's that made it (rules/gemm_mma.py)")
 register("ldmatrix", MEMORY, "buf:memory *indices:int",

@@ -12,6 +12,13 @@ results, a region op's results) reach only the ops that may take them
 (``ops_tcgen05.LD_IN_FLIGHT``) reach only the wait. Then ``OpDef.check(op)``.
 
 Failures raise ``CompilationError`` at the op's location, quoting the printed op.
+
+The catalogue's check of operands, attributes and result types (``OpDef.validate``) reads
+nothing but the op's name, region count, operand and result types and attribute values:
+verifications that share an ``accepted`` memo (a pipeline's, one per compile) run it once
+per combination of those very objects (a rebuilt op keeps its types and attribute values:
+``Operation.replace``). A new or changed object is checked again; a value changed in place
+is not, which the IR's immutable nodes rule out. Every other check runs on every op.
 """
 from __future__ import annotations
 
@@ -70,8 +77,10 @@ def _in_flight_values(kernel: KernelIR) -> dict[Value, str]:
 
 
 class _Verifier:
-    def __init__(self, kernel: KernelIR):
+    def __init__(self, kernel: KernelIR, accepted: dict | None = None):
         self.kernel = kernel
+        # signatures OpDef.validate accepted (see the module doc) -> the objects they name
+        self.accepted = {} if accepted is None else accepted
         self.defined: set[Value] = set(kernel.params)  # every value the kernel defines
         for op in walk(kernel.body):
             self.defined.update(op.results)
@@ -147,11 +156,16 @@ class _Verifier:
     def op(self, op: Operation, visible: set[Value]):
         for index in range(len(op.operands)):
             self.operand(op, index, visible)
-        try:
-            op.opdef.validate([v.type for v in op.operands], op.attrs, op.result_types,
-                              len(op.regions))
-        except OpDefError as err:
-            self.fail(op, str(err))
+        types, results = [v.type for v in op.operands], op.result_types
+        signature = (op.name, len(op.regions), *map(id, types), *map(id, results),
+                     *(id(v) for v in op.attrs.values()))
+        if signature not in self.accepted:
+            try:
+                op.opdef.validate(types, op.attrs, results, len(op.regions))
+            except OpDefError as err:
+                self.fail(op, str(err))
+            # holding the objects keeps their ids from being reused while the memo lives
+            self.accepted[signature] = (types, results, tuple(op.attrs.values()))
         if op.opdef.check is not None:
             reason = op.opdef.check(op)
             if reason:
@@ -165,10 +179,11 @@ class _Verifier:
             self.block(region, visible, op, spec)
 
 
-def verify(kernel: KernelIR) -> KernelIR:
+def verify(kernel: KernelIR, accepted: dict | None = None) -> KernelIR:
     """Check ``kernel``; raise a located ``CompilationError`` on the first problem.
+    ``accepted``: a memo shared by the verifications of one pipeline (module doc).
 
     Returns the kernel so that it can be used inline (``verify(run_pass(k))``).
     """
-    _Verifier(kernel).run()
+    _Verifier(kernel, accepted).run()
     return kernel

@@ -305,23 +305,36 @@ def mma_m16n8k32_b_layout(dtype="float8_e4m3"):
 LDMATRIX_NUMS = (1, 2, 4)
 
 
-def ldmatrix_layout(num: int = 4, trans: bool = False):
+def ldmatrix_layout(num: int = 4, trans: bool = False, element_bytes: int = 2):
     """Where ``ldmatrix.sync.aligned.m8n8.x{num}{.trans}.b16`` puts the elements it loads:
-    shape ``(num, 8, 8)`` (matrix, stored row, stored column) -> ``laneid`` and ``m``, the
-    element index in the lane's results (the 32-bit register is ``m // 2``).
+    shape ``(num, 8, 16 // element_bytes)`` (matrix, stored row, stored column) ->
+    ``laneid`` and ``m``, the element index in the lane's results (the 32-bit register is
+    ``m // (4 // element_bytes)``).
 
     PTX ISA "ldmatrix": lane ``8*j + r`` supplies the address of row ``r`` of matrix ``j``
-    (eight consecutive 16-bit elements); the lane's register ``j`` holds two adjacent
-    elements. Without ``.trans`` lane ``4*r + c // 2`` gets row ``r``, columns ``c`` (low
-    half, ``c`` even) and ``c + 1``: ``(num,8,4,2):(2@m,4@laneid,1@laneid,1@m)``. With
-    ``.trans`` each matrix is delivered transposed: lane ``4*c + r // 2`` gets column
+    (16 consecutive bytes: eight 16-bit elements); the lane's register ``j`` holds two
+    adjacent 16-bit elements. Without ``.trans`` lane ``4*r + c // 2`` gets row ``r``,
+    columns ``c`` (low half, ``c`` even) and ``c + 1``: ``(num,8,4,2):(2@m,4@laneid,1@laneid,1@m)``.
+    With ``.trans`` each matrix is delivered transposed: lane ``4*c + r // 2`` gets column
     ``c``, rows ``r`` and ``r + 1``: ``(num,4,2,8):(2@m,1@laneid,1@m,4@laneid)``.
+
+    8-bit elements (``element_bytes=1``): the instruction moves bytes in pairs, so a row is
+    16 elements and lane ``4*r + c // 4`` gets row ``r``, columns ``c .. c + 3`` (``c`` a
+    multiple of 4) in one register, lowest column in the lowest byte:
+    ``(num,8,4,4):(4@m,4@laneid,1@laneid,1@m)``. ``.trans`` would transpose byte pairs, not
+    elements: it has no 8-bit form.
     """
     if num not in LDMATRIX_NUMS:
         raise LayoutError(f"ldmatrix loads 1, 2 or 4 matrices, not {num!r}")
+    if element_bytes not in (1, 2):
+        raise LayoutError(f"ldmatrix moves 8- or 16-bit elements, not {element_bytes}-byte ones")
+    if trans and element_bytes != 2:
+        raise LayoutError("ldmatrix .trans transposes 16-bit elements: it has no 8-bit form")
     if trans:
         return _layout([(num, 2, "m"), (4, 1, "laneid"), (2, 1, "m"), (8, 4, "laneid")])
-    return _layout([(num, 2, "m"), (8, 4, "laneid"), (4, 1, "laneid"), (2, 1, "m")])
+    per_register = 4 // element_bytes
+    return _layout([(num, per_register, "m"), (8, 4, "laneid"), (4, 1, "laneid"),
+                    (per_register, 1, "m")])
 
 
 # ----------------------------------------------------------------------------- wgmma

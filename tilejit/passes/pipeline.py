@@ -96,10 +96,10 @@ def _ordered(target_passes: Sequence[tuple]) -> list[tuple[str, Pass]]:
     return selected
 
 
-def _verify(kernel: KernelIR, after: str) -> None:
+def _verify(kernel: KernelIR, after: str, accepted: dict) -> None:
     from ..ir.verifier import verify
     try:
-        verify(kernel)
+        verify(kernel, accepted)
     except TilejitError as err:
         raise type(err)(f"invalid IR {after}: {err.message}", err.loc) from None
 
@@ -121,8 +121,9 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
     selected = _ordered(target_passes) if passes is None else \
         [(name, get_pass(name, target_passes)) for name in passes]
     stages = Stages()
+    accepted: dict = {}   # the verifier's memo of op signatures it checked (ir/verifier.py)
     if verify:
-        _verify(kernel, "before the first pass")
+        _verify(kernel, "before the first pass", accepted)
     for name, fn in selected:
         start = time.perf_counter()
         try:
@@ -136,7 +137,7 @@ def run_pipeline(kernel: KernelIR, verify: bool = True, dump: Iterable[str] | No
         stages.timings[name] = time.perf_counter() - start
         stages.kernels[name] = kernel
         if verify:
-            _verify(kernel, f"after pass {name!r}")
+            _verify(kernel, f"after pass {name!r}", accepted)
         if name in dump or DUMP_ALL in dump:
             print(f"// ----- IR after {name} ----- //\n{stages[name]}", file=sys.stderr)
     return kernel, stages

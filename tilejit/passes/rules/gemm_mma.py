@@ -23,17 +23,20 @@ no fragment table is written out here.
 A fragment loads with one ``ldmatrix`` (x4 for A; x4 for the B fragments of two adjacent
 atom columns of the warp, x2 for a column without a neighbour; ``.trans`` where the operand
 is stored the other way round) when the ldmatrix layout delivers exactly that fragment
-from 8x8 matrices of the operand (checked by enumerating both layouts) and every 8-element
-row of the operand lies contiguous and 16-byte aligned in shared memory (checked on its
+from matrices of 8 rows of 16 bytes of the operand (checked by enumerating both layouts)
+and every such row lies contiguous and 16-byte aligned in shared memory (checked on its
 storage offsets, which needs static region starts); else with plain loads at logical
-indices. ldmatrix moves 16-bit elements, so 8-bit operands load by elements. The plan's
-details say which, and why not.
+indices. The 8-bit fragments of m16n8k32 hold four consecutive K elements per register,
+which is what a plain ldmatrix delivers from a row of 16 bytes: an fp8 operand whose K is
+its contiguous dim (A as [M, K], B given transposed as [N, K]) loads by ldmatrix; one
+stored the other way round would need .trans, which moves 16-bit units, and loads by
+elements. The plan's details say which, and why not.
 """
 from __future__ import annotations
 
 import re
 
-from ...ir.ops_native import describe_mma_inputs, mma_shape_for
+from ...ir.ops_native import describe_mma_inputs, ldmatrix_row, mma_shape_for
 from ...ir.scope import LANES_PER_WARP, TEAM_WARP_AXIS, team_warps
 from ...ir.types import MemScope, f32
 from ...layout import Axis, Iter, TileLayout
@@ -136,11 +139,13 @@ def _operand_loads(call: PrimitiveCall, warps: int, axis: str,
         if operand.role is not MemScope.SHARED:
             loads[name] = f"{name[0]} is not in shared memory"
             continue
-        if operand.dtype.itemsize != 2:
-            loads[name] = (f"{name[0]} is {operand.dtype}: ldmatrix moves 16-bit elements")
-            continue
-        load = matrix_load(lane_registers(fragment, shape), shape, transposed)
-        why = rows_in_place(operand) if load else f"no ldmatrix delivers {name}'s fragment"
+        size = operand.dtype.itemsize
+        load = matrix_load(lane_registers(fragment, shape), shape, transposed, size)
+        why = rows_in_place(operand, ldmatrix_row(operand.dtype)) if load else (
+            f"no ldmatrix delivers {name}'s fragment" + (
+                f" ({operand.dtype}: an 8-bit operand needs K as its contiguous dim, since "
+                ".trans moves 16-bit units)"
+                if size == 1 else ""))
         loads[name] = load if why is None else why
     return loads
 

@@ -1,11 +1,12 @@
-"""Warp fragments as 8x8 matrices of 16-bit elements in shared memory: what the ``mma``
-gemm's ``ldmatrix`` operand loads and the ``stmatrix`` copy share.
+"""Warp fragments as matrices of 8 rows of 16 bytes in shared memory (8x8 16-bit elements,
+or 8x16 8-bit ones for ldmatrix): what the ``mma`` gemm's ``ldmatrix`` operand loads and
+the ``stmatrix`` copy share.
 
 ``matrix_load`` finds the ldmatrix/stmatrix whose lane layout
 (``layout/hw_nvidia.ldmatrix_layout``) places a fragment's elements exactly as the
 fragment does, by enumerating both; ``rows_in_place`` proves from a shared operand's
 storage offsets (``storage_offsets``, which wgmma's descriptors are read from too) that
-every 8-element row is contiguous and 16-byte aligned, as both instructions need (and,
+every 16-byte row is contiguous and aligned, as both instructions need (and,
 for the ``vec`` copy, that shorter runs are); ``logical_index`` reads a layout's element index back from thread and
 register coordinates, the same code in every thread.
 """
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...ir.addressing import ArrayArith
-from ...ir.ops_native import LDMATRIX_ROW
+from ...ir.ops_native import LDMATRIX_ROW, LDMATRIX_ROW_BYTES
 from ...ir.types import TeamKind
 from ...layout import TileLayout, ldmatrix_layout
 from ...layout.fragments import lane_registers
@@ -80,12 +81,15 @@ class MatrixLoad:
         return row, col
 
 
-def matrix_load(wanted: list[list[int]], shape, stored_transposed: bool) -> MatrixLoad | None:
+def matrix_load(wanted: list[list[int]], shape, stored_transposed: bool,
+                element_bytes: int = 2) -> MatrixLoad | None:
     """The ldmatrix that delivers the warp fragment ``wanted`` (per lane, per register, the
-    row-major index in ``shape`` of its element: ``fragments.lane_registers``) to every lane,
-    or the stmatrix that stores it, when there is one: its layout and the fragment's must
-    place every element alike, up to where each 8x8 matrix starts."""
-    num = len(wanted[0]) // 2
+    row-major index in ``shape`` of its element: ``fragments.lane_registers``) of
+    ``element_bytes``-byte elements to every lane, or the stmatrix that stores it, when
+    there is one: its layout and the fragment's must place every element alike, up to where
+    each matrix starts."""
+    per_register, row_length = 4 // element_bytes, LDMATRIX_ROW_BYTES // element_bytes
+    num = len(wanted[0]) // per_register
     if num not in LDMATRIX_NUMS:
         return None
 
@@ -93,15 +97,16 @@ def matrix_load(wanted: list[list[int]], shape, stored_transposed: bool) -> Matr
         row, col = divmod(flat, shape[1])
         return (col, row) if stored_transposed else (row, col)
 
-    def in_matrix(place):   # ldmatrix's (matrix, row, column) of a flat (num, 8, 8) index
-        matrix, rest = divmod(place, LDMATRIX_ROW * LDMATRIX_ROW)
-        return (matrix, *divmod(rest, LDMATRIX_ROW))
-    for trans in (False, True):
-        delivered = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
+    def in_matrix(place):   # ldmatrix's (matrix, row, column) of a flat (num, 8, row) index
+        matrix, rest = divmod(place, LDMATRIX_ROW * row_length)
+        return (matrix, *divmod(rest, row_length))
+    for trans in (False, True) if element_bytes == 2 else (False,):
+        delivered = lane_registers(ldmatrix_layout(num, trans, element_bytes),
+                                   (num, LDMATRIX_ROW, row_length))
         origins = []
         for j in range(num):   # where lane 0's first value of matrix j puts the matrix
-            _, row, col = in_matrix(delivered[0][2 * j])
-            first = stored(wanted[0][2 * j])
+            _, row, col = in_matrix(delivered[0][per_register * j])
+            first = stored(wanted[0][per_register * j])
             origins.append((first[0] - row, first[1] - col))
 
         def agrees(place, flat):

@@ -11,9 +11,10 @@ value is exact in f32 and so is the product of two of them (at most 2 x 11 signi
 bits), so only the order of the additions can differ from a GPU's.
 
 ``ldmatrix_at`` meets the same way: each lane that supplies a row (``8 * num`` of them)
-reads its eight elements itself -- bounds, 16-byte alignment and the race detector see the
-read as that lane's -- and writes them into the warp's area (matrix, row, column
-row-major); once the warp has met, each lane takes its ``2 * num`` values at the places
+reads its row's 16 bytes (eight 16-bit or sixteen 8-bit elements) itself -- bounds,
+16-byte alignment and the race detector see the read as that lane's -- and writes them
+into the warp's area (matrix, row, column row-major); once the warp has met, each lane
+takes its ``2 * num`` (16-bit) or ``4 * num`` (8-bit) values at the places
 ``layout/hw_nvidia.ldmatrix_layout`` gives it. ``stmatrix_at`` is its reverse: each lane
 writes its ``2 * num`` values into the area at those places, and once the warp has met,
 each lane that supplies a row stores the row's eight elements itself (the race detector
@@ -26,7 +27,7 @@ from llvmlite import ir
 from tilejit.errors import CompilationError
 from tilejit.ir.ops_native import MMA_FRAGMENT_SIZES
 from tilejit.ir.scope import LANES_PER_WARP
-from tilejit.ir.ops_native import LDMATRIX_ROW
+from tilejit.ir.ops_native import LDMATRIX_ROW, LDMATRIX_ROW_BYTES, ldmatrix_row, ldmatrix_values
 from tilejit.layout import ldmatrix_layout
 from tilejit.layout.fragments import MMA_SHAPES, lane_registers, mma_operand_layouts
 
@@ -143,15 +144,18 @@ class _MatrixArea:
     def __init__(self, em, op):
         _require_whole_warp(em, op.name.removesuffix("_at"))
         self.em, self.b, num, trans = em, em.b, op.attrs["num"], op.attrs["trans"]
-        self.dtype = op.operands[0].type.dtype
+        self.dtype = dtype = op.operands[0].type.dtype
+        row_length, size = ldmatrix_row(dtype), dtype.itemsize
         self.lane = em.mc.units.thread_index(self.b, "lane_id", em.frame.unit)
         self.supplies = self.b.icmp_unsigned("<", self.lane, ir.Constant(I32, LDMATRIX_ROW * num))
-        self.row = self.b.mul(self.lane, ir.Constant(I32, LDMATRIX_ROW))
-        registers = lane_registers(ldmatrix_layout(num, trans), (num, LDMATRIX_ROW, LDMATRIX_ROW))
+        self.row = self.b.mul(self.lane, ir.Constant(I32, row_length))
+        registers = lane_registers(ldmatrix_layout(num, trans, size),
+                                   (num, LDMATRIX_ROW, row_length))
         self.table = constant_table(em.mc, f"tj.ldmatrix.x{num}{'.trans' if trans else ''}"
-                                     ".places", (place for lane in registers for place in lane))
-        self.first = self.b.mul(self.lane, ir.Constant(I32, 2 * num))
-        self.nbytes = LANES_PER_WARP * LDMATRIX_ROW * self.dtype.itemsize
+                                     f".b{8 * size}.places",
+                                     (place for lane in registers for place in lane))
+        self.first = self.b.mul(self.lane, ir.Constant(I32, ldmatrix_values(dtype, num)))
+        self.nbytes = LANES_PER_WARP * LDMATRIX_ROW_BYTES
 
     def slot(self, area, index):
         return self.b.gep(area, [self.b.zext(index, I64)],

@@ -19,13 +19,16 @@ from ..backend import cluster_grid_error
 __all__ = [
     "CudaModule", "CudaFunction", "PackedArgs", "ParamStruct", "pack_args", "load_module",
     "launch", "driver_unavailable_reason", "driver_version", "device_capability",
-    "device_arch", "MAX_PORTABLE_CLUSTER",
+    "device_arch", "MAX_PORTABLE_CLUSTER", "MAX_NON_PORTABLE_CLUSTER",
 ]
 
 _MAX_STATIC_SHARED = 48 * 1024  # above this a block needs an opt-in (cuFuncSetAttribute)
-# CTAs per cluster every sm_90 device runs; more need the function's non-portable opt-in
-# (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED), which we do not set.
+# CTAs per cluster every sm_90 device runs. Up to MAX_NON_PORTABLE_CLUSTER need the
+# function's opt-in (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 1, CUDA
+# programming guide, "Thread Block Clusters"): H100/H200 run 16; set by
+# CudaFunction.allow_cluster, at load for a compiled-in cluster, else at the launch.
 MAX_PORTABLE_CLUSTER = 8
+MAX_NON_PORTABLE_CLUSTER = 16
 MAX_LAUNCH_CONFIGS = 1024   # launch shapes a function keeps configured (then it starts over)
 NO_CLUSTER = (1, 1, 1)
 
@@ -338,6 +341,7 @@ class CudaFunction:
         if self.param_sizes is None:
             self.param_sizes = self._driver_param_sizes()
         self._max_dynamic_shared = _MAX_STATIC_SHARED
+        self._non_portable_clusters = False   # the opt-in set (allow_cluster)
         self._configs: dict[tuple, tuple] = {}   # launch shape -> (CUlaunchConfig, what)
 
     def _driver_param_sizes(self) -> tuple[int, ...] | None:
@@ -368,6 +372,22 @@ class CudaFunction:
         _check(drv.cuFuncSetAttribute(self.handle, attr, int(nbytes)),
                f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes}) for {self.name}")
         self._max_dynamic_shared = int(nbytes)
+
+    def allow_cluster(self, cluster: tuple[int, int, int]) -> None:
+        """Make launches in clusters of ``cluster`` CTAs possible: above
+        MAX_PORTABLE_CLUSTER the function opts in to non-portable sizes (once); above
+        MAX_NON_PORTABLE_CLUSTER no device runs them, a LaunchError."""
+        ctas = math.prod(cluster)
+        if ctas > MAX_NON_PORTABLE_CLUSTER:
+            raise LaunchError(f"cluster={cluster} has {ctas} CTAs, above the maximum of "
+                              f"{MAX_NON_PORTABLE_CLUSTER} (portable: {MAX_PORTABLE_CLUSTER}; "
+                              "up to 16 with the non-portable opt-in)")
+        if ctas > MAX_PORTABLE_CLUSTER and not self._non_portable_clusters:
+            drv = _import_driver()
+            attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+            _check(drv.cuFuncSetAttribute(self.handle, attr, 1),
+                   f"cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED=1) for {self.name}")
+            self._non_portable_clusters = True
 
     @functools.cached_property
     def compiled_cluster(self) -> tuple[int, int, int] | None:
@@ -448,10 +468,7 @@ class CudaFunction:
         if compiled is not None and cluster != compiled:
             raise LaunchError(f"{self.name} is compiled for clusters of {compiled} CTAs "
                               f"(__cluster_dims__): cluster={cluster} contradicts it")
-        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
-            raise LaunchError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above the "
-                              f"portable maximum of {MAX_PORTABLE_CLUSTER}; tilejit does not "
-                              "opt in to non-portable cluster sizes")
+        self.allow_cluster(cluster)
         return cluster
 
     launch = __call__

@@ -25,7 +25,7 @@ from tilejit.ir.storage import held_per_thread, reaches_threads, storage_element
 from tilejit.ir.types import BufferType, MemScope, RegionType, ScalarType, i1, i64
 
 from . import emit_scalar
-from .driver import MAX_PORTABLE_CLUSTER
+from .driver import MAX_NON_PORTABLE_CLUSTER, MAX_PORTABLE_CLUSTER
 from .emit_prelude import PRELUDE, type_preludes
 from .emit_scalar import C_TYPES, PARAM_FORMATS, literal, storage_type, value_type
 from .tensor_map import MAP_BYTES
@@ -116,8 +116,9 @@ class CudaPrinter:
     tensor_maps: list = field(default_factory=list)
     # the struct format of each parameter as declared, for the launcher (None: one has none)
     param_formats: list | None = field(default_factory=list)
-    # 16-bit values unpacked from a 32-bit register (ldmatrix's): (register, which half)
-    halves: dict[Value, tuple[str, int]] = field(default_factory=dict)
+    # 16- or 8-bit values unpacked from a 32-bit register (ldmatrix's): (register, which
+    # part, lowest bits first), so that an mma takes the register as it came
+    register_parts: dict[Value, tuple[str, int]] = field(default_factory=dict)
 
     def __post_init__(self):
         self.sm = int(re.match(r"\D*(\d+)", self.arch).group(1))
@@ -252,11 +253,11 @@ class CudaPrinter:
             raise CompilationError(f"cluster={cluster}: thread-block clusters need "
                                    f"sm_{CLUSTER_MIN_SM} or later; compiling for {self.arch}",
                                    self.kernel.loc)
-        if math.prod(cluster) > MAX_PORTABLE_CLUSTER:
+        if math.prod(cluster) > MAX_NON_PORTABLE_CLUSTER:
             raise CompilationError(f"cluster={cluster} has {math.prod(cluster)} CTAs, above "
-                                   f"the portable maximum of {MAX_PORTABLE_CLUSTER}; the cuda "
-                                   "target does not opt in to non-portable cluster sizes",
-                                   self.kernel.loc)
+                                   f"the {MAX_NON_PORTABLE_CLUSTER} that sm_90 runs with the "
+                                   "non-portable opt-in (the loader sets it above the portable "
+                                   f"{MAX_PORTABLE_CLUSTER})", self.kernel.loc)
         return f" __cluster_dims__({', '.join(map(str, cluster))})"
 
     def print(self) -> str:

@@ -5,8 +5,8 @@
 PTX takes A and B fragments packed into 32-bit registers -- 16-bit values in pairs,
 8-bit ones in fours -- the element of lower index in the lower bits (PTX ISA "Matrix
 Fragments for mma.m16n8k16" and "for mma.m16n8k32"); the f32 C and D values are one
-register each. ldmatrix delivers its 16-bit values packed the same way, and stmatrix
-takes them so. mma.sync m16n8k16 exists from sm_80 on, m16n8k32 with .e4m3/.e5m2 from
+register each. ldmatrix delivers its 16- or 8-bit values packed the same way, and
+stmatrix takes them so. mma.sync m16n8k16 exists from sm_80 on, m16n8k32 with .e4m3/.e5m2 from
 sm_89, ldmatrix from sm_75, stmatrix from sm_90 (PTX ISA 7.8).
 """
 from __future__ import annotations
@@ -74,11 +74,15 @@ def print_ldmatrix_at(p: CudaPrinter, op: Operation) -> None:
     # before a barrier; it must stay where the IR puts it.
     p.emit(f'asm volatile("{instruction} {operands};" : {outputs} : "r"({address}) '
            ': "memory");')
-    element = storage_type(buf.type.dtype)
+    dtype = buf.type.dtype
+    element, bits = storage_type(dtype), dtype.bits
+    per_register = 32 // bits
+    bit_type, mask = ("unsigned short", "0xFFFFu") if bits == 16 else ("unsigned char", "0xFFu")
     for i, result in enumerate(op.results):
-        half = f"({registers[i // 2]} >> 16)" if i % 2 else registers[i // 2]
-        p.define(result, f"tj_from_bits<{element}>((unsigned short)({half} & 0xFFFFu))")
-        p.halves[result] = (registers[i // 2], i % 2)
+        register, part = registers[i // per_register], i % per_register
+        shifted = f"({register} >> {bits * part})" if part else register
+        p.define(result, f"tj_from_bits<{element}>(({bit_type})({shifted} & {mask}))")
+        p.register_parts[result] = (register, part)
 
 
 def print_stmatrix_at(p: CudaPrinter, op: Operation) -> None:

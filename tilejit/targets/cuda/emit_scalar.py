@@ -141,9 +141,10 @@ def packed_words(p: CudaPrinter, values) -> list[str]:
     words = []
     for first in range(0, len(values), per_word):
         word = values[first:first + per_word]
-        register = p.halves.get(word[0], (None,))[0]
-        if register and [p.halves.get(v) for v in word] == [(register, 0), (register, 1)]:
-            words.append(register)  # the two halves of one register, in place
+        register = p.register_parts.get(word[0], (None,))[0]
+        if register and [p.register_parts.get(v) for v in word] == \
+                [(register, part) for part in range(per_word)]:
+            words.append(register)  # the parts of one register, in place
             continue
         higher = [f"(unsigned)tj_bits({p[v]}) << {bits * i}" for i, v in enumerate(word) if i]
         words.append("(" + " | ".join([*reversed(higher), f"tj_bits({p[word[0]]})"]) + ")")

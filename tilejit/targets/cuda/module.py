@@ -11,7 +11,8 @@ that order (emit.py), then appends the kernel's TMA tensor maps, each encoded fr
 tensor's record (``tensor_map.encode``) once per (map, address, shape, strides): a
 repeated launch looks it up. The values are packed by one ``driver.ParamStruct`` built
 from the struct formats the printer recorded (``param_formats``), and the launch runs in
-the kernel's clusters (``cluster``, compiled in as ``__cluster_dims__``).
+the kernel's clusters (``cluster``, compiled in as ``__cluster_dims__``); a cluster of
+more than 8 CTAs gets the function's non-portable opt-in when the CUBIN is loaded.
 """
 from __future__ import annotations
 
@@ -91,6 +92,7 @@ class CudaKernelModule:
                                           f"{fn.param_sizes} bytes, the launch packs {packs}")
                     if self.shared_bytes > 48 * 1024:
                         fn.set_max_dynamic_shared(self.shared_bytes)
+                    fn.allow_cluster(self.cluster)   # the opt-in above 8 CTAs
                     self._functions[device] = fn
         return fn
 

@@ -14,7 +14,7 @@ import inspect
 
 import pytest
 import torch
-from e2e_helpers import assert_guard_intact, guarded
+from e2e_helpers import assert_guard_intact, guarded, wgmma_groups_in_flight
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
@@ -154,9 +154,12 @@ def test_the_sm90a_build_holds_e4m3_wgmma_tma_and_the_scaling_without_spills(sca
     fmas = sum(line.startswith("fma.rn.f32") for line in ptx)
     if scaling == "block":
         # a consumer thread's 64 accumulators promoted by one fma each; its two rows'
-        # A scales and the tile's B scale read per K step
+        # A scales and the tile's B scale read per K step. The promotion reads each step's
+        # products: its group is retired at once (wait_group 0), none stays in flight
         assert fmas == 2 * 64 and scale_loads == 2 * 3
+        assert not any(line.startswith("wgmma.wait_group.sync.aligned 1") for line in ptx)
     else:
+        assert wgmma_groups_in_flight(compiled) == []
         assert fmas == 0 and scale_loads == 2 * 2      # scale_a[0], scale_b[0] once
         assert sum(line.startswith("mul.f32") for line in ptx) == 2 * (64 + 1)
     meta = compiled.metadata

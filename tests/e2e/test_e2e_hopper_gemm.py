@@ -6,7 +6,7 @@ its sm_90a build through NVRTC (the PTX instructions that matter, no spills, the
 count); and the errors of its Python entry point."""
 import pytest
 import torch
-from e2e_helpers import assert_guard_intact, guarded
+from e2e_helpers import assert_guard_intact, guarded, wgmma_groups_in_flight
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
@@ -100,6 +100,9 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     assert ptx.count("fence.proxy.async.shared::cta;") == 2
     assert any(line.startswith("mbarrier.try_wait") for line in ptx)
     assert any(line.startswith("wgmma.fence") for line in ptx)
+    # each consumer keeps its K step's group in flight while it waits for the next stage
+    assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 2
+    assert wgmma_groups_in_flight(compiled) == []
     # the accumulator staged for the TMA store two columns at a time: 2 consumers x 32
     # pairs of a thread's 64 values, no element stores
     staging = [line.split()[0] for line in ptx if line.startswith("st.shared")]

@@ -121,11 +121,19 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                         tj.mbarrier_wait(full[s], (k // STAGES) % 2)
                         tj.gemm_async(part, a_ring[s, c * rows:(c + 1) * rows, :],
                                       b_ring[s, :, :], transpose_b=B_NK,
-                                      accum=SCALING != "block", dispatch="wgmma")
-                        tj.mbarrier_arrive(empty[s])
+                                      accum=SCALING != "block", dispatch="wgmma",
+                                      wait=SCALING == "block")
                         if SCALING == "block":  # acc += part * scale_a[row, k] * scale_b[., k]
+                            tj.mbarrier_arrive(empty[s])
                             tj.mul(row_scale, row_scale, b_scale)
                             tj.fma(acc, part, row_scale, acc)
+                        else:                   # one group in flight: step k - 1's retired,
+                            tj.wgmma_wait(1)    # its stage goes back to the producer
+                            if k > 0:
+                                tj.mbarrier_arrive(empty[(k - 1) % STAGES])
+                    if SCALING != "block":
+                        tj.wgmma_wait(0)
+                        tj.mbarrier_arrive(empty[(num_k - 1) % STAGES])
                     if SCALING == "tensor":
                         tj.mul(acc, acc, SA[0] * SB[0])
                     tj.copy(c_tile, acc)

@@ -11,7 +11,8 @@ from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.kernels import hopper_gemm
-from tilejit.kernels.hopper_gemm import hopper_gemm_config, hopper_gemm_kernel, register_split
+from tilejit.kernels.hopper_gemm import (hopper_gemm_config, hopper_gemm_kernel, persistent_ctas,
+                                        register_split)
 
 # small tiles keep the CPU runs short; K = 200 leaves a partial last K step
 SMALL = dict(block_m=64, block_n=32, block_k=32, stages=3)
@@ -51,6 +52,30 @@ def test_two_consumer_warpgroups_split_the_rows():
     torch.testing.assert_close(out, (a.float() @ b.float()).half())
 
 
+@pytest.mark.parametrize("sm_count", [2, 3])
+def test_persistent_ctas_walk_more_tiles_than_ctas(sm_count):
+    """4 x 3 tiles (M, N ragged) over 2 or 3 CTAs: each CTA's rings and their phases run on
+    across its tiles (7 K steps a tile over 3 stages: a tile starts mid-ring), and a tile's
+    C staging waits for the previous tile's TMA store to have read it."""
+    a, b = _operands(200, 80, 200, torch.bfloat16, seed=3)
+    out, whole = guarded((200, 80), "bfloat16", pad=8)
+    hopper_gemm(a, b, out, sm_count=sm_count, **SMALL)
+    torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+    assert_guard_intact(whole, (200, 80), "bfloat16")
+    grid, _ = hopper_gemm_config(a, b, ctas=sm_count, **SMALL)
+    assert grid == (sm_count,)
+
+
+def test_a_persistent_launch_keeps_one_cta_an_sm_or_one_a_tile():
+    assert persistent_ctas("cpu") is None           # the CPU has no SMs to fill
+    assert persistent_ctas("cpu", sm_count=132) == 132
+    assert persistent_ctas("cuda", persistent=False) is None
+    a, b = _operands(64, 32, 64, torch.float16)
+    assert hopper_gemm_config(a, b, ctas=132, **SMALL)[0] == (1,)   # never more than tiles
+    with pytest.raises(ValueError, match="sm_count=0: a persistent launch needs at least one"):
+        hopper_gemm(a, b, sm_count=0, **SMALL)
+
+
 def test_the_dispatch_picks_tma_and_wgmma():
     a, b = _operands(64, 32, 64, torch.bfloat16)
     grid, options = hopper_gemm_config(a, b, **SMALL)
@@ -58,9 +83,9 @@ def test_the_dispatch_picks_tma_and_wgmma():
                                           simt=True, **options)
     rules = [(r.primitive, r.rule) for r in compiled.dispatch_log]
     assert rules.count(("copy_async", "tma")) == 3      # A, B loads; C's store
-    assert rules.count(("gemm_async", "wgmma")) == 1
+    assert rules.count(("gemm_async", "wgmma")) == 2    # a tile's first K step, the others
     assert rules.count(("copy", "vec")) == 1    # the accumulator staged in column pairs
-    assert grid == (1, 1) and options["num_warps"] == 8
+    assert grid == (1,) and options["num_warps"] == 8
 
 
 @pytest.mark.parametrize("args, options, error, message", [
@@ -89,8 +114,9 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     kind = "bf16" if dtype == torch.bfloat16 else "f16"
     wgmma = [line for line in ptx if line.startswith("wgmma.mma_async")]
-    # 64 / 16 K steps for each of the two consumers, m64n128k16 with f32 accumulators
-    assert len(wgmma) == 8 and all(f".m64n128k16.f32.{kind}.{kind}" in w for w in wgmma)
+    # 64 / 16 K steps for each of the two consumers, m64n128k16 with f32 accumulators, at
+    # two sites: a tile's first K step (accum=False) and the others
+    assert len(wgmma) == 16 and all(f".m64n128k16.f32.{kind}.{kind}" in w for w in wgmma)
     assert any(line.startswith("cp.async.bulk.tensor.2d.shared::cluster.global") and
                "mbarrier::complete_tx::bytes" in line for line in ptx)
     # the epilogue: fenced shared tiles stored by TMA, each consumer waiting for its group

@@ -70,6 +70,7 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
     staged = tj.alloc_barriers(CONSUMERS)
+    stored = tj.alloc_barriers(CONSUMERS)
     a_ring = tj.alloc_shared((STAGES, BM, BK), A.dtype, layout=LA)
     b_ring = tj.alloc_shared((STAGES, BN, BK) if B_NK else (STAGES, BK, BN), B.dtype, layout=LB)
     if tj.thread_id() == 0:
@@ -78,26 +79,34 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
             tj.mbarrier_init(empty[s], 128 * CONSUMERS)  # every consumer thread arrives
         for c in tj.static_range(CONSUMERS):
             tj.mbarrier_init(staged[c], 128)             # a consumer's threads staged C
+            tj.mbarrier_init(stored[c], 1)               # its TMA store read the tile
     tj.sync()
-    m0 = tj.cta_id(0) * BM
-    n0 = tj.cta_id(1) * BN
+    # the CTA's tiles: t = cta, cta + ctas, ... below tiles_m * tiles_n, M fastest; the
+    # rings' step counter runs on across them (step j * num_k + k), and so do the phases
+    tiles_m = tj.cdiv(C.shape[0], BM)
     num_k = tj.cdiv(K, BK)
+    my_tiles = tj.cdiv(tiles_m * tj.cdiv(C.shape[1], BN) - tj.cta_id(0), tj.num_ctas(0))
     if tj.warpgroup_id() == 0:
         with tj.warpgroup():
             tj.setmaxnreg(PRODUCER_REGS, "dec")     # it keeps a few: its registers go to
         if tj.warp_id() == 0 and tj.elect_sync():   # the consumers' accumulators
-            for k in range(num_k):
-                s = k % STAGES
-                tj.mbarrier_wait(empty[s], ((k // STAGES) % 2) ^ 1)
-                tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
-                tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
-                              barrier=full[s], dispatch="tma")
-                if B_NK:
-                    tj.copy_async(b_ring[s], B[n0:n0 + BN, k * BK:(k + 1) * BK],
+            for j in range(my_tiles):
+                t = tj.cta_id(0) + j * tj.num_ctas(0)
+                m0 = t % tiles_m * BM
+                n0 = t // tiles_m * BN
+                for k in range(num_k):
+                    step = j * num_k + k
+                    s = step % STAGES
+                    tj.mbarrier_wait(empty[s], ((step // STAGES) % 2) ^ 1)
+                    tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
+                    tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
                                   barrier=full[s], dispatch="tma")
-                else:
-                    tj.copy_async(b_ring[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
-                                  barrier=full[s], dispatch="tma")
+                    if B_NK:
+                        tj.copy_async(b_ring[s], B[n0:n0 + BN, k * BK:(k + 1) * BK],
+                                      barrier=full[s], dispatch="tma")
+                    else:
+                        tj.copy_async(b_ring[s], B[k * BK:(k + 1) * BK, n0:n0 + BN],
+                                      barrier=full[s], dispatch="tma")
     else:
         rows = BM // CONSUMERS
         c_stage = tj.alloc_shared((BM, BN), C.dtype, layout=LC)   # a slice per consumer
@@ -107,43 +116,65 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                 with tj.warpgroup():
                     tj.setmaxnreg(CONSUMER_REGS, "inc")
                     acc = tj.fragment((rows, BN), tj.float32)
-                    tj.fill(acc, 0.0)
                     if SCALING == "block":      # one K step's products, before its scales
                         part = tj.fragment((rows, BN), tj.float32)
                         row_scale = tj.fragment((rows, 1), tj.float32)
-                    else:                       # the products go straight into acc
-                        part = acc
-                    for k in range(num_k):
-                        s = k % STAGES
-                        if SCALING == "block":  # loads issued first: they fly during the waits
-                            tj.copy(row_scale, SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1])
-                            b_scale = SB[n0 // SCALE_BLOCK, k]
-                        tj.mbarrier_wait(full[s], (k // STAGES) % 2)
-                        tj.gemm_async(part, a_ring[s, c * rows:(c + 1) * rows, :],
-                                      b_ring[s, :, :], transpose_b=B_NK,
-                                      accum=SCALING != "block", dispatch="wgmma",
-                                      wait=SCALING == "block")
-                        if SCALING == "block":  # acc += part * scale_a[row, k] * scale_b[., k]
-                            tj.mbarrier_arrive(empty[s])
-                            tj.mul(row_scale, row_scale, b_scale)
-                            tj.fma(acc, part, row_scale, acc)
-                        else:                   # one group in flight: step k - 1's retired,
-                            tj.wgmma_wait(1)    # its stage goes back to the producer
-                            if k > 0:
-                                tj.mbarrier_arrive(empty[(k - 1) % STAGES])
-                    if SCALING != "block":
-                        tj.wgmma_wait(0)
-                        tj.mbarrier_arrive(empty[(num_k - 1) % STAGES])
-                    if SCALING == "tensor":
-                        tj.mul(acc, acc, SA[0] * SB[0])
-                    tj.copy(c_tile, acc)
-                    tj.fence_proxy_async()      # the tile's writes, before TMA reads it
-                    tj.mbarrier_arrive(staged[c])
-                if tj.warp_id() == 4 * (c + 1) and tj.elect_sync():
-                    tj.mbarrier_wait(staged[c], 0)
-                    tj.copy_async(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN], c_tile,
-                                  dispatch="tma")
-                    tj.bulk_wait(0)
+                    for j in range(my_tiles):
+                        t = tj.cta_id(0) + j * tj.num_ctas(0)
+                        m0 = t % tiles_m * BM
+                        n0 = t // tiles_m * BN
+                        first = j * num_k   # the tile's first step in the rings
+                        if SCALING == "block":
+                            tj.fill(acc, 0.0)
+                            for k in range(num_k):
+                                s = (first + k) % STAGES
+                                # the scales' loads first: they fly during the wait
+                                tj.copy(row_scale,
+                                        SA[m0 + c * rows:m0 + (c + 1) * rows, k:k + 1])
+                                b_scale = SB[n0 // SCALE_BLOCK, k]
+                                tj.mbarrier_wait(full[s], ((first + k) // STAGES) % 2)
+                                # the promotion reads the step's products: its group
+                                # retires at once (a second `part` in flight would not fit)
+                                tj.gemm_async(part, a_ring[s, c * rows:(c + 1) * rows, :],
+                                              b_ring[s, :, :], transpose_b=B_NK, accum=False,
+                                              dispatch="wgmma")
+                                tj.mbarrier_arrive(empty[s])
+                                tj.mul(row_scale, row_scale, b_scale)   # acc += part *
+                                tj.fma(acc, part, row_scale, acc)       # scale_a * scale_b
+                        else:
+                            # step k's group stays in flight while step k + 1 waits for its
+                            # stage; step 0 starts the accumulator (accum=False, not a fill:
+                            # ptxas serializes wgmma when other code writes its registers
+                            # on a path between a multiply and its wait, as a fill skipped
+                            # with the K loop would)
+                            for k in range(num_k):
+                                s = (first + k) % STAGES
+                                tj.mbarrier_wait(full[s], ((first + k) // STAGES) % 2)
+                                if k == 0:
+                                    tj.gemm_async(acc, a_ring[s, c * rows:(c + 1) * rows, :],
+                                                  b_ring[s, :, :], transpose_b=B_NK,
+                                                  accum=False, dispatch="wgmma", wait=False)
+                                else:
+                                    tj.gemm_async(acc, a_ring[s, c * rows:(c + 1) * rows, :],
+                                                  b_ring[s, :, :], transpose_b=B_NK,
+                                                  dispatch="wgmma", wait=False)
+                                    tj.wgmma_wait(1)    # step k - 1's group retired: its
+                                    tj.mbarrier_arrive(empty[(first + k - 1) % STAGES])
+                            tj.wgmma_wait(0)
+                            tj.mbarrier_arrive(empty[(first + num_k - 1) % STAGES])
+                        if SCALING == "tensor":
+                            tj.mul(acc, acc, SA[0] * SB[0])
+                        if j > 0:               # the previous tile's store has read c_tile
+                            tj.mbarrier_wait(stored[c], (j - 1) % 2)
+                        tj.copy(c_tile, acc)
+                        tj.fence_proxy_async()  # the tile's writes, before TMA reads it
+                        tj.mbarrier_arrive(staged[c])
+                        if tj.warp_id() == 4 * (c + 1) and tj.elect_sync():
+                            tj.mbarrier_wait(staged[c], j % 2)
+                            tj.copy_async(C[m0 + c * rows:m0 + (c + 1) * rows, n0:n0 + BN],
+                                          c_tile, dispatch="tma")
+                            tj.bulk_wait(0)
+                            tj.mbarrier_arrive(stored[c])
 
 
 def register_split(consumers: int) -> tuple[int, int]:
@@ -177,9 +208,9 @@ def ring_layout(stages: int | None, rows: int, cols: int, dtype):
 
 
 def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
-                       consumers=None, out_dtype=None):
+                       consumers=None, out_dtype=None, ctas=None):
     """The launch grid and the kernel's constexpr options for ``a @ b`` into a C of
-    ``out_dtype`` (default: the operands')."""
+    ``out_dtype`` (default: the operands'), at most ``ctas`` CTAs (None: one a tile)."""
     if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
         raise TypeError(f"hopper_gemm takes two float16 or two bfloat16 matrices, got "
                         f"{a.dtype} and {b.dtype}")
@@ -187,19 +218,38 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
         raise ValueError(f"hopper_gemm multiplies [M, K] by [K, N], got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
     return _tile_config(a.shape[0], b.shape[1], a.dtype, out_dtype or a.dtype, block_m,
-                        block_n, block_k, stages, consumers, b_nk=False)
+                        block_n, block_k, stages, consumers, b_nk=False, ctas=ctas)
 
 
-def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, consumers, b_nk):
+def persistent_ctas(device, persistent=True, sm_count=None):
+    """How many CTAs a persistent launch on ``device`` keeps (None: one CTA a tile). Each
+    CTA walks its tiles, so its barrier setup and register split happen once and a tile's
+    TMA store overlaps the next tile's loads and multiplies; one CTA an SM (a CTA takes
+    most of an SM's shared memory and all its registers) keeps every SM busy without a
+    second wave's tail. ``sm_count`` defaults to the CUDA device's SM count (132 on an
+    H100 / H200 SXM); the CPU has none to fill: pass it to run the tile walk there."""
+    if not persistent:
+        return None
+    if sm_count is None and torch.device(device).type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    if sm_count is not None and sm_count < 1:
+        raise ValueError(f"sm_count={sm_count}: a persistent launch needs at least one CTA")
+    return sm_count
+
+
+def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, consumers, b_nk,
+                 ctas):
     """The grid and options of either entry point: A [M, K] and B ([N, K] when ``b_nk``,
-    else [K, N]) of ``dtype`` in shared rings, C of ``out_dtype``."""
+    else [K, N]) of ``dtype`` in shared rings, C of ``out_dtype``; each of the grid's CTAs
+    walks the tiles ``cta, cta + grid, ...`` (one each when ``ctas`` is None)."""
     if consumers is None:
         consumers = 2 if block_m >= 128 else 1
     if block_m % (64 * consumers):
         raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
                          f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
     producer_regs, consumer_regs = register_split(consumers)
-    grid = (tj.cdiv(m, block_m), tj.cdiv(n, block_n))
+    tiles = tj.cdiv(m, block_m) * tj.cdiv(n, block_n)
+    grid = (tiles if ctas is None else min(tiles, ctas),)
     b_tile = (block_n, block_k) if b_nk else (block_k, block_n)
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, dtype),
@@ -211,23 +261,25 @@ def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, cons
 
 
 def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
-                consumers=None):
+                consumers=None, persistent=True, sm_count=None):
     """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
     dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the
     kernel itself, CUDA tensors launch the ``sm_90a`` build. Rows of a, b and out must be
     whole 16-byte multiples (a tensor map's strides); ``consumers`` (1 or 2 warpgroups)
-    defaults to 2 for ``block_m >= 128``."""
+    defaults to 2 for ``block_m >= 128``. ``persistent``: launch ``persistent_ctas`` CTAs
+    that walk the tiles (else one CTA a tile)."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
     grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
                                        block_k=block_k, stages=stages, consumers=consumers,
-                                       out_dtype=out.dtype)
+                                       out_dtype=out.dtype,
+                                       ctas=persistent_ctas(a.device, persistent, sm_count))
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
     return out
 
 
 def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k=128,
-                    stages=4, consumers=None, out_dtype=torch.bfloat16):
+                    stages=4, consumers=None, out_dtype=torch.bfloat16, ctas=None):
     """The grid and the kernel's options for ``fp8_gemm``, the scaling mode among them
     ("tensor" when both scales hold one value, else "block")."""
     if a.dtype != torch.float8_e4m3fn or b.dtype != a.dtype:
@@ -261,12 +313,13 @@ def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k
                              f"block_n dividing 128 (one B scale per tile), got "
                              f"block_k={block_k}, block_n={block_n}")
     grid, options = _tile_config(m, n, a.dtype, out_dtype, block_m, block_n, block_k,
-                                 stages, consumers, b_nk=True)
+                                 stages, consumers, b_nk=True, ctas=ctas)
     return grid, dict(options, SCALING=scaling)
 
 
 def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, block_m=128,
-             block_n=128, block_k=128, stages=4, consumers=None):
+             block_n=128, block_k=128, stages=4, consumers=None, persistent=True,
+             sm_count=None):
     """C = (a * scale_a) @ (b * scale_b).T for float8_e4m3fn torch matrices a [M, K] and
     b [N, K] (K contiguous: torch's ``_scaled_mm`` takes this b transposed, a column-major
     [K, N]), f32 accumulation, C [M, N] of ``out_dtype`` (or ``out``'s dtype).
@@ -275,12 +328,14 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
     accumulator; or per block (DeepSeek-V3), scale_a [M, ceil(K / 128)] one per row and
     128-wide K block, scale_b [ceil(N / 128), ceil(K / 128)] one per 128 x 128 block of b,
     applied to each K step's products (block_k = 128, block_n dividing 128). K must be a
-    multiple of 16 (fp8 rows of whole 16 bytes) and C's rows whole 16-byte multiples."""
+    multiple of 16 (fp8 rows of whole 16 bytes) and C's rows whole 16-byte multiples;
+    ``persistent`` and ``sm_count`` as for ``hopper_gemm``."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
     grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,
                                     block_k=block_k, stages=stages, consumers=consumers,
-                                    out_dtype=out.dtype)
+                                    out_dtype=out.dtype,
+                                    ctas=persistent_ctas(a.device, persistent, sm_count))
     if options["SCALING"] == "tensor":
         scale_a, scale_b = scale_a.reshape(1), scale_b.reshape(1)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], SA=scale_a, SB=scale_b, **options)

@@ -49,7 +49,7 @@ from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..effects import root_buffer
-from ..loopgen import Emitter
+from ..loopgen import IDX, Emitter
 from .async_contracts import wgmma_reasons
 from .matrix_access import WARP_COORD, logical_index, region_starts, storage_offsets
 
@@ -234,9 +234,11 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     attrs = {"n": n, "a_type": a_type, "trans_a": not a_k_major, "trans_b": not b_k_major}
     if b_type != a_type:   # fp8: e4m3 by e5m2 or the other way round
         attrs["b_type"] = b_type
-    with em.hoisted():   # the stage's offset (0 without run-time starts)
-        stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
-                                                 in operands[name][3]), 0) for name in "AB"}
+    with em.hoisted():   # the stage's offset (0 without run-time starts); a stage index
+        # computed from i64 values (a tensor's shape) still counts a ring's few stages
+        stage = {name: functools.reduce(em.add, (em.mul(_as_index(em, value), stride)
+                                                 for value, stride in operands[name][3]), 0)
+                 for name in "AB"}
 
     def desc(name: str, start: int, fields: dict):
         offset = em.index(em.add(stage[name], start))
@@ -254,6 +256,10 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
         acc = list(em.b.create("wgmma_wait_group", acc, {"pending": 0}).results)
     for idx, value in zip(indices, acc):
         em.store(c, value, idx)
+
+
+def _as_index(em: Emitter, value):
+    return value if isinstance(value, int) or value.type == IDX else em.b.cast(value, IDX)
 
 
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),

@@ -105,6 +105,16 @@ def test_block_scales_with_two_consumer_warpgroups_and_a_wrapping_ring():
     _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
 
 
+def test_block_scales_in_2x1_clusters_walking_tiles():
+    """B [N, K] split by rows between the pair (each CTA multicasts its 16 of BN = 32);
+    3 M tiles (odd) by 2 N tiles, 2 K steps, over one persistent cluster."""
+    a, b, gen = _operands(130, 40, 256, seed=5)
+    scale_a, scale_b = _block_scales(130, 40, 256, gen)
+    out = fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.float32, sm_count=2, cluster_m=2,
+                   **SMALL)
+    _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
+
+
 def test_block_scales_differ_per_k_block():
     """A scale that only one K block carries changes only that block's products: zeroing
     scale_b's second K block leaves the first block's sum (a check that would pass if the

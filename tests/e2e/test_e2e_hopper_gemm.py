@@ -76,6 +76,20 @@ def test_a_persistent_launch_keeps_one_cta_an_sm_or_one_a_tile():
         hopper_gemm(a, b, sm_count=0, **SMALL)
 
 
+@pytest.mark.parametrize("sm_count", [None, 4])
+def test_a_2x1_cluster_shares_b_by_multicast(sm_count):
+    """3 M tiles (odd: the last pair's second CTA computes a tile wholly past M, which TMA
+    reads as zeros and its store clips away) by 3 N tiles; each CTA of a pair loads its
+    half of B's tile for both; one CTA a tile, or 2 clusters walking the pairs."""
+    a, b = _operands(130, 72, 200, torch.float16, seed=4)
+    out, whole = guarded((130, 72), "float16", pad=8)
+    hopper_gemm(a, b, out, sm_count=sm_count, cluster_m=2, **SMALL)
+    torch.testing.assert_close(out, (a.float() @ b.float()).half())
+    assert_guard_intact(whole, (130, 72), "float16")
+    grid, options = hopper_gemm_config(a, b, ctas=sm_count, cluster_m=2, **SMALL)
+    assert grid == ((4,) if sm_count else (12,)) and options["cluster"] == (2, 1, 1)
+
+
 def test_the_dispatch_picks_tma_and_wgmma():
     a, b = _operands(64, 32, 64, torch.bfloat16)
     grid, options = hopper_gemm_config(a, b, **SMALL)
@@ -100,6 +114,11 @@ def test_the_dispatch_picks_tma_and_wgmma():
      dict(block_m=192, consumers=3), ValueError,
      r"3 consumer warpgroups at 232 registers a thread and a producer at 40 need 94208 "
      r"registers: the CTA's pool holds 65536"),
+    ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
+     dict(cluster_m=4), ValueError, r"cluster_m=4: hopper_gemm runs clusters of 1 or 2 CTAs"),
+    ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
+     dict(cluster_m=2, block_k=24), ValueError, r"block_k rows between the pair: it must be "
+                                                r"a multiple of 16"),
 ])
 def test_bad_arguments_are_explained(args, options, error, message):
     with pytest.raises(error, match=message):
@@ -159,6 +178,29 @@ def test_an_f32_c_is_staged_by_st_shared_v2_f32():
 
 
 @needs_nvrtc
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+def test_the_sm90a_cluster_build_multicasts_b_and_releases_stages_remotely():
+    compiled = _sm90a_build(torch.bfloat16, cluster_m=2)
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    loads = [line for line in ptx if line.startswith("cp.async.bulk.tensor.2d.shared::cluster")]
+    # A's tile; B's half [32, 128] for each rank (constant rows of the swizzled ring), in
+    # two boxes of 64 columns (a 128-byte swizzle span)
+    assert len(loads) == 5 and sum(".multicast::cluster [" in line for line in loads) == 4
+    # the barrier after init and the one before leaving
+    assert ptx.count("barrier.cluster.arrive;") == 2 and ptx.count("barrier.cluster.wait;") == 2
+    assert any(line.startswith("mapa.") for line in ptx)
+    # each consumer releases a stage in the other CTA at its two release sites
+    assert sum(line.startswith("mbarrier.arrive.release.cluster.shared::cluster.b64")
+               for line in ptx) == 2 * 2
+    assert wgmma_groups_in_flight(compiled) == []
+    meta = compiled.metadata
+    assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
+    # each CTA's B box is half the tile's rows: 32 of BK = 64
+    assert [(t["param"], t["box"]) for t in meta["tensor_maps"]] == [
+        ("A", [128, 64]), ("B", [32, 64]), ("C", [64, 64])]
+
+
+@needs_nvrtc
 @needs_nvdisasm
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
@@ -166,10 +208,11 @@ def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text and "UTMASTG" in text
 
 
-def _sm90a_build(dtype, out=None):
+def _sm90a_build(dtype, out=None, cluster_m=1):
     m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
     _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
-                                    torch.empty(k, n, dtype=dtype, device="meta"), out_dtype=out)
+                                    torch.empty(k, n, dtype=dtype, device="meta"), out_dtype=out,
+                                    cluster_m=cluster_m)
     dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
     specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n))]
     specs.append(tj.TensorSpec((m, n), tj.float32 if out == torch.float32 else dt, device="cuda"))

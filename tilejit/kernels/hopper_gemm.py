@@ -62,11 +62,12 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                        LB: tj.constexpr, LC: tj.constexpr, PRODUCER_REGS: tj.constexpr,
                        CONSUMER_REGS: tj.constexpr, B_NK: tj.constexpr = False,
                        SCALING: tj.constexpr = "none", SA=tj.constexpr(None),
-                       SB=tj.constexpr(None)):
+                       SB=tj.constexpr(None), CLUSTER_M: tj.constexpr = 1):
     tj.static_assert(SCALING in ("none", "tensor", "block"),
                      "SCALING is none, tensor or block")
     tj.static_assert(SCALING != "block" or (BK == SCALE_BLOCK and SCALE_BLOCK % BN == 0),
                      "block scales take BK = 128 (a K step is a scale block) and BN dividing 128")
+    tj.static_assert(CLUSTER_M in (1, 2), "CLUSTER_M is 1 or 2 (2 x 1 clusters share B)")
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
     staged = tj.alloc_barriers(CONSUMERS)
@@ -76,24 +77,31 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
     if tj.thread_id() == 0:
         for s in tj.static_range(STAGES):
             tj.mbarrier_init(full[s], 1)                 # the producer's expect_tx arrival
-            tj.mbarrier_init(empty[s], 128 * CONSUMERS)  # every consumer thread arrives
+            # every consumer thread of the cluster's CTAs arrives: each CTA's producer
+            # fills the stage in all of them (B's halves multicast)
+            tj.mbarrier_init(empty[s], CLUSTER_M * 128 * CONSUMERS)
         for c in tj.static_range(CONSUMERS):
             tj.mbarrier_init(staged[c], 128)             # a consumer's threads staged C
             tj.mbarrier_init(stored[c], 1)               # its TMA store read the tile
-    tj.sync()
-    # the CTA's tiles: t = cta, cta + ctas, ... below tiles_m * tiles_n, M fastest; the
-    # rings' step counter runs on across them (step j * num_k + k), and so do the phases
-    tiles_m = tj.cdiv(C.shape[0], BM)
+    tj.cluster_sync()   # every CTA's barriers exist before another's copies reach them
+    # the cluster's units of CLUSTER_M tiles along M (the last may reach past M: TMA reads
+    # zeros there and its store writes nothing): u = cluster, cluster + clusters, ..., M
+    # fastest, the CTA of rank r taking the unit's tile r. The rings' step counter runs on
+    # across a CTA's tiles (step j * num_k + k), and so do the phases
+    rank = tj.cta_id(0) % CLUSTER_M
+    units_m = tj.cdiv(C.shape[0], BM * CLUSTER_M)
     num_k = tj.cdiv(K, BK)
-    my_tiles = tj.cdiv(tiles_m * tj.cdiv(C.shape[1], BN) - tj.cta_id(0), tj.num_ctas(0))
+    clusters = tj.num_ctas(0) // CLUSTER_M
+    my_units = tj.cdiv(units_m * tj.cdiv(C.shape[1], BN) - tj.cta_id(0) // CLUSTER_M, clusters)
+    HALF: tj.constexpr = (BN if B_NK else BK) // 2     # the rows of B a CTA loads
     if tj.warpgroup_id() == 0:
         with tj.warpgroup():
             tj.setmaxnreg(PRODUCER_REGS, "dec")     # it keeps a few: its registers go to
         if tj.warp_id() == 0 and tj.elect_sync():   # the consumers' accumulators
-            for j in range(my_tiles):
-                t = tj.cta_id(0) + j * tj.num_ctas(0)
-                m0 = t % tiles_m * BM
-                n0 = t // tiles_m * BN
+            for j in range(my_units):
+                u = tj.cta_id(0) // CLUSTER_M + j * clusters
+                m0 = (u % units_m * CLUSTER_M + rank) * BM
+                n0 = u // units_m * BN
                 for k in range(num_k):
                     step = j * num_k + k
                     s = step % STAGES
@@ -101,7 +109,17 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
                     tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
                                   barrier=full[s], dispatch="tma")
-                    if B_NK:
+                    if CLUSTER_M == 2:      # its half of B's tile, to both CTAs; the
+                        for r in tj.static_range(2):    # half's rows constant: TMA writes
+                            h = r * HALF                # the swizzled ring from known rows
+                            if rank == r:
+                                if B_NK:
+                                    half = B[n0 + h:n0 + h + HALF, k * BK:(k + 1) * BK]
+                                else:
+                                    half = B[k * BK + h:k * BK + h + HALF, n0:n0 + BN]
+                                tj.copy_async(b_ring[s, h:h + HALF, :], half, barrier=full[s],
+                                              dispatch="tma", multicast=0b11)
+                    elif B_NK:
                         tj.copy_async(b_ring[s], B[n0:n0 + BN, k * BK:(k + 1) * BK],
                                       barrier=full[s], dispatch="tma")
                     else:
@@ -119,10 +137,10 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     if SCALING == "block":      # one K step's products, before its scales
                         part = tj.fragment((rows, BN), tj.float32)
                         row_scale = tj.fragment((rows, 1), tj.float32)
-                    for j in range(my_tiles):
-                        t = tj.cta_id(0) + j * tj.num_ctas(0)
-                        m0 = t % tiles_m * BM
-                        n0 = t // tiles_m * BN
+                    for j in range(my_units):
+                        u = tj.cta_id(0) // CLUSTER_M + j * clusters
+                        m0 = (u % units_m * CLUSTER_M + rank) * BM
+                        n0 = u // units_m * BN
                         first = j * num_k   # the tile's first step in the rings
                         if SCALING == "block":
                             tj.fill(acc, 0.0)
@@ -139,6 +157,8 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                                               b_ring[s, :, :], transpose_b=B_NK, accum=False,
                                               dispatch="wgmma")
                                 tj.mbarrier_arrive(empty[s])
+                                if CLUSTER_M == 2:  # the other CTA's producer filled it too
+                                    tj.mbarrier_arrive(tj.remote(empty, 1 - rank)[s])
                                 tj.mul(row_scale, row_scale, b_scale)   # acc += part *
                                 tj.fma(acc, part, row_scale, acc)       # scale_a * scale_b
                         else:
@@ -159,9 +179,15 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                                                   b_ring[s, :, :], transpose_b=B_NK,
                                                   dispatch="wgmma", wait=False)
                                     tj.wgmma_wait(1)    # step k - 1's group retired: its
-                                    tj.mbarrier_arrive(empty[(first + k - 1) % STAGES])
+                                    done = (first + k - 1) % STAGES     # stage is free
+                                    tj.mbarrier_arrive(empty[done])
+                                    if CLUSTER_M == 2:
+                                        tj.mbarrier_arrive(tj.remote(empty, 1 - rank)[done])
                             tj.wgmma_wait(0)
-                            tj.mbarrier_arrive(empty[(first + num_k - 1) % STAGES])
+                            done = (first + num_k - 1) % STAGES
+                            tj.mbarrier_arrive(empty[done])
+                            if CLUSTER_M == 2:
+                                tj.mbarrier_arrive(tj.remote(empty, 1 - rank)[done])
                         if SCALING == "tensor":
                             tj.mul(acc, acc, SA[0] * SB[0])
                         if j > 0:               # the previous tile's store has read c_tile
@@ -175,6 +201,8 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                                           c_tile, dispatch="tma")
                             tj.bulk_wait(0)
                             tj.mbarrier_arrive(stored[c])
+    if CLUSTER_M == 2:      # no CTA leaves while the other may still arrive on its barriers
+        tj.cluster_sync()
 
 
 def register_split(consumers: int) -> tuple[int, int]:
@@ -208,7 +236,7 @@ def ring_layout(stages: int | None, rows: int, cols: int, dtype):
 
 
 def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
-                       consumers=None, out_dtype=None, ctas=None):
+                       consumers=None, out_dtype=None, ctas=None, cluster_m=1):
     """The launch grid and the kernel's constexpr options for ``a @ b`` into a C of
     ``out_dtype`` (default: the operands'), at most ``ctas`` CTAs (None: one a tile)."""
     if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
@@ -218,7 +246,8 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
         raise ValueError(f"hopper_gemm multiplies [M, K] by [K, N], got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
     return _tile_config(a.shape[0], b.shape[1], a.dtype, out_dtype or a.dtype, block_m,
-                        block_n, block_k, stages, consumers, b_nk=False, ctas=ctas)
+                        block_n, block_k, stages, consumers, b_nk=False, ctas=ctas,
+                        cluster_m=cluster_m)
 
 
 def persistent_ctas(device, persistent=True, sm_count=None):
@@ -238,7 +267,7 @@ def persistent_ctas(device, persistent=True, sm_count=None):
 
 
 def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, consumers, b_nk,
-                 ctas):
+                 ctas, cluster_m):
     """The grid and options of either entry point: A [M, K] and B ([N, K] when ``b_nk``,
     else [K, N]) of ``dtype`` in shared rings, C of ``out_dtype``; each of the grid's CTAs
     walks the tiles ``cta, cta + grid, ...`` (one each when ``ctas`` is None)."""
@@ -248,20 +277,31 @@ def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, cons
         raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
                          f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
     producer_regs, consumer_regs = register_split(consumers)
-    tiles = tj.cdiv(m, block_m) * tj.cdiv(n, block_n)
-    grid = (tiles if ctas is None else min(tiles, ctas),)
+    if cluster_m not in (1, 2):
+        raise ValueError(f"cluster_m={cluster_m}: hopper_gemm runs clusters of 1 or 2 CTAs "
+                         f"along M (2: the pair shares B's tiles by TMA multicast)")
+    if cluster_m == 2 and (block_n if b_nk else block_k) % 16:
+        raise ValueError(f"cluster_m=2 splits B's {'block_n' if b_nk else 'block_k'} rows "
+                         f"between the pair: it must be a multiple of 16 (two halves of whole "
+                         f"8-row swizzle periods)")
+    units = tj.cdiv(m, block_m * cluster_m) * tj.cdiv(n, block_n)
+    if ctas is not None:        # whole clusters, each walking units
+        units = min(units, max(1, ctas // cluster_m))
+    grid = (units * cluster_m,)
     b_tile = (block_n, block_k) if b_nk else (block_k, block_n)
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, dtype),
                    LB=ring_layout(stages, *b_tile, dtype),
                    LC=ring_layout(None, block_m, block_n, out_dtype),
                    PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs, B_NK=b_nk,
-                   num_warps=4 * (1 + consumers))
+                   num_warps=4 * (1 + consumers), CLUSTER_M=cluster_m)
+    if cluster_m > 1:
+        options["cluster"] = (cluster_m, 1, 1)
     return grid, options
 
 
 def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
-                consumers=None, persistent=True, sm_count=None):
+                consumers=None, persistent=True, sm_count=None, cluster_m=1):
     """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
     dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the
     kernel itself, CUDA tensors launch the ``sm_90a`` build. Rows of a, b and out must be
@@ -273,13 +313,15 @@ def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=
     grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
                                        block_k=block_k, stages=stages, consumers=consumers,
                                        out_dtype=out.dtype,
-                                       ctas=persistent_ctas(a.device, persistent, sm_count))
+                                       ctas=persistent_ctas(a.device, persistent, sm_count),
+                                       cluster_m=cluster_m)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
     return out
 
 
 def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k=128,
-                    stages=4, consumers=None, out_dtype=torch.bfloat16, ctas=None):
+                    stages=4, consumers=None, out_dtype=torch.bfloat16, ctas=None,
+                    cluster_m=1):
     """The grid and the kernel's options for ``fp8_gemm``, the scaling mode among them
     ("tensor" when both scales hold one value, else "block")."""
     if a.dtype != torch.float8_e4m3fn or b.dtype != a.dtype:
@@ -313,13 +355,14 @@ def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k
                              f"block_n dividing 128 (one B scale per tile), got "
                              f"block_k={block_k}, block_n={block_n}")
     grid, options = _tile_config(m, n, a.dtype, out_dtype, block_m, block_n, block_k,
-                                 stages, consumers, b_nk=True, ctas=ctas)
+                                 stages, consumers, b_nk=True, ctas=ctas,
+                                 cluster_m=cluster_m)
     return grid, dict(options, SCALING=scaling)
 
 
 def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, block_m=128,
              block_n=128, block_k=128, stages=4, consumers=None, persistent=True,
-             sm_count=None):
+             sm_count=None, cluster_m=1):
     """C = (a * scale_a) @ (b * scale_b).T for float8_e4m3fn torch matrices a [M, K] and
     b [N, K] (K contiguous: torch's ``_scaled_mm`` takes this b transposed, a column-major
     [K, N]), f32 accumulation, C [M, N] of ``out_dtype`` (or ``out``'s dtype).
@@ -335,7 +378,8 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
     grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,
                                     block_k=block_k, stages=stages, consumers=consumers,
                                     out_dtype=out.dtype,
-                                    ctas=persistent_ctas(a.device, persistent, sm_count))
+                                    ctas=persistent_ctas(a.device, persistent, sm_count),
+                                    cluster_m=cluster_m)
     if options["SCALING"] == "tensor":
         scale_a, scale_b = scale_a.reshape(1), scale_b.reshape(1)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], SA=scale_a, SB=scale_b, **options)

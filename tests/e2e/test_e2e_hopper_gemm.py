@@ -11,8 +11,9 @@ from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
 from tilejit.kernels import hopper_gemm
-from tilejit.kernels.hopper_gemm import (hopper_gemm_config, hopper_gemm_kernel, persistent_ctas,
-                                        register_split)
+from tilejit.kernels.hopper_gemm import (TILE_CONFIGS, hopper_gemm_config, hopper_gemm_kernel,
+                                        persistent_ctas, register_split, tuned_grid,
+                                        tuned_hopper_gemm)
 
 # small tiles keep the CPU runs short; K = 200 leaves a partial last K step
 SMALL = dict(block_m=64, block_n=32, block_k=32, stages=3)
@@ -28,17 +29,17 @@ def test_ragged_gemm_matches_torch(dtype):
     a, b = _operands(130, 72, 200, dtype)
     name = str(dtype).removeprefix("torch.")
     out, whole = guarded((130, 72), name, pad=8)    # rows of 80 elements: 16-byte multiples
-    assert hopper_gemm(a, b, out, **SMALL) is out
+    assert hopper_gemm(a, b, out, config=SMALL) is out
     torch.testing.assert_close(out, (a.float() @ b.float()).to(dtype))
     assert_guard_intact(whole, (130, 72), name)     # the clipped TMA stores stay inside
 
 
 def test_out_defaults_to_the_operands_dtype_or_takes_float32():
     a, b = _operands(64, 32, 48, torch.bfloat16, seed=2)
-    out = hopper_gemm(a, b, **SMALL)
+    out = hopper_gemm(a, b, config=SMALL)
     assert out.dtype == torch.bfloat16 and out.shape == (64, 32)
     torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
-    wide = hopper_gemm(a, b, torch.zeros(64, 32), **SMALL)   # f32 C: the accumulator as is
+    wide = hopper_gemm(a, b, torch.zeros(64, 32), config=SMALL)   # f32 C: the accumulator as is
     torch.testing.assert_close(wide, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
 
 
@@ -47,7 +48,7 @@ def test_two_consumer_warpgroups_split_the_rows():
     stage count (2) is below the K steps (4), so the ring wraps and the phases alternate."""
     a, b = _operands(150, 40, 256, torch.float16, seed=1)
     out = torch.full((150, 40), -1.0, dtype=torch.float16)
-    result = hopper_gemm(a, b, out, block_m=128, block_n=32, block_k=64, stages=2)
+    result = hopper_gemm(a, b, out, config=dict(block_m=128, block_n=32, block_k=64, stages=2))
     assert result is out
     torch.testing.assert_close(out, (a.float() @ b.float()).half())
 
@@ -59,7 +60,7 @@ def test_persistent_ctas_walk_more_tiles_than_ctas(sm_count):
     C staging waits for the previous tile's TMA store to have read it."""
     a, b = _operands(200, 80, 200, torch.bfloat16, seed=3)
     out, whole = guarded((200, 80), "bfloat16", pad=8)
-    hopper_gemm(a, b, out, sm_count=sm_count, **SMALL)
+    hopper_gemm(a, b, out, config=SMALL, sm_count=sm_count)
     torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
     assert_guard_intact(whole, (200, 80), "bfloat16")
     grid, _ = hopper_gemm_config(a, b, ctas=sm_count, **SMALL)
@@ -73,7 +74,7 @@ def test_a_persistent_launch_keeps_one_cta_an_sm_or_one_a_tile():
     a, b = _operands(64, 32, 64, torch.float16)
     assert hopper_gemm_config(a, b, ctas=132, **SMALL)[0] == (1,)   # never more than tiles
     with pytest.raises(ValueError, match="sm_count=0: a persistent launch needs at least one"):
-        hopper_gemm(a, b, sm_count=0, **SMALL)
+        hopper_gemm(a, b, config=SMALL, sm_count=0)
 
 
 @pytest.mark.parametrize("sm_count", [None, 4])
@@ -83,11 +84,42 @@ def test_a_2x1_cluster_shares_b_by_multicast(sm_count):
     half of B's tile for both; one CTA a tile, or 2 clusters walking the pairs."""
     a, b = _operands(130, 72, 200, torch.float16, seed=4)
     out, whole = guarded((130, 72), "float16", pad=8)
-    hopper_gemm(a, b, out, sm_count=sm_count, cluster_m=2, **SMALL)
+    hopper_gemm(a, b, out, config=dict(SMALL, cluster_m=2), sm_count=sm_count)
     torch.testing.assert_close(out, (a.float() @ b.float()).half())
     assert_guard_intact(whole, (130, 72), "float16")
     grid, options = hopper_gemm_config(a, b, ctas=sm_count, cluster_m=2, **SMALL)
     assert grid == ((4,) if sm_count else (12,)) and options["cluster"] == (2, 1, 1)
+
+
+def test_the_tile_configs_fit_a_ctas_shared_memory_and_registers():
+    a, b = (torch.empty(8192, 8192, dtype=torch.bfloat16, device="meta") for _ in range(2))
+    for tile in TILE_CONFIGS:
+        hopper_gemm_config(a, b, **tile)
+    with pytest.raises(ValueError, match=r"4 stages of 256 x 64 and 64 x 256 tiles plus C's "
+                                         r"256 x 256 staging need 524384 bytes of shared "
+                                         r"memory: a CTA has 232448"):
+        hopper_gemm_config(a, b, block_m=256, block_n=256, out_dtype=torch.float32)
+
+
+def test_the_autotuner_times_the_configs_once_per_shape_bucket():
+    """A do_bench that runs each config once and reports the second as the faster: it
+    wins; M = 50 shares M = 64's bucket (no timing), M = 80 is timed again."""
+    configs = (SMALL, dict(block_m=64, block_n=64, block_k=32, stages=2))
+    timings = iter([2.0, 1.0] * 2)
+
+    def bench(launch):
+        launch()
+        return next(timings)
+
+    tuned = tuned_hopper_gemm(configs, do_bench=bench, cache_results=False)
+    for m in (64, 50, 80):
+        a, b = _operands(m, 64, 96, torch.bfloat16, seed=m)
+        out = torch.empty(m, 64, dtype=torch.bfloat16)
+        tuned[tuned_grid(m, 64, None)](a, b, out, 96)
+        torch.testing.assert_close(out, (a.float() @ b.float()).bfloat16())
+        assert tuned.best_config.kwargs["BN"] == 64
+    with pytest.raises(StopIteration):      # both timings of each bucket were used
+        next(timings)
 
 
 def test_the_dispatch_picks_tma_and_wgmma():
@@ -122,7 +154,7 @@ def test_the_dispatch_picks_tma_and_wgmma():
 ])
 def test_bad_arguments_are_explained(args, options, error, message):
     with pytest.raises(error, match=message):
-        hopper_gemm(*args, **options)
+        hopper_gemm(*args, config=options or None)
 
 
 @needs_nvrtc
@@ -169,6 +201,15 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
 
 @needs_nvrtc
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
+@pytest.mark.parametrize("tile", TILE_CONFIGS[1:], ids=str)
+def test_every_tuned_config_builds_without_spills_with_groups_in_flight(tile):
+    compiled = _sm90a_build(torch.bfloat16, tile=tile)
+    assert compiled.metadata["spill_bytes"] == 0 and compiled.metadata["registers"] == 168
+    assert wgmma_groups_in_flight(compiled) == []
+
+
+@needs_nvrtc
+@pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_an_f32_c_is_staged_by_st_shared_v2_f32():
     compiled = _sm90a_build(torch.bfloat16, out=torch.float32)
     staging = [line.strip().split()[0] for line in compiled.asm["ptx"].splitlines()
@@ -208,11 +249,11 @@ def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     assert "HGMMA.64x128x16.F32" in text and "UTMALDG" in text and "UTMASTG" in text
 
 
-def _sm90a_build(dtype, out=None, cluster_m=1):
+def _sm90a_build(dtype, out=None, cluster_m=1, tile=None):
     m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
     _, options = hopper_gemm_config(torch.empty(m, k, dtype=dtype, device="meta"),
                                     torch.empty(k, n, dtype=dtype, device="meta"), out_dtype=out,
-                                    cluster_m=cluster_m)
+                                    **(tile or dict(cluster_m=cluster_m)))
     dt = tj.bfloat16 if dtype == torch.bfloat16 else tj.float16
     specs = [tj.TensorSpec(shape, dt, device="cuda") for shape in ((m, k), (k, n))]
     specs.append(tj.TensorSpec((m, n), tj.float32 if out == torch.float32 else dt, device="cuda"))

@@ -44,6 +44,8 @@ before that wait is a data race there). The accumulator reaches its shared tile 
 of converted values per store, not by stmatrix (which takes 16-bit values: a cast into
 another register tile would come first).
 """
+import functools
+
 import torch
 
 import tilejit as tj
@@ -54,6 +56,18 @@ SM_REGISTERS, MAX_THREAD_REGS = 65536, 255      # Hopper: 64K 32-bit registers p
 WARPGROUP_THREADS = 128
 PRODUCER_REGS, CONSUMER_REGS = 40, 232           # setmaxnreg's limits (see register_split)
 SCALE_BLOCK = 128       # fp8 block scales (DeepSeek-V3): A's 1 x 128, B's 128 x 128
+SHARED_BYTES = 227 * 1024   # a CTA's shared memory on sm_90
+# hopper_gemm's tile configs (hopper_gemm_config's options): the first runs when none is
+# given on the CPU; on a GPU the autotuner times them all per (M, N, K) bucket. Each
+# compiles without spills (ptxas allocates the whole kernel at the 168 registers a thread
+# of 384 threads, setmaxnreg or not: single-CTA 128 x 256 and 256 x 128 tiles, 128
+# accumulators a consumer thread, spill 56 bytes there and are left out)
+TILE_CONFIGS = (
+    dict(block_m=128, block_n=128, block_k=64, stages=4),
+    dict(block_m=128, block_n=128, block_k=64, stages=5),
+    dict(block_m=128, block_n=128, block_k=64, stages=4, cluster_m=2),
+    dict(block_m=128, block_n=256, block_k=64, stages=3, cluster_m=2),
+)
 
 
 @tj.kernel
@@ -271,8 +285,7 @@ def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, cons
     """The grid and options of either entry point: A [M, K] and B ([N, K] when ``b_nk``,
     else [K, N]) of ``dtype`` in shared rings, C of ``out_dtype``; each of the grid's CTAs
     walks the tiles ``cta, cta + grid, ...`` (one each when ``ctas`` is None)."""
-    if consumers is None:
-        consumers = 2 if block_m >= 128 else 1
+    consumers = _consumers(block_m, consumers)
     if block_m % (64 * consumers):
         raise ValueError(f"block_m={block_m} must give each of the {consumers} consumer "
                          f"warpgroup(s) a multiple of 64 rows (wgmma's M)")
@@ -284,10 +297,14 @@ def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, cons
         raise ValueError(f"cluster_m=2 splits B's {'block_n' if b_nk else 'block_k'} rows "
                          f"between the pair: it must be a multiple of 16 (two halves of whole "
                          f"8-row swizzle periods)")
-    units = tj.cdiv(m, block_m * cluster_m) * tj.cdiv(n, block_n)
-    if ctas is not None:        # whole clusters, each walking units
-        units = min(units, max(1, ctas // cluster_m))
-    grid = (units * cluster_m,)
+    grid = launch_grid(m, n, block_m, block_n, cluster_m, ctas)
+    shared = (stages * (block_m + block_n) * block_k * dtype.itemsize      # the rings
+              + block_m * block_n * out_dtype.itemsize                   # C's staging
+              + 8 * (2 * stages + 2 * consumers))                        # the mbarriers
+    if shared > SHARED_BYTES:
+        raise ValueError(f"{stages} stages of {block_m} x {block_k} and {block_k} x {block_n} "
+                         f"tiles plus C's {block_m} x {block_n} staging need {shared} bytes of "
+                         f"shared memory: a CTA has {SHARED_BYTES}")
     b_tile = (block_n, block_k) if b_nk else (block_k, block_n)
     options = dict(STAGES=stages, BM=block_m, BN=block_n, BK=block_k, CONSUMERS=consumers,
                    LA=ring_layout(stages, block_m, block_k, dtype),
@@ -300,23 +317,97 @@ def _tile_config(m, n, dtype, out_dtype, block_m, block_n, block_k, stages, cons
     return grid, options
 
 
-def hopper_gemm(a, b, out=None, *, block_m=128, block_n=128, block_k=64, stages=4,
-                consumers=None, persistent=True, sm_count=None, cluster_m=1):
+def launch_grid(m, n, block_m, block_n, cluster_m, ctas):
+    """One CTA a tile, or at most ``ctas`` in whole clusters, each walking its units."""
+    units = tj.cdiv(m, block_m * cluster_m) * tj.cdiv(n, block_n)
+    if ctas is not None:
+        units = min(units, max(1, ctas // cluster_m))
+    return (units * cluster_m,)
+
+
+def _consumers(block_m, consumers):
+    return consumers if consumers is not None else 2 if block_m >= 128 else 1
+
+
+def hopper_gemm(a, b, out=None, *, config=None, persistent=True, sm_count=None):
     """C = a @ b for float16 / bfloat16 torch matrices, accumulated in f32; C in their
     dtype, or ``out``'s (e.g. float32). Launches on the tensors' device: the CPU runs the
     kernel itself, CUDA tensors launch the ``sm_90a`` build. Rows of a, b and out must be
-    whole 16-byte multiples (a tensor map's strides); ``consumers`` (1 or 2 warpgroups)
-    defaults to 2 for ``block_m >= 128``. ``persistent``: launch ``persistent_ctas`` CTAs
-    that walk the tiles (else one CTA a tile)."""
+    whole 16-byte multiples (a tensor map's strides).
+
+    ``config``: the tile options of ``hopper_gemm_config`` as a dict (block_m, block_n,
+    block_k, stages, consumers: 1 or 2 warpgroups, by default 2 for ``block_m >= 128``,
+    cluster_m: 2 for 2 x 1 clusters sharing B). None: on a GPU the autotuner picks among
+    ``TILE_CONFIGS`` per (M, N, K) bucket (``tuned_hopper_gemm``); on the CPU the first
+    runs (timing the CPU's execution would say nothing of a GPU's). ``persistent``: launch
+    ``persistent_ctas`` CTAs that walk the tiles (else one CTA a tile)."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
-    grid, options = hopper_gemm_config(a, b, block_m=block_m, block_n=block_n,
-                                       block_k=block_k, stages=stages, consumers=consumers,
-                                       out_dtype=out.dtype,
-                                       ctas=persistent_ctas(a.device, persistent, sm_count),
-                                       cluster_m=cluster_m)
+    ctas = persistent_ctas(a.device, persistent, sm_count)
+    if config is None and a.device.type == "cuda":
+        hopper_gemm_config(a, b, out_dtype=out.dtype)      # the operands' errors first
+        _TUNED[tuned_grid(a.shape[0], b.shape[1], ctas)](a, b, out, a.shape[1])
+        return out
+    grid, options = hopper_gemm_config(a, b, **(config or TILE_CONFIGS[0]),
+                                       out_dtype=out.dtype, ctas=ctas)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], **options)
     return out
+
+
+def _bucket(size: int) -> int:
+    """The power of two at or above ``size``: the sizes that share a tuning result."""
+    return 1 << max(size - 1, 0).bit_length()
+
+
+def m_bucket(meta) -> int:
+    return _bucket(meta["C"].shape[0])
+
+
+def n_bucket(meta) -> int:
+    return _bucket(meta["C"].shape[1])
+
+
+def k_bucket(meta) -> int:
+    return _bucket(meta["K"])
+
+
+def tuned_grid(m, n, ctas):
+    """The grid of the config the autotuner launches (its constexprs are in ``meta``)."""
+    return lambda meta: launch_grid(m, n, meta["BM"], meta["BN"], meta["CLUSTER_M"], ctas)
+
+
+def _derived(meta) -> dict:
+    """The options a tile config implies for the call's dtypes (layouts, registers)."""
+    return _derived_options(meta["A"].dtype, meta["C"].dtype, meta["BM"], meta["BN"],
+                            meta["BK"], meta["STAGES"], meta["CONSUMERS"], meta["CLUSTER_M"])
+
+
+@functools.lru_cache(maxsize=64)    # built once per config and dtypes, not per launch
+def _derived_options(dtype, out_dtype, block_m, block_n, block_k, stages, consumers, cluster_m):
+    return _tile_config(block_m, block_n, dtype, out_dtype, block_m, block_n, block_k, stages,
+                        consumers, b_nk=False, ctas=None, cluster_m=cluster_m)[1]
+
+
+def tuned_hopper_gemm(configs=TILE_CONFIGS, **autotune_options):
+    """``hopper_gemm_kernel`` under ``@tj.autotune`` over ``configs`` (hopper_gemm_config's
+    tile options), keyed by the power-of-two buckets of M, N and K; the layouts and
+    register limits each config implies are ``@tj.heuristics`` beneath it."""
+    tuned = []
+    for tile in configs:
+        consumers = _consumers(tile["block_m"], tile.get("consumers"))
+        cluster_m = tile.get("cluster_m", 1)
+        tuned.append(tj.Config(dict(BM=tile["block_m"], BN=tile["block_n"], BK=tile["block_k"],
+                                    STAGES=tile["stages"], CONSUMERS=consumers,
+                                    CLUSTER_M=cluster_m),
+                               num_warps=4 * (1 + consumers),
+                               cluster=(cluster_m, 1, 1) if cluster_m > 1 else None))
+    derived = {name: (lambda meta, name=name: _derived(meta)[name])
+               for name in ("LA", "LB", "LC", "PRODUCER_REGS", "CONSUMER_REGS")}
+    return tj.autotune(tuned, key=[m_bucket, n_bucket, k_bucket], **autotune_options)(
+        tj.heuristics(derived)(hopper_gemm_kernel))
+
+
+_TUNED = tuned_hopper_gemm()
 
 
 def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k=128,

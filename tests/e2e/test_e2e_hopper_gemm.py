@@ -146,6 +146,8 @@ def test_the_dispatch_picks_tma_and_wgmma():
      dict(block_m=192, consumers=3), ValueError,
      r"3 consumer warpgroups at 232 registers a thread and a producer at 40 need 94208 "
      r"registers: the CTA's pool holds 65536"),
+    ((torch.zeros(64, 0, dtype=torch.half), torch.zeros(0, 64, dtype=torch.half)), {},
+     ValueError, r"K = 0: the kernel multiplies at least one K step"),
     ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),
      dict(cluster_m=4), ValueError, r"cluster_m=4: hopper_gemm runs clusters of 1 or 2 CTAs"),
     ((torch.zeros(64, 64, dtype=torch.half), torch.zeros(64, 64, dtype=torch.half)),

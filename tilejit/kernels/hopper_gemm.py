@@ -13,15 +13,31 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   allows). Edges of M, N and K are the hardware's out-of-bounds fill: zeros.
 - warpgroups 1 .. CONSUMERS each own ``BM / CONSUMERS`` rows of the tile: they wait
   ``full[s]``, run ``gemm_async`` family ``wgmma`` into an f32 accumulator (wgmma's fragment
-  layout, inferred) and arrive on ``empty[s]`` (each consumer thread: the barrier counts
-  ``128 * CONSUMERS`` arrivals).
+  layout, inferred) with ``wait=False``, so step k's group stays in flight while step k + 1
+  waits for its stage: ``tj.wgmma_wait(1)`` retires step k - 1's, whose stage each consumer
+  thread then releases on ``empty`` (``128 * CONSUMERS`` arrivals). A tile's first K step
+  starts the accumulator (``accum=False``): a fill on the path around the K loop would be
+  a write into a pending wgmma's registers to ptxas, which then serializes every wgmma.
 - the TMA-store epilogue: each consumer writes its accumulator, cast to C's dtype, two
   columns at a time (dispatch ``copy -> vec``: ``st.shared.v2``), into its own rows of
   one swizzled shared tile [BM, BN] (slices at constant rows: the race
   check sees them apart), fences it for the asynchronous proxy
   (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
-  clipped at C's edges by the hardware) and waits for its bulk group.
+  clipped at C's edges by the hardware), waits for its bulk group and arrives on
+  ``stored[c]``, which the consumer waits for before it stages its next tile.
+- persistent tiles: each CTA walks the tiles ``cta, cta + grid, ...`` (M fastest; a grid
+  of one CTA a tile walks one each), its ring steps ``j * num_k + k`` and their phases
+  running on across its tiles; ``persistent_ctas`` sizes the grid to the SMs.
+- 2 x 1 clusters (``CLUSTER_M = 2``, launched with ``cluster=(2, 1, 1)``): the pair takes
+  two neighbouring M tiles of one N column (units of ``CLUSTER_M`` tiles walked in
+  lockstep), each CTA loading its A tile and half of B's tile with ``multicast=0b11`` into
+  both CTAs' rings; ``empty[s]`` counts the consumers of both CTAs (each thread arrives on
+  its own and, by ``tj.remote``, on the other's). ``tj.cluster_sync()`` after the
+  barriers' init and before the CTAs leave.
+- tile configs: ``hopper_gemm`` without ``config`` autotunes ``TILE_CONFIGS`` on a GPU
+  (``tj.autotune`` keyed by power-of-two buckets of M, N and K) and runs the first on the
+  CPU.
 
 fp8 (``fp8_gemm``; constexpr options of the one kernel): wgmma reads fp8 operands K-major
 only, so B comes as [N, K] (``B_NK``: its ring holds [BN, BK] tiles, the gemm transposes
@@ -31,18 +47,16 @@ of B; BK = 128, so a K step is a scale block) runs each K step's wgmma into a fr
 fragment ``part`` and promotes it, ``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc``
 (one fma a value), each consumer thread reading the scales of its own rows (those past M
 read as 0: the copy's bounds check). The tile's BN divides 128, so one B scale covers it.
+Each step's group retires at once there (the promotion reads its products; keeping one in
+flight would take a second ``part``, 64 more registers a thread than the consumer has).
 
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
 
-Left out, because the IR cannot express them yet (issue 14 lists them): thread-block
-clusters and TMA multicast, persistent tile scheduling, autotuned tile configs, and wgmma
-groups in flight across K steps (each ``gemm_async`` waits for its own group before the
-consumer releases the stage: the DSL has no ``tj.wgmma_wait(n)`` yet; the CPU already
-completes a multiply's shared reads at the wait that retires it, so a stage released
-before that wait is a data race there). The accumulator reaches its shared tile one pair
-of converted values per store, not by stmatrix (which takes 16-bit values: a cast into
-another register tile would come first).
+Left out: the accumulator reaches its shared tile one pair of converted values per
+store, not by stmatrix (which takes 16-bit values: a cast into another register tile
+would come first); fp8_gemm is not autotuned; single-CTA 128 x 256 and 256 x 128 tiles
+spill at the kernel's 168 registers a thread and are not among the tuned configs.
 """
 import functools
 
@@ -259,9 +273,16 @@ def hopper_gemm_config(a, b, *, block_m=128, block_n=128, block_k=64, stages=4,
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"hopper_gemm multiplies [M, K] by [K, N], got {tuple(a.shape)} "
                          f"and {tuple(b.shape)}")
+    _check_k(a.shape[1])
     return _tile_config(a.shape[0], b.shape[1], a.dtype, out_dtype or a.dtype, block_m,
                         block_n, block_k, stages, consumers, b_nk=False, ctas=ctas,
                         cluster_m=cluster_m)
+
+
+def _check_k(k):
+    if k == 0:      # a tile's first K step starts its accumulator: there must be one
+        raise ValueError("K = 0: the kernel multiplies at least one K step (C would be "
+                         "zeros: torch.zeros makes it)")
 
 
 def persistent_ctas(device, persistent=True, sm_count=None):
@@ -346,7 +367,7 @@ def hopper_gemm(a, b, out=None, *, config=None, persistent=True, sm_count=None):
     ctas = persistent_ctas(a.device, persistent, sm_count)
     if config is None and a.device.type == "cuda":
         hopper_gemm_config(a, b, out_dtype=out.dtype)      # the operands' errors first
-        _TUNED[tuned_grid(a.shape[0], b.shape[1], ctas)](a, b, out, a.shape[1])
+        hopper_gemm_autotuner[tuned_grid(a.shape[0], b.shape[1], ctas)](a, b, out, a.shape[1])
         return out
     grid, options = hopper_gemm_config(a, b, **(config or TILE_CONFIGS[0]),
                                        out_dtype=out.dtype, ctas=ctas)
@@ -407,7 +428,7 @@ def tuned_hopper_gemm(configs=TILE_CONFIGS, **autotune_options):
         tj.heuristics(derived)(hopper_gemm_kernel))
 
 
-_TUNED = tuned_hopper_gemm()
+hopper_gemm_autotuner = tuned_hopper_gemm()
 
 
 def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k=128,
@@ -422,6 +443,7 @@ def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k
         raise ValueError(f"fp8_gemm multiplies A [M, K] by B given as [N, K] (wgmma reads "
                          f"fp8 K-major), got {tuple(a.shape)} and {tuple(b.shape)}")
     (m, k), n = a.shape, b.shape[0]
+    _check_k(k)
     if k % 16:
         raise ValueError(f"K = {k}: an fp8 row must be a multiple of 16 bytes (a tensor "
                          f"map's stride)")

@@ -90,3 +90,28 @@ def launched_or_refused(lowering: str, kernel_file, launch) -> bool:
             raise
         return False
     return True
+
+
+def in_a_loop(ptx: list[str], index: int) -> bool:
+    """Whether PTX line ``index`` (stripped lines) lies between a label and a branch back
+    to it."""
+    labels = {line[:-1]: n for n, line in enumerate(ptx[:index]) if line.endswith(":")}
+    return any(line.startswith(("bra", "@")) and line.split()[-1].rstrip(";") in labels
+               for line in ptx[index:])
+
+
+def wgmma_groups_in_flight(compiled) -> list[str]:
+    """The checks that a build keeps one wgmma group in flight across its K loop: the
+    failures, as text (empty when it does). ``wgmma.wait_group 1`` inside a loop, and
+    ptxas compiling the CUDA source without a wgmma note (C7515: multiplies serialized,
+    C7517: a wait it had to inject, when registers of a pending wgmma are touched)."""
+    from tilejit.targets.cuda.nvrtc import compile_cuda
+    ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
+    wait = "wgmma.wait_group.sync.aligned 1;"
+    failures = []
+    if wait not in ptx or not in_a_loop(ptx, ptx.index(wait)):
+        failures.append(f"no {wait!r} inside a loop")
+    log = compile_cuda(compiled.asm["cuda"], "sm_90a").log
+    if "wgmma" in log:
+        failures.append(f"ptxas: {log}")
+    return failures

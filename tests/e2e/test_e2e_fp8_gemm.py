@@ -14,7 +14,7 @@ import inspect
 
 import pytest
 import torch
-from e2e_helpers import assert_guard_intact, guarded
+from e2e_helpers import assert_guard_intact, guarded, wgmma_groups_in_flight
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
@@ -72,12 +72,13 @@ SMALL = dict(block_m=64, block_n=32, stages=2)
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
 def test_per_tensor_scales_on_a_ragged_shape(out_dtype):
     """M = 70, N = 40 (two tiles each, the second clipped) and K = 208 (the second K step's
-    last 48 columns are TMA's zero fill); 0-d scales as torch._scaled_mm takes them."""
+    last 48 columns are TMA's zero fill); 0-d scales as torch._scaled_mm takes them; the
+    4 tiles over 3 persistent CTAs."""
     a, b, _ = _operands(70, 40, 208, seed=0)
     scale_a, scale_b = torch.tensor(0.375), torch.tensor(1.75)
     name = str(out_dtype).removeprefix("torch.")
     out, whole = guarded((70, 40), name, pad=8)      # rows of 48 elements: 16-byte multiples
-    assert fp8_gemm(a, b, scale_a, scale_b, out=out, **SMALL) is out
+    assert fp8_gemm(a, b, scale_a, scale_b, out=out, sm_count=3, **SMALL) is out
     _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
     assert_guard_intact(whole, (70, 40), name)
 
@@ -85,11 +86,11 @@ def test_per_tensor_scales_on_a_ragged_shape(out_dtype):
 def test_block_scales_on_a_ragged_shape():
     """N = 200: two 128-column scale blocks of B, tiles of 64 (four a block, the last cut at
     N); K = 336: three 128-wide scale blocks, the last partial; M = 70: A's scales past M
-    are masked off."""
+    are masked off. 8 tiles over 3 persistent CTAs: a CTA's second tile starts mid-ring."""
     a, b, gen = _operands(70, 200, 336, seed=1)
     scale_a, scale_b = _block_scales(70, 200, 336, gen)
     out = fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.float32, block_m=64, block_n=64,
-                   stages=2)
+                   stages=2, sm_count=3)
     assert out.dtype == torch.float32 and out.shape == (70, 200)
     _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
 
@@ -101,6 +102,16 @@ def test_block_scales_with_two_consumer_warpgroups_and_a_wrapping_ring():
     scale_a, scale_b = _block_scales(150, 40, 384, gen)
     out = fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.float16, block_m=128, block_n=32,
                    stages=2)
+    _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
+
+
+def test_block_scales_in_2x1_clusters_walking_tiles():
+    """B [N, K] split by rows between the pair (each CTA multicasts its 16 of BN = 32);
+    3 M tiles (odd) by 2 N tiles, 2 K steps, over one persistent cluster."""
+    a, b, gen = _operands(130, 40, 256, seed=5)
+    scale_a, scale_b = _block_scales(130, 40, 256, gen)
+    out = fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.float32, sm_count=2, cluster_m=2,
+                   **SMALL)
     _assert_within_f32_rounding(out, a, b, scale_a, scale_b)
 
 
@@ -128,13 +139,16 @@ def test_the_dispatch_picks_tma_k32_wgmma_and_reads_the_scales(scaling, a_scale_
     compiled = hopper_gemm_kernel.compile(a, b, out, 128, SA=scales[0],
                                           SB=scales[1], simt=True, **options)
     rules = [(r.primitive, r.rule, tuple(r.shape)) for r in compiled.dispatch_log]
-    assert rules.count(("gemm_async", "wgmma", (64, 32, 32))) == 1
+    # per tensor a tile's first K step has its own site (accum=False); block scales
+    # multiply each step into a fresh fragment at one site
+    sites = 1 if scaling == "block" else 2
+    assert rules.count(("gemm_async", "wgmma", (64, 32, 32))) == sites
     assert sum(rule[:2] == ("copy_async", "tma") for rule in rules) == 3
     # block: the masked read of A's scales for the consumer's own rows, each K step
     reads = [r for r in compiled.dispatch_log if r.primitive == "copy" and r.line ==
              _kernel_line("tj.copy(row_scale")]
     assert len(reads) == a_scale_reads
-    assert grid == (1, 1)
+    assert grid == (1,)
 
 
 @needs_nvrtc
@@ -144,8 +158,9 @@ def test_the_sm90a_build_holds_e4m3_wgmma_tma_and_the_scaling_without_spills(sca
     compiled = _sm90a_build(scaling)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     wgmma = [line for line in ptx if line.startswith("wgmma.mma_async")]
-    # BK = 128 is four k32 steps, for each of the two consumers
-    assert len(wgmma) == 8 and all(".m64n128k32.f32.e4m3.e4m3" in w for w in wgmma)
+    # BK = 128 is four k32 steps, for each of the two consumers (twice per tensor: a
+    # tile's first K step has its own site)
+    assert len(wgmma) == (8 if scaling == "block" else 16) and all(".m64n128k32.f32.e4m3.e4m3" in w for w in wgmma)
     assert any(line.startswith("cp.async.bulk.tensor.2d.shared::cluster.global") and
                "mbarrier::complete_tx::bytes" in line for line in ptx)
     assert sum(line.startswith("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
@@ -154,9 +169,12 @@ def test_the_sm90a_build_holds_e4m3_wgmma_tma_and_the_scaling_without_spills(sca
     fmas = sum(line.startswith("fma.rn.f32") for line in ptx)
     if scaling == "block":
         # a consumer thread's 64 accumulators promoted by one fma each; its two rows'
-        # A scales and the tile's B scale read per K step
+        # A scales and the tile's B scale read per K step. The promotion reads each step's
+        # products: its group is retired at once (wait_group 0), none stays in flight
         assert fmas == 2 * 64 and scale_loads == 2 * 3
+        assert not any(line.startswith("wgmma.wait_group.sync.aligned 1") for line in ptx)
     else:
+        assert wgmma_groups_in_flight(compiled) == []
         assert fmas == 0 and scale_loads == 2 * 2      # scale_a[0], scale_b[0] once
         assert sum(line.startswith("mul.f32") for line in ptx) == 2 * (64 + 1)
     meta = compiled.metadata

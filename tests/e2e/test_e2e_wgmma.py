@@ -143,9 +143,10 @@ def test_the_family_explains_its_refusals(options, reason):
 
 @tj.kernel
 def wgmma_ring(A, B, C, N: tj.constexpr, KT: tj.constexpr, S: tj.constexpr,
-               LA: tj.constexpr, LB: tj.constexpr):
+               LA: tj.constexpr, LB: tj.constexpr, WIDE: tj.constexpr = False):
     """C = A @ B with K = S * KT: stage s of two shared rings holds A's and B's k-slab s
-    (B given as [N, K]); the gemm reads stage s, known at run time."""
+    (B given as [N, K]); the gemm reads stage s, known at run time (WIDE: an i64 value,
+    computed from A's shape, as a persistent kernel's ring step is)."""
     a = tj.alloc_shared((S, 64, KT), A.dtype, layout=LA)
     b = tj.alloc_shared((S, N, KT), B.dtype, layout=LB)
     for s in tj.range(S):
@@ -155,14 +156,19 @@ def wgmma_ring(A, B, C, N: tj.constexpr, KT: tj.constexpr, S: tj.constexpr,
     tj.fill(acc, 0.0)
     tj.sync()
     for s in tj.range(S):
-        tj.gemm_async(acc, a[s], b[s], transpose_b=True, dispatch="wgmma")
+        if WIDE:
+            t = s % (A.shape[1] // KT)
+            tj.gemm_async(acc, a[t], b[t], transpose_b=True, dispatch="wgmma")
+        else:
+            tj.gemm_async(acc, a[s], b[s], transpose_b=True, dispatch="wgmma")
     tj.copy(C[0:64, 0:N], acc)
 
 
-@pytest.mark.parametrize("swizzle, kt", [(128, 64), (0, 32)])
-def test_a_ring_stage_chosen_at_run_time(lowering, swizzle, kt):
-    """The descriptors start at the stage's offset: its run-time index times the stage's
-    size (a multiple of the swizzle's 1024-byte pattern)."""
+@pytest.mark.parametrize("swizzle, kt, wide", [(128, 64, False), (0, 32, False),
+                                               (128, 64, True)])
+def test_a_ring_stage_chosen_at_run_time(lowering, swizzle, kt, wide):
+    """The descriptors start at the stage's offset: its run-time index (an i64 one
+    included) times the stage's size (a multiple of the swizzle's 1024-byte pattern)."""
     stages, n = 3, 32
     gen = torch.Generator().manual_seed(5)
     a = torch.randn(64, stages * kt, generator=gen).half()
@@ -170,7 +176,7 @@ def test_a_ring_stage_chosen_at_run_time(lowering, swizzle, kt):
     c = torch.zeros(64, n)
     options = dict(N=n, KT=kt, S=stages,
                    LA=smem_layout((stages, 64, kt), "float16", MODES[swizzle]),
-                   LB=smem_layout((stages, n, kt), "float16", MODES[swizzle]))
+                   LB=smem_layout((stages, n, kt), "float16", MODES[swizzle]), WIDE=wide)
     wgmma_ring[(1,)](a, b, c, **options)
     torch.testing.assert_close(c.double(), a.double() @ b.double().T, rtol=1e-5, atol=1e-5)
     (record,) = [r for r in wgmma_ring.compile(a, b, c, **options).dispatch_log

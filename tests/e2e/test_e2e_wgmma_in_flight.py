@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+from e2e_helpers import in_a_loop
 from support.gpu import needs_nvrtc
 
 import tilejit as tj
@@ -123,13 +124,6 @@ def test_reading_the_accumulator_before_its_group_retires_is_refused():
     assert info.value.line == line_of("# read in flight")
 
 
-def _in_a_loop(ptx: list[str], index: int) -> bool:
-    """Whether line ``index`` lies between a label and a branch back to it."""
-    labels = {line[:-1]: n for n, line in enumerate(ptx[:index]) if line.endswith(":")}
-    return any(line.startswith(("bra", "@")) and line.split()[-1].rstrip(";") in labels
-               for line in ptx[index:])
-
-
 @needs_nvrtc
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
@@ -140,8 +134,8 @@ def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 1
     assert ptx.count("wgmma.wait_group.sync.aligned 0;") == 1
-    assert _in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 1;"))
-    assert not _in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 0;"))
+    assert in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 1;"))
+    assert not in_a_loop(ptx, ptx.index("wgmma.wait_group.sync.aligned 0;"))
     assert ptx.count("wgmma.commit_group.sync.aligned;") == 1
     assert [line.split()[0] for line in ptx if line.startswith("wgmma.mma_async")] == \
         ["wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16"]

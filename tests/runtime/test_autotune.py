@@ -115,6 +115,25 @@ def test_same_key_is_not_benchmarked_again_but_a_new_key_is():
     assert len(kernel.launches) == launches + 2 * (len(CONFIGS) + 1) + 1
 
 
+def test_a_key_function_buckets_argument_values(cache_dir):
+    """n = 5 and 7 fall in one bucket (the next power of two): one tuning; 9 in another.
+    The timing file names the function."""
+    def n_bucket(meta):
+        return 1 << (meta["n"] - 1).bit_length()
+
+    kernel = FakeKernel()
+    tuned = autotune(CONFIGS, key=[n_bucket], do_bench=kernel.bench)(kernel)
+    x, out = arrays()
+    tuned[(1,)](x, out, 5)
+    launches = len(kernel.launches)
+    tuned[(1,)](x, out, 7)
+    assert len(kernel.launches) == launches + 1      # the same bucket: only the launch
+    tuned[(1,)](x, out, 9)
+    assert len(kernel.launches) == launches + 1 + len(CONFIGS) + 1
+    keys = [json.loads(p.read_text())["key"] for p in (cache_dir / "autotune").glob("*.json")]
+    assert sorted(keys, key=str) == [{"n_bucket": 16}, {"n_bucket": 8}]
+
+
 def test_results_persist_and_extra_config_is_the_only_one_timed(cache_dir):
     x, out = arrays()
     tune(FakeKernel())[(1,)](x, out, 4)

@@ -130,7 +130,8 @@ def heuristics(values: dict[str, Callable[[dict], Any]]) -> Callable[[Any], Heur
 
 
 class Autotuner(_KernelWrapper):
-    def __init__(self, kernel: Any, configs: Sequence[Config], key: Sequence[str],
+    def __init__(self, kernel: Any, configs: Sequence[Config],
+                 key: Sequence[str | Callable[[dict], Any]],
                  prune_configs_by: dict | None = None, reset_to_zero: Sequence[str] | None = None,
                  restore_value: Sequence[str] | None = None, warmup: float = 25,
                  rep: float = 100, do_bench: Callable[[Callable], float] | None = None,
@@ -144,7 +145,8 @@ class Autotuner(_KernelWrapper):
         self.prune_configs_by = prune_configs_by or {}
         self.reset_to_zero = list(reset_to_zero or ())
         self.restore_value = list(restore_value or ())
-        for option, names in (("key", self.key), ("reset_to_zero", self.reset_to_zero),
+        named_key = [name for name in self.key if not callable(name)]
+        for option, names in (("key", named_key), ("reset_to_zero", self.reset_to_zero),
                               ("restore_value", self.restore_value)):
             for name in names:
                 if name not in self.arg_names:
@@ -194,10 +196,10 @@ class Autotuner(_KernelWrapper):
         and device (numpy arrays are on the CPU)."""
         values = []
         for name in self.key:
-            value = named[name]
+            value = name(named) if callable(name) else named[name]
             if value is not None and not isinstance(value, (bool, int, float, str)):
-                raise LaunchError(f"{self.fn.__name__}: autotune key {name!r} must be a "
-                                  f"scalar, got {type(value).__qualname__}")
+                raise LaunchError(f"{self.fn.__name__}: autotune key {_key_name(name)!r} "
+                                  f"must be a scalar, got {type(value).__qualname__}")
             values.append(value)
         arrays = [f"{v.dtype}@{getattr(v, 'device', 'cpu')}" for v in named.values()
                   if hasattr(v, "dtype")]
@@ -230,7 +232,8 @@ class Autotuner(_KernelWrapper):
     def _tune(self, key: tuple, grid: Any, args: tuple, kwargs: dict,
               named: dict[str, Any]) -> Config:
         configs = self._prune(named, kwargs)
-        store = _TimingStore(self.cache_identity(), self.key, key) if self.cache_results else None
+        store = (_TimingStore(self.cache_identity(), [_key_name(k) for k in self.key], key)
+                 if self.cache_results else None)
         stored = store.load() if store else {}
         todo = [c for c in configs if c.signature not in stored]
         fresh = self._time_configs(todo, grid, args, kwargs, named) if todo else {}
@@ -292,7 +295,7 @@ class Autotuner(_KernelWrapper):
             return f"{failed}: {reason}"
 
 
-def autotune(configs: Sequence[Config], key: Sequence[str],
+def autotune(configs: Sequence[Config], key: Sequence[str | Callable[[dict], Any]],
              prune_configs_by: dict | None = None, reset_to_zero: Sequence[str] | None = None,
              restore_value: Sequence[str] | None = None, warmup: float = 25, rep: float = 100,
              do_bench: Callable[[Callable], float] | None = None,
@@ -300,7 +303,8 @@ def autotune(configs: Sequence[Config], key: Sequence[str],
     """Decorator above ``@tj.kernel``: time every config on the first launch per key.
 
     ``key``: argument names whose values select a tuning result (each array argument's
-    dtype is added automatically). ``reset_to_zero``: arrays zeroed before every timed run
+    dtype is added automatically), or functions of the named arguments returning a
+    scalar (e.g. a bucket of a tensor's size: shapes in one bucket share a result). ``reset_to_zero``: arrays zeroed before every timed run
     (for kernels that accumulate). ``restore_value``: arrays copied before tuning and
     restored after it, so the launch that triggered tuning sees its inputs unchanged.
     ``warmup``/``rep``: ms budgets handed to ``tj.testing.do_bench`` unless ``do_bench``
@@ -346,6 +350,11 @@ class _TimingStore:
             warn_cache_unwritable(self.path.parent, err)
             if tmp is not None:
                 Path(tmp).unlink(missing_ok=True)
+
+
+def _key_name(key: str | Callable[[dict], Any]) -> str:
+    """A key entry as the timing file and messages name it: the argument, or the function."""
+    return key if isinstance(key, str) else key.__name__
 
 
 def _outcome(stored: Any) -> Outcome | None:

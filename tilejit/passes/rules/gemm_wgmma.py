@@ -53,7 +53,7 @@ from ..dispatch.call import Operand, PrimitiveCall
 from ..dispatch.registry import PER_THREAD, Decline, Plan, Rule, register
 from ..distribution import choose
 from ..effects import root_buffer
-from ..loopgen import Emitter
+from ..loopgen import IDX, Emitter
 from .async_contracts import wgmma_reasons
 from .matrix_access import WARP_COORD, logical_index, region_starts, storage_offsets
 
@@ -256,9 +256,10 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     attrs = {"n": n, "a_type": a_type, "trans_b": not b_k_major}
     if b_type != a_type:   # fp8: e4m3 by e5m2 or the other way round
         attrs["b_type"] = b_type
-    with em.hoisted():   # the stage's offset (0 without run-time starts)
-        stage = {name: functools.reduce(em.add, (em.mul(value, stride) for value, stride
-                                                 in operands[name][3]), 0)
+    with em.hoisted():   # the stage's offset (0 without run-time starts); a stage index
+        # computed from i64 values (a tensor's shape) still counts a ring's few stages
+        stage = {name: functools.reduce(em.add, (em.mul(_as_index(em, value), stride)
+                                                 for value, stride in operands[name][3]), 0)
                  for name in operands}
 
     def desc(name: str, start: int, fields: dict):
@@ -306,6 +307,10 @@ def _a_values(em: Emitter, call: PrimitiveCall, thread: dict, axis: str):
     return [[values[(block * steps + step) * WGMMA_A_VALUES:
                     (block * steps + step + 1) * WGMMA_A_VALUES] for step in range(steps)]
             for block in range(m // WGMMA_M)]
+
+
+def _as_index(em: Emitter, value):
+    return value if isinstance(value, int) or value.type == IDX else em.b.cast(value, IDX)
 
 
 WGMMA_GEMM = register(Rule("wgmma", "gemm_async", check, lower, distributions=(PER_THREAD,),

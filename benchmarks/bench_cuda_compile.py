@@ -10,9 +10,11 @@ the process up first (imports, LLVM and NVRTC initialisation); then the two comp
 ``--repeat`` times (so that the load of a shared machine weighs on both alike) and each
 figure is the median of its runs. The two kernels are the same problem (C = A @ B, f32
 accumulation, 64x64 tiles, K steps of 32, masked edges), written each in its own language;
-they are not the same code. With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma``
-family over register-resident accumulators while Triton's ``tl.dot`` uses tf32 tensor
-cores; with ``--dtype float16`` both use the tensor cores (tilejit's ``mma`` family).
+they are not the same code (Triton's, triton_peers.triton_matmul, shared with
+bench_hopper_gemm.py, also numbers its tiles in bands, compiled here with GROUP = 1).
+With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma`` family over
+register-resident accumulators while Triton's ``tl.dot`` uses tf32 tensor cores; with
+``--dtype float16`` both use the tensor cores (tilejit's ``mma`` family).
 
 Triton is not a tilejit dependency: install it only in the benchmark's environment, e.g.
 ``python -m venv --system-site-packages /tmp/tritonenv && /tmp/tritonenv/bin/pip install
@@ -47,6 +49,7 @@ import torch
 import tilejit as tj
 from tilejit.examples import matmul
 from tilejit.knobs import knobs
+from triton_peers import triton_matmul
 
 GOAL = 0.5
 BM, BN, BK = 64, 64, 32
@@ -146,29 +149,6 @@ def python_side(repeat: int, dtype: str) -> None:
           f"(of {repeat})")
 
 
-def triton_matmul():
-    """Triton's kernel: the same problem, written for this benchmark."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def mm(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn,
-           TM: tl.constexpr, TN: tl.constexpr, TK: tl.constexpr):
-        rows = tl.program_id(0) * TM + tl.arange(0, TM)
-        cols = tl.program_id(1) * TN + tl.arange(0, TN)
-        ks = tl.arange(0, TK)
-        acc = tl.zeros((TM, TN), dtype=tl.float32)
-        for k in range(0, K, TK):
-            a_tile = tl.load(a + rows[:, None] * sam + (k + ks)[None, :] * sak,
-                             mask=(rows[:, None] < M) & ((k + ks)[None, :] < K), other=0.0)
-            b_tile = tl.load(b + (k + ks)[:, None] * sbk + cols[None, :] * sbn,
-                             mask=((k + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
-            acc += tl.dot(a_tile, b_tile)
-        tl.store(c + rows[:, None] * scm + cols[None, :] * scn, acc,
-                 mask=(rows[:, None] < M) & (cols[None, :] < N))
-    return mm
-
-
 def triton_compile(dtype: str):
     """A function that compiles Triton's kernel once into a fresh cache directory; None
     without Triton."""
@@ -183,11 +163,12 @@ def triton_compile(dtype: str):
     signature = {"a": operand, "b": operand, "c": "*fp32",
                  **{name: "i32" for name in ("M", "N", "K", "sam", "sak", "sbk", "sbn",
                                              "scm", "scn")},
-                 **{name: "constexpr" for name in ("TM", "TN", "TK")}}
+                 **{name: "constexpr" for name in ("TM", "TN", "TK", "GROUP")}}
 
     def compile_once():
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-triton-")
-        source = ASTSource(kernel, signature, constexprs={"TM": BM, "TN": BN, "TK": BK})
+        source = ASTSource(kernel, signature, constexprs={"TM": BM, "TN": BN, "TK": BK,
+                                                            "GROUP": 1})
         triton.compile(source, target=GPUTarget("cuda", 90, 32))
     return compile_once
 

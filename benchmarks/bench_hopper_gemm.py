@@ -6,7 +6,10 @@ first per-tensor against per-tensor, then our block scales (1 x 128 / 128 x 128)
 the same per-tensor torch figure (torch's per-tensor call does less work: its ratio is a
 lower bound of a like-for-like one). torch runs with ``use_fast_accum=True``: like our
 kernel, it keeps the whole K sum in the tensor cores' accumulator (the faster of its two
-modes, so the ratio is not flattered).
+modes, so the ratio is not flattered). Where ``import triton`` works, bf16 rows also time
+a Triton matmul written for this project (benchmarks/triton_peers.py, its tile config
+autotuned per shape among configs for H100/H200), checked against torch.matmul first like
+ours; the summary says "triton not importable" otherwise.
 
     OUT=/some/dir python benchmarks/bench_hopper_gemm.py [--repeat 20] [--shapes llama-3.1-8b]
     OUT=/some/dir python benchmarks/bench_hopper_gemm.py --fp8
@@ -17,8 +20,8 @@ times are CUDA-event medians after warm-up. hopper_gemm picks its tile config by
 per (M, N, K) bucket on the first launch; each row records the winner ("config"). The results go to $OUT/bench_hopper_gemm.json
 ($OUT/bench_fp8_gemm.json with --fp8; or the working directory; rewritten after each shape,
 so a run stopped early keeps what it measured) and a table to stdout; the geometric mean of
-the speed-ups is issue 14's figure (goal >= 0.9x cuBLAS, >= 0.9x torch._scaled_mm for
-fp8). No figure of this script has been measured yet.
+the speed-ups is issue 14's figure (goal >= 0.9x cuBLAS and >= 1.0x Triton, >= 0.9x
+torch._scaled_mm for fp8). No figure of this script has been measured yet.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import torch
 
 from tilejit.kernels import fp8_gemm, hopper_gemm
 from tilejit.kernels.hopper_gemm import hopper_gemm_autotuner
+from triton_peers import triton_importable, triton_matmul_launcher
 
 # (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim) of
 # each model's Hugging Face config.json, checked field by field on 2026-12-03 against copies
@@ -71,7 +75,11 @@ def median_ms(fn, repeat):
     return statistics.median(times)
 
 
-def bench_shape(model, name, n, k, repeat):
+def relative_error(out, expected):
+    return ((out.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+
+
+def bench_shape(model, name, n, k, repeat, triton_launch):
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(M, k, device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -83,17 +91,40 @@ def bench_shape(model, name, n, k, repeat):
     row["first_launch_s"] = time.perf_counter() - start
     row["config"] = str(hopper_gemm_autotuner.best_config)     # the bucket's winner
     expected = torch.matmul(a, b)
-    error = ((out.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+    error = relative_error(out, expected)
     row["max_rel_error"] = error
     if not error < 1e-2:
         row["status"] = "wrong result"
         return row
     row["tilejit_ms"] = median_ms(lambda: hopper_gemm(a, b, out), repeat)
+    if triton_launch is not None:
+        bench_triton(row, triton_launch, a, b, expected, repeat)
     row["cublas_ms"] = median_ms(lambda: torch.matmul(a, b, out=expected), repeat)
     row["tilejit_tflops"] = 2 * M * n * k / row["tilejit_ms"] / 1e9
     row["speedup_vs_cublas"] = row["cublas_ms"] / row["tilejit_ms"]
     row["status"] = "ok"
     return row
+
+
+def bench_triton(row, launch, a, b, expected, repeat):
+    """The Triton column of a bf16 row: its first launch autotunes the tile config; its
+    result is checked against torch.matmul before it is timed. A Triton failure is recorded
+    in the row (``triton_status``): the peer is not the kernel under test."""
+    out = torch.empty_like(expected)
+    try:
+        launch(a, b, out)
+        torch.cuda.synchronize()
+    except Exception as error:      # a Triton compile or launch error, whatever its class
+        row["triton_status"] = f"error: {type(error).__name__}: {error}"[:300]
+        return
+    row["triton_config"] = str(launch.kernel.best_config)
+    row["triton_max_rel_error"] = relative_error(out, expected)
+    if not row["triton_max_rel_error"] < 1e-2:
+        row["triton_status"] = "wrong result"
+        return
+    row["triton_ms"] = median_ms(lambda: launch(a, b, out), repeat)
+    row["speedup_vs_triton"] = row["triton_ms"] / row["tilejit_ms"]
+    row["triton_status"] = "ok"
 
 
 def bench_fp8_shape(model, name, n, k, repeat, scaling):
@@ -138,16 +169,20 @@ def bench_fp8_shape(model, name, n, k, repeat, scaling):
     return row
 
 
-GEOMEANS = {"bf16": "geomean_speedup_vs_cublas", "tensor": "geomean_tensor_vs_scaled_mm",
-            "block": "geomean_block_vs_per_tensor_scaled_mm"}
+# (the rows' scaling, their speed-up) -> the name of its geometric mean
+GEOMEANS = {("bf16", "speedup_vs_cublas"): "geomean_speedup_vs_cublas",
+            ("bf16", "speedup_vs_triton"): "geomean_speedup_vs_triton",
+            ("tensor", "speedup_vs_torch"): "geomean_tensor_vs_scaled_mm",
+            ("block", "speedup_vs_torch"): "geomean_block_vs_per_tensor_scaled_mm"}
 
 
-def geomeans(rows, ratio):
-    """Issue 14's figures: the geometric mean of the speed-ups of each group of rows."""
+def geomeans(rows):
+    """Issue 14's figures: the geometric mean of each speed-up over the rows that have it."""
     groups = {}
     for row in rows:
-        if row["status"] == "ok":
-            groups.setdefault(GEOMEANS[row.get("scaling", "bf16")], []).append(row[ratio])
+        for (scaling, ratio), name in GEOMEANS.items():
+            if row["status"] == "ok" and row.get("scaling", "bf16") == scaling and ratio in row:
+                groups.setdefault(name, []).append(row[ratio])
     return {name: math.exp(sum(map(math.log, values)) / len(values))
             for name, values in groups.items()}
 
@@ -158,7 +193,10 @@ def row_text(row, ratio):
             f"N={row['N']:6d} K={row['K']:6d}  " +
             (f"{row['tilejit_ms']:.3f} ms vs {reference:.3f} ms  {row[ratio]:.2f}x"
              if row["status"] == "ok" else row["status"]) +
-            (f"  [{row['config']}]" if "config" in row else ""))
+            (f"  [{row['config']}]" if "config" in row else "") +
+            (f"  triton {row['triton_ms']:.3f} ms {row['speedup_vs_triton']:.2f}x"
+             f" [{row['triton_config']}]" if row.get("triton_status") == "ok" else
+             f"  triton {row['triton_status']}" if "triton_status" in row else ""))
 
 
 def main() -> int:
@@ -184,12 +222,17 @@ def main() -> int:
         cases = [case + (scaling,) for scaling in ("tensor", "block") for case in cases]
     ratio = "speedup_vs_torch" if args.fp8 else "speedup_vs_cublas"
     rows, summary = [], dict(device=torch.cuda.get_device_name())
+    triton_launch = None
+    if not args.fp8:
+        summary["triton"] = "importable" if triton_importable() else "triton not importable"
+        triton_launch = triton_matmul_launcher() if triton_importable() else None
     for case in cases:
-        row = (bench_fp8_shape if args.fp8 else bench_shape)(*case[:4], args.repeat, *case[4:])
+        row = (bench_fp8_shape(*case[:4], args.repeat, case[4]) if args.fp8 else
+               bench_shape(*case, args.repeat, triton_launch))
         rows.append(row)
         print(row_text(row, ratio))
         summary.update(rows=rows, wrong=[f"{r['model']}/{r['projection']}" for r in rows
-                                         if r["status"] != "ok"], **geomeans(rows, ratio))
+                                         if r["status"] != "ok"], **geomeans(rows))
         path.write_text(json.dumps(summary, indent=2))
     print(f"geomeans: { {k: v for k, v in summary.items() if k.startswith('geomean')} }; "
           f"written to {path}")

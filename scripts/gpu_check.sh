@@ -18,28 +18,34 @@
 #   3. scripts/gpu_bench.py: vector add and row softmax against the device's copy bandwidth,
 #      the matmul against torch.matmul (CUDA events, best of N), in a table of its own;
 #   3b. benchmarks/bench_cuda_launch.py: host µs per cache-hit launch of a 3-tensor kernel;
-#   3c. benchmarks/bench_hopper_gemm.py --fp8: fp8_gemm (per-tensor and block scales) against
+#   3c. benchmarks/bench_hopper_gemm.py: hopper_gemm (bf16) against torch.matmul (cuBLAS) and,
+#      where triton imports, a Triton matmul (benchmarks/triton_peers.py) on the models'
+#      projection shapes (bench_hopper_gemm.json, written after each shape; table in
+#      gpu_gemm.log; the row gives both geomeans);
+#   3d. benchmarks/bench_hopper_gemm.py --fp8: fp8_gemm (per-tensor and block scales) against
 #      torch._scaled_mm on the models' projection shapes (bench_fp8_gemm.json, written after
 #      each shape, so a run cut short by its time limit keeps its rows). Its results are
 #      checked there against f32 at 1e-2: test_e2e_fp8_gemm.py is not among step 2b's files,
 #      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (about 14,
 #      by the DeepSeek-V3 report), likely beyond the mirror's f32 tolerance (1e-4);
-#   3d. benchmarks/bench_hopper_attention.py: the Hopper attention forward against sdpa's
+#   3e. benchmarks/bench_hopper_attention.py: the Hopper attention forward against sdpa's
 #      flash backend at seq 4k and 16k (bench_hopper_attention.json, table in gpu_attention.log);
 #   4. tutorials/06-cuda.ipynb executed with nbclient (SKIP where nbclient is missing).
 #   The PASS/FAIL table goes to stdout and, when $OUT is set, to $OUT/gpu_check.md (logs
-#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_bench.log, gpu_launch.log, gpu_fp8.log,
-#   gpu_attention.log, gpu_notebook.log, and the
-#   benchmark's gpu_bench.json / gpu_bench.md).
+#   beside it: gpu_smoke.log, gpu_pytest.log, gpu_e2e.log, gpu_bench.log, gpu_launch.log,
+#   gpu_gemm.log, gpu_fp8.log, gpu_attention.log, gpu_notebook.log, the benchmarks'
+#   gpu_bench.json / gpu_bench.md, bench_hopper_gemm.json, bench_fp8_gemm.json and
+#   bench_hopper_attention.json).
 # - Installs nothing and needs no `pip install -e .`: it runs the checkout through PYTHONPATH
 #   with whatever python3 has (on the lent H200: torch, cuda-bindings, CUDA 13 NVRTC, pytest).
 # - Exit status: 0 when nothing FAILed, else 1.
 #
-# Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (60),
+# Env: PYTHON (default python3); time limits in seconds: GPU_CHECK_SMOKE_TIMEOUT (45),
 #      GPU_CHECK_PYTEST_TIMEOUT (120), GPU_CHECK_E2E_TIMEOUT (120), GPU_CHECK_BENCH_TIMEOUT
-#      (90), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_FP8_TIMEOUT (60),
-#      GPU_CHECK_ATTENTION_TIMEOUT (75), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 585 s in all at
-#      worst, inside a 600 s device call. GPU_CHECK_E2E_FILES: the e2e files step 2b
+#      (75), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_GEMM_TIMEOUT (60), GPU_CHECK_FP8_TIMEOUT
+#      (50), GPU_CHECK_ATTENTION_TIMEOUT (60), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 590 s in all
+#      at worst, inside a 600 s device call (smoke, bench, fp8 and attention were 60, 90, 60
+#      and 75 before step 3c came: lowered to make room for it). GPU_CHECK_E2E_FILES: the e2e files step 2b
 #      mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
 #      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix, the Hopper attention; pytest
@@ -97,12 +103,12 @@ EOF
 
 # --- 1. smoke --------------------------------------------------------------------------------
 echo "== scripts/gpu_smoke.py =="
-timeout "${GPU_CHECK_SMOKE_TIMEOUT:-60}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
+timeout "${GPU_CHECK_SMOKE_TIMEOUT:-45}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 case "$smoke_rc" in
   0) ;;
   1) [ -s "$REPORT" ] || row "gpu_smoke.py" FAIL "exited 1 before writing its table" ;;
-  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-60} s" ;;
+  124) row "gpu_smoke.py" FAIL "timed out after ${GPU_CHECK_SMOKE_TIMEOUT:-45} s" ;;
   *) row "gpu_smoke.py" FAIL "crashed with exit status $smoke_rc (see gpu_smoke.log)" ;;
 esac
 
@@ -151,7 +157,7 @@ esac
 
 # --- 3. benchmark ------------------------------------------------------------------------------
 echo "== scripts/gpu_bench.py =="
-BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-90}"
+BENCH_TIMEOUT="${GPU_CHECK_BENCH_TIMEOUT:-75}"
 # Each of its three parts runs in a process of its own, killed after a third of the step's time.
 # shellcheck disable=SC2086
 timeout "$BENCH_TIMEOUT" "$PY" scripts/gpu_bench.py --out "$LOGS" \
@@ -179,9 +185,23 @@ case "$launch_rc" in
   *) row "bench_cuda_launch.py" FAIL "exit status $launch_rc (gpu_launch.log)" ;;
 esac
 
-# --- 3c. the fp8 GEMM against torch._scaled_mm ------------------------------------------------
+# --- 3c. the bf16 GEMM against cuBLAS and Triton ------------------------------------------------
+echo "== benchmarks/bench_hopper_gemm.py =="
+GEMM_TIMEOUT="${GPU_CHECK_GEMM_TIMEOUT:-60}"
+OUT="$LOGS" timeout "$GEMM_TIMEOUT" "$PY" benchmarks/bench_hopper_gemm.py --repeat 10 2>&1 |
+  tee "$LOGS/gpu_gemm.log"
+gemm_rc=${PIPESTATUS[0]}
+gemm_means="$(grep -o 'geomeans: .*;' "$LOGS/gpu_gemm.log" | tail -1)"
+case "$gemm_rc" in
+  0) row "bench_hopper_gemm.py" PASS "${gemm_means:-no geomeans} (bench_hopper_gemm.json)" ;;
+  1) row "bench_hopper_gemm.py" FAIL "wrong results on some shapes (gpu_gemm.log)" ;;
+  124) row "bench_hopper_gemm.py" FAIL "timed out after $GEMM_TIMEOUT s; the rows measured are in bench_hopper_gemm.json" ;;
+  *) row "bench_hopper_gemm.py" FAIL "exit status $gemm_rc (gpu_gemm.log)" ;;
+esac
+
+# --- 3d. the fp8 GEMM against torch._scaled_mm ------------------------------------------------
 echo "== benchmarks/bench_hopper_gemm.py --fp8 =="
-FP8_TIMEOUT="${GPU_CHECK_FP8_TIMEOUT:-60}"
+FP8_TIMEOUT="${GPU_CHECK_FP8_TIMEOUT:-50}"
 OUT="$LOGS" timeout "$FP8_TIMEOUT" "$PY" benchmarks/bench_hopper_gemm.py --fp8 --repeat 10 2>&1 |
   tee "$LOGS/gpu_fp8.log"
 fp8_rc=${PIPESTATUS[0]}
@@ -193,17 +213,17 @@ case "$fp8_rc" in
   *) row "bench_hopper_gemm.py --fp8" FAIL "exit status $fp8_rc (gpu_fp8.log)" ;;
 esac
 
-# --- 3d. attention forward against sdpa ----------------------------------------------------------
+# --- 3e. attention forward against sdpa ----------------------------------------------------------
 echo "== benchmarks/bench_hopper_attention.py =="
 # The benchmark's own speed-up table stays in its log; the row gives the worst case.
-OUT="$LOGS" timeout "${GPU_CHECK_ATTENTION_TIMEOUT:-75}" "$PY" benchmarks/bench_hopper_attention.py \
+OUT="$LOGS" timeout "${GPU_CHECK_ATTENTION_TIMEOUT:-60}" "$PY" benchmarks/bench_hopper_attention.py \
   2>&1 | tee "$LOGS/gpu_attention.log"
 attention_rc=${PIPESTATUS[0]}
 attention_worst="$(grep -oE '[0-9.]+x$' "$LOGS/gpu_attention.log" | sort -n | head -1)"
 case "$attention_rc" in
   0) row "bench_hopper_attention.py" PASS "slowest case ${attention_worst:-?} of sdpa's flash backend (gpu_attention.log)" ;;
   1) row "bench_hopper_attention.py" FAIL "a case disagreed with sdpa (gpu_attention.log)" ;;
-  124) row "bench_hopper_attention.py" FAIL "timed out after ${GPU_CHECK_ATTENTION_TIMEOUT:-75} s (gpu_attention.log)" ;;
+  124) row "bench_hopper_attention.py" FAIL "timed out after ${GPU_CHECK_ATTENTION_TIMEOUT:-60} s (gpu_attention.log)" ;;
   *) row "bench_hopper_attention.py" FAIL "exit status $attention_rc (gpu_attention.log)" ;;
 esac
 

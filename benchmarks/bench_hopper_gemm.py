@@ -224,8 +224,9 @@ def main() -> int:
     rows, summary = [], dict(device=torch.cuda.get_device_name())
     triton_launch = None
     if not args.fp8:
-        summary["triton"] = "importable" if triton_importable() else "triton not importable"
-        triton_launch = triton_matmul_launcher() if triton_importable() else None
+        importable = triton_importable()
+        summary["triton"] = "importable" if importable else "triton not importable"
+        triton_launch = triton_matmul_launcher() if importable else None
     for case in cases:
         row = (bench_fp8_shape(*case[:4], args.repeat, case[4]) if args.fp8 else
                bench_shape(*case, args.repeat, triton_launch))

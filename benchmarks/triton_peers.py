@@ -7,11 +7,16 @@ benchmarks check ``triton_importable()`` first.
 """
 from __future__ import annotations
 
-import importlib.util
+import importlib
 
 
 def triton_importable() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    """Whether ``import triton`` works (an installed but broken triton does not count)."""
+    try:
+        importlib.import_module("triton")
+    except ImportError:
+        return False
+    return True
 
 
 def triton_matmul():

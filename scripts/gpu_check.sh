@@ -45,8 +45,8 @@
 #      (75), GPU_CHECK_LAUNCH_TIMEOUT (30), GPU_CHECK_GEMM_TIMEOUT (60), GPU_CHECK_FP8_TIMEOUT
 #      (50), GPU_CHECK_ATTENTION_TIMEOUT (60), GPU_CHECK_NOTEBOOK_TIMEOUT (30): 590 s in all
 #      at worst, inside a 600 s device call (smoke, bench, fp8 and attention were 60, 90, 60
-#      and 75 before step 3c came: lowered to make room for it). GPU_CHECK_E2E_FILES: the e2e files step 2b
-#      mirrors (default: ragged rows, masks,
+#      and 75 before step 3c came: lowered to make room for it). GPU_CHECK_E2E_FILES: the
+#      e2e files step 2b mirrors (default: ragged rows, masks,
 #      shuffle reductions, tensor cores, vector and asynchronous copies, registers, pointwise,
 #      TMA, wgmma, the Hopper GEMM kernel, pipeline=, stmatrix, the Hopper attention; pytest
 #      stops between tests when the time is up, so the later files may go unchecked: see the

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,22 +22,9 @@ from pathlib import Path
 import torch
 
 from tilejit.kernels import hopper_attention
+from cuda_timing import median_ms
 
 HEADS = {4096: 16, 16384: 4}     # batch 1: about the same work per sequence length step
-
-
-def median_ms(fn, repeat):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def flash_sdpa(q, k, v, causal):

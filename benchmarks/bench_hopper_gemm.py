@@ -29,7 +29,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ import torch
 from tilejit.kernels import fp8_gemm, hopper_gemm
 from tilejit.kernels.hopper_gemm import hopper_gemm_autotuner
 from triton_peers import triton_importable, triton_matmul_launcher
+from cuda_timing import median_ms
 
 # (hidden_size, intermediate_size, num_attention_heads, num_key_value_heads, head_dim) of
 # each model's Hugging Face config.json, checked field by field on 2026-12-03 against copies
@@ -59,20 +59,6 @@ def projections(hidden, intermediate, heads, kv_heads, head_dim):
     q, kv = heads * head_dim, kv_heads * head_dim
     return [("qkv", q + 2 * kv, hidden), ("o", hidden, q),
             ("gate_up", intermediate, hidden), ("down", hidden, intermediate)]
-
-
-def median_ms(fn, repeat):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def relative_error(out, expected):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from tilejit.ir.ops_wgmma import MatrixDescriptor
 
+from .wgmma_kernels import staged_operands
+
 THREADS = 128
 
 
@@ -35,14 +37,7 @@ def tcgen05_kernel(n: int, a: MatrixDescriptor, b: MatrixDescriptor, *, m: int =
              "  %w = thread_index {kind = warp_id} : i32 loc(2:4)",
              "  %zero = const {value = 0} : i32 loc(2:4)",
              "  %one = const {value = 1} : i32 loc(2:4)"]
-    for name, src, size, desc in (("sa", "x", a_elements, a), ("sb", "y", b_elements, b)):
-        lines.append(f"  %{name} = alloc {{scope = shared, dtype = {dtype}, shape = [{size}], "
-                     f"offset = {desc.start}}} : buffer<shared, {dtype}, [{size}]> loc(3:4)")
-        for i in range(-(-size // THREADS)):
-            lines += [f"  %{name}c{i} = const {{value = {i * THREADS}}} : i32 loc(3:4)",
-                      f"  %{name}o{i} = binary(%t, %{name}c{i}) {{op = add}} : i32 loc(3:4)",
-                      f"  %{name}v{i} = load_at(%{src}, %{name}o{i}) : {dtype} loc(3:4)",
-                      f"  store_at(%{name}, %{name}v{i}, %{name}o{i}) loc(3:4)"]
+    lines += staged_operands(dtype, a, a_elements, b, b_elements)
     lines += [f"  %slot = alloc {{scope = shared, dtype = i32, shape = [1], "
               f"offset = {slot_offset}}} : buffer<shared, i32, [1]> loc(4:4)",
               "  %bar = alloc_barrier {count = 1} : barrier<1> loc(4:4)",

@@ -25,14 +25,7 @@ def wgmma_kernel(n: int, a: MatrixDescriptor, b: MatrixDescriptor, *, dtype: str
              '%d: buffer<global, f32, [?], strides=[1]>) '
              f'{{distribution = "per_thread", shared_bytes = {shared}}} loc("/src/k.py":1:0) {{',
              "  %t = thread_index {kind = thread_id} : i32 loc(2:4)"]
-    for name, src, size, desc in (("sa", "x", a_elements, a), ("sb", "y", b_elements, b)):
-        lines.append(f"  %{name} = alloc {{scope = shared, dtype = {dtype}, shape = [{size}], "
-                     f"offset = {desc.start}}} : buffer<shared, {dtype}, [{size}]> loc(3:4)")
-        for i in range(-(-size // THREADS)):
-            lines += [f"  %{name}c{i} = const {{value = {i * THREADS}}} : i32 loc(3:4)",
-                      f"  %{name}o{i} = binary(%t, %{name}c{i}) {{op = add}} : i32 loc(3:4)",
-                      f"  %{name}v{i} = load_at(%{src}, %{name}o{i}) : {dtype} loc(3:4)",
-                      f"  store_at(%{name}, %{name}v{i}, %{name}o{i}) loc(3:4)"]
+    lines += staged_operands(dtype, a, a_elements, b, b_elements)
     lines += ["  sync loc(4:4)", "  %z = const {value = 0.0} : f32 loc(5:4)"]
 
     def values(prefix):
@@ -65,3 +58,20 @@ def wgmma_kernel(n: int, a: MatrixDescriptor, b: MatrixDescriptor, *, dtype: str
                   f"  %p{i} = binary(%first, %k{i}) {{op = add}} : i32 loc(9:4)",
                   f"  store_at(%d, %{result}{i}, %p{i}) loc(9:4)"]
     return "\n".join(lines + ["}"])
+
+
+def staged_operands(dtype: str, a: MatrixDescriptor, a_elements: int, b: MatrixDescriptor,
+                    b_elements: int) -> list[str]:
+    """The lines that give A and B their shared buffers (``%sa``, ``%sb`` at the
+    descriptors' start offsets) and copy ``%x`` / ``%y`` into them, element ``t + 128 i``
+    by thread ``t`` (``%t``)."""
+    lines = []
+    for name, src, size, desc in (("sa", "x", a_elements, a), ("sb", "y", b_elements, b)):
+        lines.append(f"  %{name} = alloc {{scope = shared, dtype = {dtype}, shape = [{size}], "
+                     f"offset = {desc.start}}} : buffer<shared, {dtype}, [{size}]> loc(3:4)")
+        for i in range(-(-size // THREADS)):
+            lines += [f"  %{name}c{i} = const {{value = {i * THREADS}}} : i32 loc(3:4)",
+                      f"  %{name}o{i} = binary(%t, %{name}c{i}) {{op = add}} : i32 loc(3:4)",
+                      f"  %{name}v{i} = load_at(%{src}, %{name}o{i}) : {dtype} loc(3:4)",
+                      f"  store_at(%{name}, %{name}v{i}, %{name}o{i}) loc(3:4)"]
+    return lines

@@ -94,18 +94,10 @@ def _fail(em, op, ok, what: str, values=()) -> None:
     em.fail_unless(ok, abi.TMEM, em.mc.add_site("tmem", op, what=what), values)
 
 
-def _record(em, op, ptr, base, itemsize: int, site: int, kind: int) -> None:
+def _record(em, ptr, base, itemsize: int, site: int, kind: int) -> None:
     """The race detector's check of one access (nothing when it is off)."""
-    if em.mc.race is None:
-        return
-    frame, b = em.frame, em.b
-    failed = b.call(race.access_function(em.mc),
-                    [frame.err, frame.sync, frame.data, race.own_clock(em), race.unit_id(em),
-                     ptr, base,
-                     ir.Constant(I64, itemsize), ir.Constant(I32, site), ir.Constant(I32, kind)])
-    go_on = b.append_basic_block("race.ok")
-    b.cbranch(failed, frame.error_exit, go_on)
-    b.position_at_end(go_on)
+    if em.mc.race is not None:
+        race.record_access(em, ptr, base, itemsize, site, kind)
 
 
 def _mask(em):
@@ -144,7 +136,7 @@ def emit_tcgen05_alloc(em, op):
         b.store(b.or_(mask, b.shl(ir.Constant(I32, run), start)), mask_ptr)
         slot = em[op.operands[0]]
         ptr = slot.element_ptr_at(b, ir.Constant(I64, 0))
-        _record(em, op, ptr, slot.ptr, 4, em.mc.add_site("race", op, buffer=slot.name,
+        _record(em, ptr, slot.ptr, 4, em.mc.add_site("race", op, buffer=slot.name,
                                                          access=race.WRITE), race.WRITE)
         b.store(b.mul(start, ir.Constant(I32, GRANULE)), ptr)
     return []
@@ -346,7 +338,7 @@ def _lane_cells(em, op):
         index = b.add(b.mul(_i64(b, mine), ir.Constant(I64, TMEM_COLS)),
                       _i64(b, b.add(column, ir.Constant(I32, i))))
         ptr = b.gep(_tmem(em), [b.mul(index, ir.Constant(I64, 4))], source_etype=ir.IntType(8))
-        _record(em, op, ptr, _tmem(em), 4, site, kind)
+        _record(em, ptr, _tmem(em), 4, site, kind)
         return ptr
     return cell
 

@@ -275,7 +275,6 @@ def check_access(em, op, ref, ptr, reads: bool = False) -> None:
         return
     kind = READ if reads else ATOMIC if op.name in ATOMIC_ACCESSES \
         else WRITE if op.name in WRITING_ACCESSES else READ
-    b = em.b
     root = root_buffer(op.operands[0])
     if root in race.flags:
         flag = race.flag_clocks.get(root)
@@ -290,15 +289,22 @@ def check_access(em, op, ref, ptr, reads: bool = False) -> None:
     info = {"buffer": ref.name, "access": kind}
     if ref.reshaped is None and ref.addressing == Addressing.row_major(tuple(ref.shape)):
         info["shape"] = list(ref.shape)   # row-major: the launcher names indices
-    site = em.mc.add_site("race", op, **info)
-    frame = em.frame
-    data, sync = ref.arenas or (frame.data, frame.sync)   # another CTA's, through tj.remote
+    record_access(em, ptr, ref.ptr, ref.dtype.itemsize, em.mc.add_site("race", op, **info),
+                  kind, ref.arenas)
+
+
+def record_access(em, ptr, base, itemsize: int, site: int, kind: int, arenas=None) -> None:
+    """Check and record the current unit's access ``kind`` of the ``itemsize`` bytes at
+    ``ptr`` (in the buffer at ``base``; ``site`` the add_site number), leaving through the
+    frame's error exit on a race. ``arenas``: another CTA's (data, sync), through
+    tj.remote; default the unit's own."""
+    frame, b = em.frame, em.b
+    data, sync = arenas or (frame.data, frame.sync)
     # Few instructions per access (SIMT binaries compile at O0): the call fills the error
     # record itself.
     failed = b.call(access_function(em.mc),
-                    [frame.err, sync, data, own_clock(em), unit_id(em), ptr, ref.ptr,
-                     ir.Constant(I64, ref.dtype.itemsize), ir.Constant(I32, site),
-                     ir.Constant(I32, kind)])
+                    [frame.err, sync, data, own_clock(em), unit_id(em), ptr, base,
+                     ir.Constant(I64, itemsize), ir.Constant(I32, site), ir.Constant(I32, kind)])
     go_on = b.append_basic_block("race.ok")
     b.cbranch(failed, frame.error_exit, go_on)
     b.position_at_end(go_on)

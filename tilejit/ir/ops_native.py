@@ -206,7 +206,9 @@ def _check_region(op):
     return None if starts == rank else f"region of a rank-{rank} buffer needs {rank} starts, got {starts}"
 
 
-def _index_check(first_index: int):
+def index_check(first_index: int):
+    """The check of an element access whose indices start at operand ``first_index`` (one
+    per dim of the buffer at operand 0); at 2, operand 1 is a stored value of its dtype."""
     def check(op):
         rank = op.operands[0].type.rank
         count = len(op.operands) - first_index
@@ -490,9 +492,9 @@ register("region", MEMORY, "buf:buffer *starts:int",
              "established (set by the compiler only: cpu-read-copies-in-place); element "
              "accesses through it need no masks")
 register("load", MEMORY, "buf:memory *indices:int", results=_element_type,
-         check=_index_check(1))
+         check=index_check(1))
 register("store", MEMORY, "buf:memory value:scalar *indices:int", results=fixed(),
-         check=_index_check(2))
+         check=index_check(2))
 ATOMIC_ATTRS = {"order": Attr(Choice(*MEMORY_ORDERS), "acq_rel"),
                 "sync_scope": Attr(Choice(*SYNC_SCOPES), "gpu")}
 register("atomic", MEMORY, "buf:memory value:scalar *indices:int",

@@ -57,6 +57,7 @@ class CpuBackend(Backend):
                                                                for n in range(8, 257, 8))})
 
     def import_rules(self) -> None:
+        from . import ops  # noqa: F401  (the cpu.* instructions in the op catalogue)
         from .rules import async_copy  # noqa: F401  (copy_async / gemm_async families)
         from .rules import elementwise_stream  # noqa: F401  (copy/pointwise between globals)
         from .rules import gemm_blocked  # noqa: F401  (gemm: register-blocked micro-kernel)

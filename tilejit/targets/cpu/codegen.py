@@ -20,7 +20,8 @@ from tilejit.ir.core import KernelIR
 from tilejit.ir.types import MemScope, f64
 
 from . import (abi, emit_async, emit_cluster, emit_control, emit_memory, emit_mma,
-               emit_native, emit_sync, emit_tcgen05, emit_tma, emit_wgmma, race, types)
+               emit_native, emit_sync, emit_tcgen05, emit_tma, emit_vector, emit_wgmma, race,
+               types)
 from .emit_memory import BufferRef, fill_bytes
 from .emitter import CompileOptions, Emitter, ModuleContext
 from .types import F32, F64, I32, I64, PTR, VOID
@@ -32,7 +33,7 @@ from .units import UnitModel
 HANDLERS = {**emit_native.HANDLERS, **emit_memory.HANDLERS, **emit_control.HANDLERS,
             **emit_sync.HANDLERS, **emit_mma.HANDLERS, **emit_async.HANDLERS,
             **emit_tma.HANDLERS, **emit_wgmma.HANDLERS, **emit_cluster.HANDLERS,
-            **emit_tcgen05.HANDLERS}
+            **emit_tcgen05.HANDLERS, **emit_vector.HANDLERS}
 ENTRY = "run_ctas"
 ARENA_ALIGN = 64
 

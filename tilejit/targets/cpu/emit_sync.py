@@ -1,5 +1,5 @@
-"""Synchronization between units: sync, warp shuffles, elect, mbarriers, single regions,
-device_print and the CPU intrinsics.
+"""Synchronization between units: sync, warp shuffles, elect, mbarriers, single regions
+and device_print.
 
 All state lives in the CTA's sync arena (zeroed when a CTA starts). A rendezvous is
 "arrive, then wait until the generation moves on": the last unit to arrive bumps the
@@ -15,7 +15,8 @@ parity P has completed (current parity != P). Arrivals and expected bytes are sc
 the threads the unit stands for. On the CPU an async copy completes at once and reports
 its bytes with ``mbarrier_complete_tx(bar, i, bytes)`` (handled in ``emit_async``; a ``tma_load_at``
 completes its box's bytes itself: ``emit_tma``).
-The vector intrinsics of the CPU instruction families live in ``emit_vector``.
+A raw ``intrinsic`` op (``tj.ptx.<name>``) is refused: the CPU's own instructions are
+typed ``cpu.*`` ops (``ops.py``, emitted by ``emit_vector``).
 
 In SIMT mode the race detector (``race``) has arrivals release the unit's vector clock
 and passed waits acquire it: ``sync`` and ``single`` rendezvous, mbarrier arrivals
@@ -33,7 +34,7 @@ from tilejit.ir.ops_native import printf_conversions
 from tilejit.ir.scope import LANES_PER_WARP
 from tilejit.ir.types import TeamKind, i32
 
-from . import abi, emit_native, emit_vector, race, types
+from . import abi, emit_native, race, types
 from .frames import CTX_ALIVE
 from .types import I1, I32, I64, PTR, VOID
 from .units import instance_counts, threads_per_unit
@@ -286,16 +287,9 @@ def complete_tx(em, op, first: int, nbytes, bar: BarrierRef | None = None) -> No
     _update(em, state, 0, em.b.neg(nbytes))
 
 
-CPU_INTRINSICS = emit_vector.INTRINSICS
-
-
 def emit_intrinsic(em, op):
-    target, name = op.attrs["target"], op.attrs["name"]
-    handler = CPU_INTRINSICS.get(name) if target == "cpu" else None
-    if handler is None:
-        raise CompilationError(f"intrinsic {target}.{name} is not available on the CPU target "
-                               f"(CPU intrinsics: {', '.join(sorted(CPU_INTRINSICS))})")
-    return handler(em, op)
+    raise CompilationError(f"intrinsic {op.attrs['target']}.{op.attrs['name']} is not "
+                           "available on the CPU target: it runs no raw target intrinsics")
 
 
 # ----------------------------------------------------------------------------- single

@@ -1,29 +1,10 @@
-"""CPU intrinsics written with LLVM vector types: the instructions of the CPU rule families.
+"""The CPU instructions (``cpu.*`` ops, ``ops.py``) written with LLVM vector types.
 
-The native IR has scalar values only; an instruction that keeps whole vectors in registers
-across a loop (a GEMM micro-kernel's accumulators, a row reduction's partial sums) is one
-``intrinsic {target = "cpu", name = ...}`` op whose arguments are the tiles it reads and
-writes, the logical indices of its block and its static parameters (``const`` values).
-This module emits them (``INTRINSICS``: name -> handler, merged into the CPU intrinsic
-table of ``emit_sync``):
-
-* ``bitcast(x) : T`` -- the bits of ``x`` reinterpreted as ``T`` (same width);
-* ``store_streaming(buf, value, *indices)`` -- a store marked non-temporal (it bypasses
-  the caches; ``run_ctas`` then fences before it returns);
-* ``ldexp(x, n) : f32`` -- ``x * 2^n`` rounded once (``vscalefps`` on AVX-512, two exact
-  power-of-two factors elsewhere); scalar code that LLVM's vectorizers take;
-* ``gemm_block(C, A, B, i0, j0, mr, nr, k, lanes, transpose_a, accum)`` -- the register-
-  blocked micro-kernel of ``tilejit/targets/cpu/rules/gemm_blocked.py``:
-  ``C[i0:i0+mr, j0:j0+nr] (+)= op(A)[i0:i0+mr, :k] @ B[:k, j0:j0+nr]`` in f32 with
-  ``mr * ceil(nr / lanes)`` vector accumulators; every ``k`` step loads ``ceil(nr / lanes)``
-  vectors of a B row, broadcasts ``mr`` elements of A and does one FMA per accumulator.
-  The last vector of a row is masked when ``lanes`` does not divide ``nr``;
-* ``row_reduce(src, op, length, lanes, *start) : f32`` -- ``sum``/``max``/``min`` (op
-  0/1/2) of ``length`` consecutive elements of ``src`` from ``start`` along its innermost
-  dim, in four interleaved vector accumulators, a masked tail and a shuffle tree; max/min
-  return NaN when any element is NaN (noted with one compare per vector). Optional
-  trailing chain operands (``n_sources, n_steps, sources..., steps...``, see
-  ``_chain_reader``) make the reduced elements a fused chain computed on the vectors.
+``HANDLERS`` maps each op to its emitter: ``cpu.bitcast``, ``cpu.ldexp``,
+``cpu.store_streaming``, ``cpu.gemm_block`` (the register-blocked micro-kernel) and
+``cpu.row_reduce`` (four interleaved vector accumulators, a masked tail and a shuffle
+tree; max/min note NaNs with one compare per vector). What each computes, and the
+operands it takes, is in ``ops.py``; its compile-time parameters are attributes.
 
 Operands are addressed through their strides (``affine_strides``): the rules only pass
 tiles whose logical dims each have one stride (and a unit stride where a vector is read).
@@ -37,32 +18,21 @@ from llvmlite import ir
 
 from tilejit.errors import CompilationError
 from tilejit.ir.addressing import Addressing
-from tilejit.ir.ops_tile import POINTWISE_ARITY
-from tilejit.ir.types import MemScope, f32, i1, i32
-from tilejit.passes.fusion import ARITHMETIC
+from tilejit.ir.types import MemScope, i1
 
 from . import abi, types
 from .emit_memory import RegionRef, element_ptr
 from .metadata import loop_id
+from .ops import row_reduce_operands
 from .types import F32, I1, I8, I32, I64, PTR, VOID
 
-__all__ = ["INTRINSICS", "REDUCE_OPS", "addressing_strides", "affine_strides"]
+__all__ = ["HANDLERS", "addressing_strides", "affine_strides"]
 
-REDUCE_OPS = ("sum", "max", "min")  # row_reduce's op operand indexes this
 _UNROLL_K = 4        # micro-kernel k steps per loop trip
 _REDUCE_ACCUMULATORS = 4  # independent vector chains (hides the add/max latency)
 
 
 # ----------------------------------------------------------------------------- helpers
-def static(em, value, what: str) -> int:
-    """The compile-time value of the IR ``value`` (a ``const``)."""
-    known = em.consts.get(value)
-    if known is None:
-        raise CompilationError(f"the {what} operand of a CPU vector intrinsic must be a "
-                               "constant")
-    return int(known)
-
-
 def affine_strides(ref) -> list:
     """Per logical dim of ``ref``, its element stride (int or i64 value); raises when a
     dim has no single stride (swizzled or split layouts)."""
@@ -74,7 +44,7 @@ def affine_strides(ref) -> list:
     strides = addressing_strides(ref.addressing) if ref.reshaped is None else None
     if strides is None:
         raise CompilationError(f"{ref.name} has no single stride per dimension; the CPU "
-                               "vector intrinsics need affine tiles")
+                               "vector instructions need affine tiles")
     return strides
 
 
@@ -203,19 +173,10 @@ def _counted(em, trips: int, carried: list, body, unroll: int | None = None) -> 
 
 
 # ----------------------------------------------------------------------------- bitcast
-_FLOAT_BITS = {types.F16: 16, F32: 32, types.F64: 64}
-
-
 def emit_bitcast(em, op):
-    (x,) = op.operands
-    value, target = em[x], types.register_type(op.result.type)
-    if value.type == target:
-        return [value]
-    widths = [_FLOAT_BITS.get(t) or t.width for t in (value.type, target)]
-    if widths[0] != widths[1] or I1 in (value.type, target):
-        raise CompilationError(f"bitcast needs two types of one width (not bool), got "
-                               f"{x.type} and {op.result.type}")
-    return [em.b.bitcast(value, target)]
+    """Both types have one width (the op's check): registers of one type need no cast."""
+    value, target = em[op.operands[0]], types.register_type(op.result.type)
+    return [value if value.type == target else em.b.bitcast(value, target)]
 
 
 # ----------------------------------------------------------------------------- ldexp
@@ -231,8 +192,6 @@ def emit_ldexp(em, op):
     in the subnormal range and overflow to infinity included)."""
     x, n = em[op.operands[0]], em[op.operands[1]]
     b = em.b
-    if op.operands[0].type != f32 or op.operands[1].type != i32:
-        raise CompilationError("ldexp takes an f32 and an i32")
     if _has_scalef():
         return [em.intrinsic("llvm.ldexp.f32.i32", F32, [x, n])]
     # Two factors 2^h * 2^(n-h), each a normal number, so only the last product rounds.
@@ -262,16 +221,16 @@ def emit_store_streaming(em, op):
 
 # ----------------------------------------------------------------------------- gemm
 def emit_gemm_block(em, op):
-    c_val, a_val, b_val, i0_val, j0_val, *params = op.operands
-    mr, nr, k, lanes, transpose_a, accum = (static(em, v, name) for v, name in zip(
-        params, ("mr", "nr", "k", "lanes", "transpose_a", "accum")))
+    c_val, a_val, b_val, i0_val, j0_val = op.operands
+    mr, nr, k, lanes, transpose_a, accum = (op.attrs[name] for name in (
+        "mr", "nr", "k", "lanes", "transpose_a", "accum"))
     c, a, bt = em[c_val], em[a_val], em[b_val]
     bld = em.b
     i0, j0 = _i64(em, em[i0_val]), _i64(em, em[j0_val])
     zero = ir.Constant(I64, 0)
     sc, sa, sb = affine_strides(c), affine_strides(a), affine_strides(bt)
     if nr > 1 and (sc[1] != 1 or sb[1] != 1):
-        raise CompilationError("gemm_block needs C and B with unit-stride rows")
+        raise CompilationError("cpu.gemm_block needs C and B with unit-stride rows")
     if k > 0:
         _check_block(em, op, a, [zero, i0] if transpose_a else [i0, zero],
                      [ir.Constant(I64, k - 1), bld.add(i0, ir.Constant(I64, mr - 1))]
@@ -346,46 +305,36 @@ def _row_pointer(em, op, ref, start_vals, length):
     """The address of the row of ``length`` elements of ``ref`` from ``start_vals``."""
     strides = affine_strides(ref)
     if strides[-1] != 1 and length > 1:
-        raise CompilationError("row_reduce needs a unit-stride innermost dim")
+        raise CompilationError("cpu.row_reduce needs a unit-stride innermost dim")
     start = [_i64(em, em[v]) for v in start_vals]
     last = start[:-1] + [em.b.add(start[-1], ir.Constant(I64, max(length, 1) - 1))]
     _check_block(em, op, ref, start, last)
     return _base_ptr(em, ref, start)
 
 
-def _chain_reader(em, op, operands, src_ptr, length, lanes, identity):
+def _chain_reader(em, op, sources, src_ptr, length, lanes, identity):
     """``read(offset, count)``: the vector of row elements ``offset ..`` (``count`` of
-    them, the rest ``identity``), computed by the fused chain that follows the start
-    indices in ``operands``: ``n_sources, n_steps``, each further source (a tile with
-    its start indices, or a scalar broadcast along the row), each step (an op index into
-    ``CHAIN_OPS`` and its value numbers)."""
+    them, the rest ``identity``), computed by ``op``'s fused chain (``steps``) from src's
+    row (value 0) and ``sources`` (``ops.row_reduce_operands``): a tile's row, or a
+    scalar broadcast along the row."""
     b = em.b
-    n_sources, n_steps = (static(em, v, "chain size") for v in operands[:2])
-    rest = list(operands[2:])
     rows, flags, scalars = {0: src_ptr}, {}, {}
-    for number in range(1, n_sources + 1):
-        value = rest.pop(0)
+    for number, (value, start) in enumerate(sources, start=1):
         ref = em[value]
         if isinstance(ref, ir.Value):
             scalars[number] = _splat(em, ref, lanes)
             continue
-        start, rest = rest[:len(ref.shape)], rest[len(ref.shape):]
         row = _row_pointer(em, op, ref, start, length)
         buffer = getattr(value.type, "buffer", value.type)
         if buffer.dtype == i1:    # a mask: one byte per element
             flags[number] = row
         else:
             rows[number] = row
-    steps = []
-    for _ in range(n_steps):
-        name = CHAIN_OPS[static(em, rest.pop(0), "chain op")]
-        arity = _CHAIN_ARITY[name]
-        steps.append((name, [static(em, v, "chain value") for v in rest[:arity]]))
-        rest = rest[arity:]
+    steps = [(name, args) for name, _, *args in op.attrs["steps"]]
     zero = ir.Constant(_vector(lanes), [0.0] * lanes)
 
     def read(offset, count):
-        values = [None] * (n_sources + 1)
+        values = [None] * (len(sources) + 1)
         for number, ptr in rows.items():
             values[number] = _load_vector(em, _offset(em, ptr, offset), lanes, count, zero)
         for number, ptr in flags.items():
@@ -398,12 +347,6 @@ def _chain_reader(em, op, operands, src_ptr, length, lanes, identity):
             return values[-1]
         return b.select(_mask(count, lanes), values[-1], identity)
     return read
-
-
-# row_reduce chain steps: what fusion gives a reduce (f32 values; select's condition a
-# bool tile or scalar)
-CHAIN_OPS = ARITHMETIC
-_CHAIN_ARITY = {name: POINTWISE_ARITY[name] for name in CHAIN_OPS}
 
 
 def _load_flags(em, ptr, offset, lanes: int, count: int):
@@ -433,17 +376,14 @@ def _chain_step(b, name, args):
 
 
 def emit_row_reduce(em, op):
-    src_val, op_val, length_val, lanes_val, *rest = op.operands
-    name = REDUCE_OPS[static(em, op_val, "op")]
-    length, lanes = static(em, length_val, "length"), static(em, lanes_val, "lanes")
-    src = em[src_val]
-    start_vals, chain = rest[:len(src.shape)], rest[len(src.shape):]
+    name, length, lanes = op.attrs["op"], op.attrs["length"], op.attrs["lanes"]
+    start_vals, sources = row_reduce_operands(op)
     b = em.b
-    ptr = _row_pointer(em, op, src, start_vals, length)
+    ptr = _row_pointer(em, op, em[op.operands[0]], start_vals, length)
     vt, mask_type = _vector(lanes), ir.VectorType(I1, lanes)
     identity = ir.Constant(vt, [_identity(name)] * lanes)
-    if chain:
-        read = _chain_reader(em, op, chain, ptr, length, lanes, identity)
+    if op.attrs["steps"] is not None:
+        read = _chain_reader(em, op, sources, ptr, length, lanes, identity)
     else:
         def read(offset, count):
             return _load_vector(em, _offset(em, ptr, offset), lanes, count, identity)
@@ -489,5 +429,6 @@ def emit_row_reduce(em, op):
     return [b.select(any_nan, ir.Constant(F32, float("nan")), total)]
 
 
-INTRINSICS = {"bitcast": emit_bitcast, "ldexp": emit_ldexp, "gemm_block": emit_gemm_block,
-              "row_reduce": emit_row_reduce, "store_streaming": emit_store_streaming}
+HANDLERS = {"cpu.bitcast": emit_bitcast, "cpu.ldexp": emit_ldexp,
+            "cpu.store_streaming": emit_store_streaming, "cpu.gemm_block": emit_gemm_block,
+            "cpu.row_reduce": emit_row_reduce}

@@ -25,7 +25,7 @@ f32 ``exp``/``exp2``/``log`` (alone or steps of a fused chain) are computed by t
 family's polynomials (``math_vector.polynomial_step``), so they vectorize here too.
 
 ``config={"cache": "stream"}`` asks for streaming stores: the full chunks are stored with
-non-temporal stores (the ``store_streaming`` CPU intrinsic), which bypass the caches -- no
+non-temporal stores (the CPU instruction ``cpu.store_streaming``), which bypass the caches -- no
 read-for-ownership of the destination lines and no eviction of useful data -- for outputs
 larger than the caches that are not read again soon (like Triton's ``.cs`` cache
 modifier). Masked edges store normally.
@@ -121,7 +121,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             if value.type != dst.dtype:
                 value = em.b.cast(value, dst.dtype)
             indices = [em.index(i) for i in em.operand_index(dst, at(w))]
-            em.b.intrinsic("cpu", "store_streaming", [em.storage(dst), value, *indices])
+            em.b.create("cpu.store_streaming", [em.storage(dst), value, *indices])
         em.loop(0, width, 1, fetch, unroll=width)
         em.loop(0, width, 1, compute, unroll=width)
 

@@ -3,7 +3,7 @@
 Instruction shape ``(MR, NR, 1)``: an ``MR x NR`` block of C held in ``MR * NR / W``
 vector accumulators (``W`` f32 lanes per register); each ``k`` step loads ``NR / W``
 vectors of a B row, broadcasts ``MR`` elements of A's column and does one FMA per
-accumulator (the CPU intrinsic ``gemm_block``, ``emit_vector.py``). Blocks of C are
+accumulator (the CPU instruction ``cpu.gemm_block``, ``ops.py``). Blocks of C are
 visited column panel by column panel (``j`` outer, ``i`` inner), so a ``K x NR`` panel of
 B stays in L1 while A streams through; edge blocks of any size use a smaller ``MR`` and
 masked vectors. ``config={"shape": (MR, NR, 1)}`` picks another legal block.
@@ -136,14 +136,13 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     if plan.details["pack_b"]:
         b_value = _pack(em, call["B"], k, n, call.attrs["transpose_b"])
     c_value = call["C"].value
-    flags = [em.const(int(bool(ta))), em.const(int(bool(call.attrs["accum"])))]
+    attrs = {"k": k, "lanes": w, "transpose_a": bool(ta), "accum": bool(call.attrs["accum"])}
 
     def block(rows: int, cols: int):
         def body(base):
             j0, i0 = base
-            em.b.intrinsic("cpu", "gemm_block", [
-                c_value, a_value, b_value, em.index(i0), em.index(j0), em.const(rows),
-                em.const(cols), em.const(k), em.const(w), *flags])
+            em.b.create("cpu.gemm_block", [c_value, a_value, b_value, em.index(i0),
+                                           em.index(j0)], {"mr": rows, "nr": cols, **attrs})
         return body
 
     # Dims (j, i): column panels outside, row blocks inside; edges as their own boxes.

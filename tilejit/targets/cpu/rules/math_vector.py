@@ -3,13 +3,13 @@
 LLVM turns ``llvm.exp.f32`` and friends into calls of the scalar libm functions, which
 keeps a loop of them from vectorizing. This family writes each function as native
 arithmetic that the SLP vectorizer turns into vector code -- range reduction and a
-polynomial, with the exponent built or read through the ``bitcast`` CPU intrinsic:
+polynomial, with the exponent built or read through the CPU instruction ``cpu.bitcast``:
 
 * ``exp(x) = 2^n * e^r`` with ``n = round(x / ln 2)`` and ``r = x - n ln 2`` (``ln 2`` in
   two parts, Cody and Waite), ``|r| <= ln(2)/2``; ``e^r`` is its Taylor polynomial of
   degree 7 (truncation error below 1e-8 relative). ``n`` is rounded by adding
   ``1.5 * 2^23`` (the integer then sits in the low bits of the sum), and ``2^n`` is applied
-  by the ``ldexp`` CPU intrinsic, which rounds once, so results in the subnormal range and
+  by the CPU instruction ``cpu.ldexp``, which rounds once, so results in the subnormal range and
   overflow to infinity come out like libm's. ``exp2(x)`` uses ``n = round(x)``,
   ``r = (x - n) ln 2``.
 * ``log(x) = e ln 2 + log(m)`` with ``x = m 2^e``, ``m`` in ``[sqrt(1/2), sqrt(2))``
@@ -81,15 +81,15 @@ class _Math:
         return self.b.select(self.b.cmp(pred, x, y), yes, no)
 
     def bits(self, x):
-        return self.b.intrinsic("cpu", "bitcast", [x], i32)
+        return self.b.create("cpu.bitcast", [x], {"to": i32}).result
 
     def float_of(self, bits):
-        return self.b.intrinsic("cpu", "bitcast", [bits], f32)
+        return self.b.create("cpu.bitcast", [bits], {"to": f32}).result
 
     def scaled(self, p, t):
         """``p * 2^n`` where ``t = n + ROUNDER`` holds the integer ``n`` in its low bits."""
         n = self.op("sub", self.bits(t), self.i(ROUNDER_BITS))
-        return self.b.intrinsic("cpu", "ldexp", [p, n], f32)
+        return self.b.create("cpu.ldexp", [p, n]).result
 
     def taylor(self, r):
         """``e^r`` for ``|r| <= ln(2)/2``: the Taylor polynomial of degree 7, Horner form."""

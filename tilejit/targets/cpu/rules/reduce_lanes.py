@@ -1,7 +1,7 @@
 """Row reduction on the CPU: family ``lanes``.
 
 ``sum``/``max``/``min`` along the innermost, contiguous axis of an f32 tile: each output
-is the CPU intrinsic ``row_reduce`` (``emit_vector.py``) -- four interleaved vector
+is the CPU instruction ``cpu.row_reduce`` (``ops.py``) -- four interleaved vector
 accumulators of ``W`` lanes over the row, a masked last vector and a shuffle tree across
 the lanes. Instruction shape ``(W,)``. The sum is therefore taken in a different order
 than the sequential ``tree`` fallback (``4 W`` interleaved partial sums combined in
@@ -9,7 +9,7 @@ pairs, as vectorized libraries do); ``max``/``min`` propagate NaN like the fallb
 may return either zero when a row's extreme is both ``+0`` and ``-0``.
 
 A reduce carrying a fused chain (``steps``, from fuse-pointwise: ``tj.sum(c * c)``) reads
-no tile of its elements: ``row_reduce`` loads each chain source's row (a source constant
+no tile of its elements: ``cpu.row_reduce`` takes the chain as it is and loads each chain source's row (a source constant
 along the row, such as a row mean, as one broadcast scalar; a bool source as bytes) and
 evaluates the chain on the vectors, then folds as above; the masked last vector's unused
 lanes hold the identity.
@@ -32,7 +32,7 @@ from tilejit.passes.distribution import Uniform
 from tilejit.passes.loopgen import Box, Emitter, broadcast_index
 from tilejit.passes.rules.common import element_access_reasons, verdict
 
-from ..emit_vector import CHAIN_OPS, REDUCE_OPS
+from ..ops import CHAIN_OPS, REDUCE_OPS
 from .common import lanes, team_once_reasons, tile_strides
 
 __all__ = ["LANES_REDUCE"]
@@ -84,25 +84,22 @@ def _chain_reasons(call: PrimitiveCall) -> list[str]:
 
 def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
     dst, src = call["dst"], call["src"]
-    axis, length = call.attrs["axis"], src.shape[-1]
-    op = em.const(REDUCE_OPS.index(call.attrs["op"]))
-    params = [op, em.const(length), em.const(plan.shape[0])]
+    axis, steps = call.attrs["axis"], call.attrs["steps"]
+    attrs = {"op": call.attrs["op"], "length": src.shape[-1], "lanes": plan.shape[0],
+             "steps": steps}
 
-    def chain(start):
-        """row_reduce's chain operands (see emit_vector._chain_reader) for the row at
-        ``start``: a source constant along the row is read here as a scalar."""
-        steps = call.attrs["steps"]
+    def sources(start):
+        """The chain's further sources as cpu.row_reduce takes them (ops.row_reduce_operands)
+        for the row at ``start``: a source constant along the row is read here as a scalar."""
         if steps is None:
             return []
-        sources = []
+        operands = []
         for o in call.operands[2:]:
             if o.is_scalar or o.shape[-1] == 1:
-                sources.append(em.load(o, start))
+                operands.append(em.load(o, start))
             else:
-                sources += [o.value, *(em.index(i) for i in broadcast_index(o, start))]
-        ops = [em.const(v) for name, _, *args in steps
-               for v in (CHAIN_OPS.index(name), *args)]
-        return [em.const(len(call.operands) - 2), em.const(len(steps)), *sources, *ops]
+                operands += [o.value, *(em.index(i) for i in broadcast_index(o, start))]
+        return operands
 
     def row(out_idx):
         rest = list(out_idx)
@@ -110,8 +107,7 @@ def lower(call: PrimitiveCall, plan: Plan, em: Emitter) -> None:
             del rest[axis]
         start = [em.index(i) for i in rest] + [em.const(0)]
         first = rest + [0]
-        value = em.b.intrinsic("cpu", "row_reduce", [src.value, *params, *start,
-                                                     *chain(first)], f32)
+        value = em.b.create("cpu.row_reduce", [src.value, *start, *sources(first)], attrs).result
         em.store(dst, value, out_idx)
 
     em.each([(Box.full(dst.shape), row)])

@@ -25,9 +25,9 @@ f32 ``exp``/``exp2``/``log`` (alone or steps of a fused chain) are computed by t
 family's polynomials (``math_vector.polynomial_step``), so they vectorize here too.
 
 ``config={"cache": "stream"}`` asks for streaming stores: the full chunks are stored with
-non-temporal stores (the CPU instruction ``cpu.store_streaming``), which bypass the caches -- no
-read-for-ownership of the destination lines and no eviction of useful data -- for outputs
-larger than the caches that are not read again soon (like Triton's ``.cs`` cache
+non-temporal stores (the CPU instruction ``cpu.store_streaming``), which bypass the caches
+-- no read-for-ownership of the destination lines and no eviction of useful data -- for
+outputs larger than the caches that are not read again soon (like Triton's ``.cs`` cache
 modifier). Masked edges store normally.
 
 Legality contract (else ``Decline``; ``vector``/``scalar`` take over): the ``vector``

@@ -9,8 +9,8 @@ polynomial, with the exponent built or read through the CPU instruction ``cpu.bi
   two parts, Cody and Waite), ``|r| <= ln(2)/2``; ``e^r`` is its Taylor polynomial of
   degree 7 (truncation error below 1e-8 relative). ``n`` is rounded by adding
   ``1.5 * 2^23`` (the integer then sits in the low bits of the sum), and ``2^n`` is applied
-  by the CPU instruction ``cpu.ldexp``, which rounds once, so results in the subnormal range and
-  overflow to infinity come out like libm's. ``exp2(x)`` uses ``n = round(x)``,
+  by the CPU instruction ``cpu.ldexp``, which rounds once, so results in the subnormal
+  range and overflow to infinity come out like libm's. ``exp2(x)`` uses ``n = round(x)``,
   ``r = (x - n) ln 2``.
 * ``log(x) = e ln 2 + log(m)`` with ``x = m 2^e``, ``m`` in ``[sqrt(1/2), sqrt(2))``
   (subnormal inputs scaled by ``2^23`` first); with ``f = m - 1`` (exact) and

@@ -9,10 +9,10 @@ pairs, as vectorized libraries do); ``max``/``min`` propagate NaN like the fallb
 may return either zero when a row's extreme is both ``+0`` and ``-0``.
 
 A reduce carrying a fused chain (``steps``, from fuse-pointwise: ``tj.sum(c * c)``) reads
-no tile of its elements: ``cpu.row_reduce`` takes the chain as it is and loads each chain source's row (a source constant
-along the row, such as a row mean, as one broadcast scalar; a bool source as bytes) and
-evaluates the chain on the vectors, then folds as above; the masked last vector's unused
-lanes hold the identity.
+no tile of its elements: ``cpu.row_reduce`` takes the chain as its ``steps`` attribute,
+loads each chain source's row (a source constant along the row, such as a row mean, as
+one broadcast scalar; a bool source as bytes) and evaluates the chain on the vectors, then
+folds as above; the masked last vector's unused lanes hold the identity.
 
 Legality contract (else ``Decline`` with the reasons; the ``tree`` fallback takes over):
 

@@ -1,6 +1,14 @@
 """Every test runs against a temporary on-disk cache (never ``~/.cache/tilejit``) with the
-knobs that change compilation unset; tests that need their own cache set it on top."""
+knobs that change compilation unset; tests that need their own cache set it on top.
+
+Property tests are derandomized: the profile below is every ``@settings``' parent, so a
+test that sets only ``max_examples`` still draws the same examples on every run (a
+random draw that fails once in a while would fail a landing)."""
 import pytest
+from hypothesis import settings
+
+settings.register_profile("tilejit", derandomize=True, database=None, deadline=None)
+settings.load_profile("tilejit")
 
 
 @pytest.fixture(scope="session")

@@ -386,7 +386,8 @@ def _conflict(steps, loop, i, j) -> bool:
     return True
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_buffers_in_use_together_never_share_bytes_and_all_are_aligned(program):
     steps, loop = program

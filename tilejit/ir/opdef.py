@@ -94,6 +94,9 @@ class OpDef:
     terminator: bool = False
     yields_from: int = 0  # for terminators: index of the first yielded operand
     doc: str = ""
+    # a target's own op that writes the memory of its operand 0 (the native accesses are
+    # listed in ops_native.WRITING_ACCESSES): what the read-only-argument check counts
+    writes: bool = False
 
     # cached: every op built or verified asks (a frozen dataclass keeps no other state)
     @functools.cached_property
@@ -151,7 +154,7 @@ OPS: dict[str, OpDef] = {}
 
 def register(name: str, group: OpGroup, operands: str = "", attrs: dict[str, Attr] | None = None,
              results=EXPLICIT, regions=(), check=None, terminator=False, yields_from=0,
-             doc="") -> OpDef:
+             doc="", writes=False) -> OpDef:
     """Declare one op; ``operands`` is a space-separated list like ``"buf:memory *indices:int"``."""
     if name in OPS:
         raise ValueError(f"op {name!r} declared twice")
@@ -159,7 +162,7 @@ def register(name: str, group: OpGroup, operands: str = "", attrs: dict[str, Att
     if any(s.variadic for s in specs[:-1]):
         raise ValueError(f"{name}: only the last operand may be variadic")
     opdef = OpDef(name, group, specs, dict(attrs or {}), results, tuple(regions), check,
-                  terminator, yields_from, doc)
+                  terminator, yields_from, doc, writes)
     OPS[name] = opdef
     return opdef
 

@@ -17,7 +17,7 @@ def written_parameters(kernel: KernelIR) -> list[str]:
     params = dict(zip(kernel.body.args, kernel.param_names))
     written = set()
     for op in walk(kernel.body):
-        if op.name in _WRITES:
+        if op.name in _WRITES or op.opdef.writes:
             written.add(root_buffer(op.operands[0]))
     return [name for arg, name in params.items() if arg in written]
 

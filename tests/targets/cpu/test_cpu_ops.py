@@ -8,6 +8,7 @@ import tilejit as tj
 from tilejit.errors import CompilationError
 from tilejit.examples import matmul, row_softmax
 from tilejit.ir import parse_kernel, verify
+from tilejit.passes.effects import written_parameters
 from tilejit.targets.cpu.ops import row_reduce_operands   # (and the cpu.* ops registered)
 
 HEAD = ('kernel @ops(%x: buffer<global, f32, [?, ?], strides=[?, 1]>) loc("/src/k.py":1:0) {\n'
@@ -46,6 +47,17 @@ def test_every_cpu_op_round_trips():
     assert [v.name_hint for v in start] == ["i", "z"]
     assert [(v.name_hint, [i.name_hint for i in at]) for v, at in sources] == \
         [("m", ["i", "z"]), ("s", [])]
+
+
+@pytest.mark.parametrize("body", [
+    "  cpu.store_streaming(%x, %f, %i, %z) loc(5:4)",
+    "  cpu.gemm_block(%x, %a, %b, %z, %z) {mr = 8, nr = 16, k = 16, lanes = 16, "
+    "transpose_a = false, accum = true} loc(5:4)",
+])
+def test_a_cpu_op_writing_a_parameter_makes_it_written(body):
+    """The read-only-argument check (``written_params``) counts the CPU's own stores."""
+    assert written_parameters(verify(parse_kernel(kernel(body)))) == ["x"]
+    assert written_parameters(verify(parse_kernel(kernel("")))) == []
 
 
 @pytest.mark.parametrize("body, message", [

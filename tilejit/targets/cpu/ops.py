@@ -143,11 +143,12 @@ register("cpu.bitcast", NATIVE, "x:scalar", {"to": Attr(SCALAR_TYPE)},
 register("cpu.ldexp", NATIVE, "x:scalar n:int", results=fixed(f32), check=_check_ldexp,
          doc="x * 2^n for an f32 x and an i32 n in [-252, 254], rounded once")
 register("cpu.store_streaming", MEMORY, "buf:memory value:scalar *indices:int",
-         results=fixed(), check=index_check(2),
+         results=fixed(), check=index_check(2), writes=True,
          doc="store marked non-temporal: it bypasses the caches (outputs not read again soon)")
 register("cpu.gemm_block", MEMORY, "C:memory A:memory B:memory i0:int j0:int",
          {"mr": Attr(INT), "nr": Attr(INT), "k": Attr(INT), "lanes": Attr(INT),
           "transpose_a": Attr(BOOL), "accum": Attr(BOOL)}, fixed(), check=_check_gemm_block,
+         writes=True,
          doc="C[i0:i0+mr, j0:j0+nr] (+)= op(A)[i0:i0+mr, :k] @ B[:k, j0:j0+nr] in f32 vector "
              "accumulators of lanes elements")
 register("cpu.row_reduce", MEMORY, "src:memory *operands",

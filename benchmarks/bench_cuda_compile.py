@@ -16,6 +16,11 @@ With ``--dtype float32`` (A and B in f32) tilejit's example runs the ``fma`` fam
 register-resident accumulators while Triton's ``tl.dot`` uses tf32 tensor cores; with
 ``--dtype float16`` both use the tensor cores (tilejit's ``mma`` family).
 
+With ``--kernel hopper`` (issue 14's check) tilejit's side is the Hopper GEMM kernel
+(``kernels/hopper_gemm``: warp-specialized TMA + wgmma, bf16, 128x128x64 tiles in 4 stages,
+8192x4096x4096, persistent) and Triton's the same matmul source in bf16 at Triton's Hopper
+config for that tile (8 warps, 4 stages: Triton picks wgmma and its own pipeline for it).
+
 Triton is not a tilejit dependency: install it only in the benchmark's environment, e.g.
 ``python -m venv --system-site-packages /tmp/tritonenv && /tmp/tritonenv/bin/pip install
 triton`` and run this file with that interpreter. Without Triton only tilejit's time prints.
@@ -32,7 +37,7 @@ compiles with NVRTC memoized (each source compiled once, then looked up), the me
 ``--repeat`` after one warm-up.
 
     python benchmarks/bench_cuda_compile.py [--repeat 5] [--dtype float16] [--breakdown]
-                                            [--python-side]
+                                            [--python-side] [--kernel hopper]
 """
 from __future__ import annotations
 
@@ -55,11 +60,31 @@ GOAL = 0.5
 BM, BN, BK = 64, 64, 32
 
 
-def tilejit_compile(dtype: str):
+HOPPER_SHAPE = (8192, 4096, 4096)
+HOPPER_TILE = dict(block_m=128, block_n=128, block_k=64, stages=4)
+TRITON_HOPPER_OPTIONS = {"num_warps": 8, "num_stages": 4}
+
+
+def tilejit_compile(dtype: str, kernel: str = "example"):
     """A function that compiles tilejit's kernel once, every cache ignored."""
-    operands = _operands(dtype)
     knobs.always_compile = True
+    if kernel == "hopper":
+        return _hopper_compile()
+    operands = _operands(dtype)
     return lambda: matmul.compile(*operands, BM=BM, BN=BN, BK=BK, target="cuda", arch="sm_90a")
+
+
+def _hopper_compile():
+    from tilejit.kernels.hopper_gemm import hopper_gemm_kernel
+    from tilejit.kernels.hopper_gemm_launch import hopper_gemm_config
+    m, n, k = HOPPER_SHAPE
+    _, options = hopper_gemm_config(torch.empty(m, k, dtype=torch.bfloat16, device="meta"),
+                                    torch.empty(k, n, dtype=torch.bfloat16, device="meta"),
+                                    ctas=132, **HOPPER_TILE)
+    specs = [tj.TensorSpec(shape, tj.bfloat16, device="cuda") for shape in ((m, k), (k, n),
+                                                                          (m, n))]
+    return lambda: hopper_gemm_kernel.compile(*specs, k, target="cuda", arch="sm_90a",
+                                              **options)
 
 
 def _operands(dtype: str):
@@ -149,7 +174,7 @@ def python_side(repeat: int, dtype: str) -> None:
           f"(of {repeat})")
 
 
-def triton_compile(dtype: str):
+def triton_compile(dtype: str, kernel: str = "example"):
     """A function that compiles Triton's kernel once into a fresh cache directory; None
     without Triton."""
     try:
@@ -158,18 +183,22 @@ def triton_compile(dtype: str):
         from triton.compiler import ASTSource
     except ImportError:
         return None
+    hopper = kernel == "hopper"
+    operand = "*bf16" if hopper else {"float32": "*fp32", "float16": "*fp16"}[dtype]
+    tile = (HOPPER_TILE["block_m"], HOPPER_TILE["block_n"], HOPPER_TILE["block_k"]) if hopper \
+        else (BM, BN, BK)
+    options = TRITON_HOPPER_OPTIONS if hopper else {}
     kernel = triton_matmul()
-    operand = {"float32": "*fp32", "float16": "*fp16"}[dtype]
-    signature = {"a": operand, "b": operand, "c": "*fp32",
+    signature = {"a": operand, "b": operand, "c": operand if hopper else "*fp32",
                  **{name: "i32" for name in ("M", "N", "K", "sam", "sak", "sbk", "sbn",
                                              "scm", "scn")},
                  **{name: "constexpr" for name in ("TM", "TN", "TK", "GROUP")}}
 
     def compile_once():
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-triton-")
-        source = ASTSource(kernel, signature, constexprs={"TM": BM, "TN": BN, "TK": BK,
-                                                            "GROUP": 1})
-        triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        source = ASTSource(kernel, signature, constexprs={"TM": tile[0], "TN": tile[1],
+                                                            "TK": tile[2], "GROUP": 1})
+        triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     return compile_once
 
 
@@ -194,16 +223,21 @@ def main() -> None:
                         help="also time the parts of one compile (passes, verifier, NVRTC)")
     parser.add_argument("--python-side", action="store_true",
                         help="only time tilejit's Python side (NVRTC memoized), in CPU time")
+    parser.add_argument("--kernel", choices=("example", "hopper"), default="example",
+                        help="the example matmul (issue 13) or the Hopper GEMM in bf16 "
+                             "(issue 14; --dtype does not apply)")
     args = parser.parse_args()
     if args.python_side:
         python_side(args.repeat, args.dtype)
         return
-    compilers = [tilejit_compile(args.dtype), triton_compile(args.dtype)]
+    compilers = [tilejit_compile(args.dtype, args.kernel),
+                 triton_compile(args.dtype, args.kernel)]
     compilers = [c for c in compilers if c is not None]
     interleaved_seconds(compilers, 1)       # warm-up
     load = os.getloadavg()[0]
     ours, *theirs = interleaved_seconds(compilers, args.repeat)
-    print(f"{args.dtype} operands; load average {load:.2f} -> {os.getloadavg()[0]:.2f} "
+    what = "bfloat16 Hopper GEMM" if args.kernel == "hopper" else f"{args.dtype} operands"
+    print(f"{what}; load average {load:.2f} -> {os.getloadavg()[0]:.2f} "
           f"({os.cpu_count()} CPUs)")
     print(f"tilejit matmul -> sm_90a cubin: {ours * 1e3:8.1f} ms (median of {args.repeat})")
     if not theirs:

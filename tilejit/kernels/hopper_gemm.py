@@ -334,9 +334,10 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
 
     Left out: block scales with block_n = 256. A consumer's 64 x 256 accumulator and the
     K step's 64 x 256 products it promotes are 128 + 128 f32 registers a thread, over the
-    232 setmaxnreg gives it (and the 255 a thread can have); promoting the tile in two
-    n128 halves through one 64 x 128 ``part`` would fit (192), at the cost of two wgmma
-    groups a step."""
+    232 setmaxnreg gives it (and the 255 a thread can have). Promoting the tile in two
+    n128 halves through one 64 x 128 ``part`` would fit (192 registers), but needs two
+    wgmma groups a step and the accumulator's fragment sliced by columns for each half's
+    fma, which the kernel does not do."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
     grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,
@@ -352,7 +353,7 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
 
 def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, **options):
     """C = (a * scale_a) @ (b * scale_b) in torch._scaled_mm's orientation: b [K, N]
-    column-major (as _scaled_mm requires it), which ``fp8_gemm`` runs as ``b.T``, the
+    column-major (as _scaled_mm requires it on CUDA), which ``fp8_gemm`` runs as ``b.T``, the
     [N, K] row-major view of the same memory: no copy. A row-major b (N contiguous) is
     refused: its transpose is not K-major. Block scales as ``fp8_gemm`` takes them (scale_b
     per 128 x 128 block of ``b.T``: [ceil(N / 128), ceil(K / 128)]); ``options`` are

@@ -51,8 +51,7 @@ a fresh f32 fragment ``part`` and promotes it,
 ``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc`` (one fma a value), each
 consumer thread reading the scales of its own rows (those past M read as 0: the copy's
 bounds check). The tile's BN divides 128, so one B scale covers it (BN = 256 would span
-two, and its ``part`` and ``acc`` would not fit a consumer's registers: see
-``fp8_gemm``). Each step's group retires at once there (the promotion reads its products;
+two, and its ``part`` and ``acc`` would spill: see ``fp8_gemm``). Each step's group retires at once there (the promotion reads its products;
 keeping one in flight would take a second ``part``, 64 more registers a thread than the
 consumer has).
 
@@ -333,11 +332,11 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
     ``persistent`` and ``sm_count`` as for ``hopper_gemm``.
 
     Left out: block scales with block_n = 256. A consumer's 64 x 256 accumulator and the
-    K step's 64 x 256 products it promotes are 128 + 128 f32 registers a thread, over the
-    232 setmaxnreg gives it (and the 255 a thread can have). Promoting the tile in two
-    n128 halves through one 64 x 128 ``part`` would fit (192 registers), but needs two
-    wgmma groups a step and the accumulator's fragment sliced by columns for each half's
-    fma, which the kernel does not do."""
+    K step's products it promotes are 128 + 128 f32 registers a thread (128 + 64 if the
+    two n128 halves took turns in one ``part``), over the 168 a thread ptxas builds the
+    kernel at (384 threads share the SM's registers; setmaxnreg moves them at run time
+    only): it would spill, as single-CTA 128 x 256 bf16 tiles already do without a
+    ``part`` (``TILE_CONFIGS``)."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
     grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,

@@ -4,7 +4,13 @@ gate/up and down projections of four models, bf16; with ``--fp8``, kernels.fp8_g
 same shapes (e4m3 operands, bf16 C) against ``torch._scaled_mm`` with per-tensor scales:
 first per-tensor against per-tensor, then our block scales (1 x 128 / 128 x 128) against
 the same per-tensor torch figure (torch's per-tensor call does less work: its ratio is a
-lower bound of a like-for-like one). torch runs with ``use_fast_accum=True``: like our
+lower bound of a like-for-like one), then per tensor with an e5m2 B (e4m3 A: the mix fp8
+training multiplies gradients in; cuBLASLt takes no e5m2 by e5m2) on the first model's
+shapes only (the rows check the operand kind, a kernel build of its own, not the schedule
+the e4m3 rows time), where torch._scaled_mm takes that pair (else the summary's "e5m2"
+says why not). Both run on B as _scaled_mm takes it, column-major [K, N]: ours through
+``kernels.scaled_mm``, which reads it as its [N, K] row-major view (no copy). torch runs
+with ``use_fast_accum=True``: like our
 kernel, it keeps the whole K sum in the tensor cores' accumulator (the faster of its two
 modes, so the ratio is not flattered). Where ``import triton`` works, bf16 rows also time
 a Triton matmul written for this project (benchmarks/triton_peers.py, its tile config
@@ -35,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from tilejit.kernels import fp8_gemm, hopper_gemm
+from tilejit.kernels import hopper_gemm, scaled_mm
 from tilejit.kernels.hopper_gemm import hopper_gemm_autotuner
 from triton_peers import triton_importable, triton_matmul_launcher
 from cuda_timing import median_ms
@@ -52,6 +58,8 @@ MODELS = {
     "gemma-2-27b": (4608, 36864, 32, 16, 128),
 }
 M = 8192
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+FP8_NAMES = {E4M3: "e4m3", E5M2: "e5m2"}
 
 
 def projections(hidden, intermediate, heads, kv_heads, head_dim):
@@ -113,41 +121,56 @@ def bench_triton(row, launch, a, b, expected, repeat):
     row["triton_status"] = "ok"
 
 
-def bench_fp8_shape(model, name, n, k, repeat, scaling):
-    """fp8_gemm with ``scaling`` ("tensor" or "block") against torch._scaled_mm per tensor;
+def scaled_mm_refusal(a_type, b_type):
+    """None where torch._scaled_mm multiplies an ``a_type`` A by a ``b_type`` B on this GPU
+    (tried on a 16 x 32 x 16 product), else its reason."""
+    one = torch.ones((), device="cuda")
+    a = torch.zeros(16, 32, device="cuda").to(a_type)
+    b = torch.zeros(16, 32, device="cuda").to(b_type).T
+    try:
+        torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    except Exception as error:      # torch's checks raise RuntimeError, TypeError, ValueError
+        return f"torch._scaled_mm refuses {a_type} x {b_type}: {error}"[:300]
+    return None
+
+
+def bench_fp8_shape(model, name, n, k, repeat, scaling, b_type=E4M3):
+    """fp8_gemm (by ``scaled_mm``) with ``scaling`` ("tensor" or "block") against
+    torch._scaled_mm per tensor, A e4m3 and B of ``b_type``, B column-major [K, N] for both;
     checked first against an f32 reference on 256 rows (the whole [M, K] in f32 would be
     large at K = 28672)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
-    a = torch.randn(M, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    a = torch.randn(M, k, device="cuda", generator=gen).to(E4M3)
+    b = torch.randn(n, k, device="cuda", generator=gen).to(b_type).T   # [K, N] column-major
     one_a, one_b = (torch.tensor(s, device="cuda") for s in (0.5, 0.25))
     if scaling == "tensor":
         scale_a, scale_b = one_a, one_b
         factor_a = scale_a.expand(M, k)
-        factor_b = scale_b.expand(n, k)
+        factor_b = scale_b.expand(k, n)
     else:
         blocks = math.ceil(k / 128)
         scale_a = torch.rand(M, blocks, device="cuda", generator=gen) + 0.5
         scale_b = torch.rand(math.ceil(n / 128), blocks, device="cuda", generator=gen) + 0.5
         factor_a = scale_a.repeat_interleave(128, 1)[:, :k]
-        factor_b = scale_b.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+        factor_b = scale_b.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k].T
     out = torch.empty(M, n, device="cuda", dtype=torch.bfloat16)
-    row = dict(model=model, projection=name, scaling=scaling, M=M, N=n, K=k)
+    row = dict(model=model, projection=name, scaling=scaling, M=M, N=n, K=k,
+               b_type=FP8_NAMES[b_type])
     start = time.perf_counter()
-    fp8_gemm(a, b, scale_a, scale_b, out=out)      # the first launch compiles (or hits the cache)
+    scaled_mm(a, b, scale_a, scale_b, out=out)     # the first launch compiles (or hits the cache)
     torch.cuda.synchronize()
     row["first_launch_s"] = time.perf_counter() - start
     rows = torch.arange(0, M, M // 256, device="cuda")
-    expected = (a[rows].float() * factor_a[rows]) @ (b.float() * factor_b).T
+    expected = (a[rows].float() * factor_a[rows]) @ (b.float() * factor_b)
     error = ((out[rows].float() - expected).abs().max() / expected.abs().max()).item()
     row["max_rel_error"] = error
     if not error < 1e-2:
         row["status"] = "wrong result"
         return row
     torch_out = torch.empty_like(out)
-    row["tilejit_ms"] = median_ms(lambda: fp8_gemm(a, b, scale_a, scale_b, out=out), repeat)
+    row["tilejit_ms"] = median_ms(lambda: scaled_mm(a, b, scale_a, scale_b, out=out), repeat)
     row["torch_ms"] = median_ms(lambda: torch._scaled_mm(
-        a, b.T, scale_a=one_a, scale_b=one_b, out_dtype=torch.bfloat16, use_fast_accum=True,
+        a, b, scale_a=one_a, scale_b=one_b, out_dtype=torch.bfloat16, use_fast_accum=True,
         out=torch_out), repeat)
     row["tilejit_tflops"] = 2 * M * n * k / row["tilejit_ms"] / 1e9
     row["speedup_vs_torch"] = row["torch_ms"] / row["tilejit_ms"]
@@ -155,19 +178,25 @@ def bench_fp8_shape(model, name, n, k, repeat, scaling):
     return row
 
 
-# (the rows' scaling, their speed-up) -> the name of its geometric mean
+# (the rows' kind, their speed-up) -> the name of its geometric mean
 GEOMEANS = {("bf16", "speedup_vs_cublas"): "geomean_speedup_vs_cublas",
             ("bf16", "speedup_vs_triton"): "geomean_speedup_vs_triton",
             ("tensor", "speedup_vs_torch"): "geomean_tensor_vs_scaled_mm",
-            ("block", "speedup_vs_torch"): "geomean_block_vs_per_tensor_scaled_mm"}
+            ("block", "speedup_vs_torch"): "geomean_block_vs_per_tensor_scaled_mm",
+            ("tensor e5m2", "speedup_vs_torch"): "geomean_e5m2_tensor_vs_scaled_mm"}
+
+
+def row_kind(row):
+    """bf16, or an fp8 row's scaling, with " e5m2" where B is e5m2 (a figure of its own)."""
+    return row.get("scaling", "bf16") + (" e5m2" if row.get("b_type") == "e5m2" else "")
 
 
 def geomeans(rows):
     """Issue 14's figures: the geometric mean of each speed-up over the rows that have it."""
     groups = {}
     for row in rows:
-        for (scaling, ratio), name in GEOMEANS.items():
-            if row["status"] == "ok" and row.get("scaling", "bf16") == scaling and ratio in row:
+        for (kind, ratio), name in GEOMEANS.items():
+            if row["status"] == "ok" and row_kind(row) == kind and ratio in row:
                 groups.setdefault(name, []).append(row[ratio])
     return {name: math.exp(sum(map(math.log, values)) / len(values))
             for name, values in groups.items()}
@@ -175,7 +204,7 @@ def geomeans(rows):
 
 def row_text(row, ratio):
     reference = row.get("torch_ms", row.get("cublas_ms"))
-    return (f"{row['model']:14s} {row['projection']:8s} {row.get('scaling', 'bf16'):6s} "
+    return (f"{row['model']:14s} {row['projection']:8s} {row_kind(row):11s} "
             f"N={row['N']:6d} K={row['K']:6d}  " +
             (f"{row['tilejit_ms']:.3f} ms vs {reference:.3f} ms  {row[ratio]:.2f}x"
              if row["status"] == "ok" else row["status"]) +
@@ -204,23 +233,30 @@ def main() -> int:
     name = "bench_fp8_gemm" if args.fp8 else "bench_hopper_gemm"
     path = Path(os.environ.get("OUT", ".")) / f"{name}.json"
     cases = [(model, *shape) for model in args.shapes for shape in projections(*MODELS[model])]
-    if args.fp8:
-        cases = [case + (scaling,) for scaling in ("tensor", "block") for case in cases]
     ratio = "speedup_vs_torch" if args.fp8 else "speedup_vs_cublas"
     rows, summary = [], dict(device=torch.cuda.get_device_name())
+    if args.fp8:
+        first_model = [case for case in cases if case[0] == args.shapes[0]]
+        cases = [case + (scaling, E4M3) for scaling in ("tensor", "block") for case in cases]
+        refusal = scaled_mm_refusal(E4M3, E5M2)
+        summary["e5m2"] = refusal or f"e4m3 x e5m2 per tensor on {args.shapes[0]}'s shapes"
+        if refusal is None:
+            cases += [case + ("tensor", E5M2) for case in first_model]
     triton_launch = None
     if not args.fp8:
         importable = triton_importable()
         summary["triton"] = "importable" if importable else "triton not importable"
         triton_launch = triton_matmul_launcher() if importable else None
     for case in cases:
-        row = (bench_fp8_shape(*case[:4], args.repeat, case[4]) if args.fp8 else
+        row = (bench_fp8_shape(*case[:4], args.repeat, *case[4:]) if args.fp8 else
                bench_shape(*case, args.repeat, triton_launch))
         rows.append(row)
         print(row_text(row, ratio))
         summary.update(rows=rows, wrong=[f"{r['model']}/{r['projection']}" for r in rows
                                          if r["status"] != "ok"], **geomeans(rows))
         path.write_text(json.dumps(summary, indent=2))
+    if args.fp8:
+        print(f"e5m2 rows: {summary['e5m2']}")
     print(f"geomeans: { {k: v for k, v in summary.items() if k.startswith('geomean')} }; "
           f"written to {path}")
     return 0 if not summary["wrong"] else 1

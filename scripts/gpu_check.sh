@@ -23,7 +23,8 @@
 #      projection shapes (bench_hopper_gemm.json, written after each shape; table in
 #      gpu_gemm.log; the row gives both geomeans);
 #   3d. benchmarks/bench_hopper_gemm.py --fp8: fp8_gemm (per-tensor and block scales) against
-#      torch._scaled_mm on the models' projection shapes (bench_fp8_gemm.json, written after
+#      torch._scaled_mm on the models' projection shapes, then e4m3 x e5m2 per tensor on one
+#      model's four shapes where torch takes that pair (bench_fp8_gemm.json, written after
 #      each shape, so a run cut short by its time limit keeps its rows). Its results are
 #      checked there against f32 at 1e-2: test_e2e_fp8_gemm.py is not among step 2b's files,
 #      since Hopper's fp8 wgmma sums in the tensor cores with fewer bits than f32 (about 14,

@@ -27,9 +27,14 @@ def test_geomeans_per_peer():
     means = bench.geomeans(rows)
     assert means["geomean_speedup_vs_cublas"] == pytest.approx(1.0)
     assert means["geomean_speedup_vs_triton"] == pytest.approx(4.0)
-    fp8 = dict(bf16_row(1.0), scaling="block", speedup_vs_torch=3.0)
-    assert bench.geomeans([fp8]) == {
-        "geomean_block_vs_per_tensor_scaled_mm": pytest.approx(3.0)}
+    fp8 = dict(bf16_row(1.0), scaling="block", speedup_vs_torch=3.0, b_type="e4m3")
+    e5m2 = dict(bf16_row(1.0), scaling="tensor", speedup_vs_torch=0.5, b_type="e5m2")
+    tensor = dict(e5m2, b_type="e4m3", speedup_vs_torch=2.0)
+    assert bench.geomeans([fp8, e5m2, tensor]) == {    # an e5m2 B row has its own figure
+        "geomean_block_vs_per_tensor_scaled_mm": pytest.approx(3.0),
+        "geomean_tensor_vs_scaled_mm": pytest.approx(2.0),
+        "geomean_e5m2_tensor_vs_scaled_mm": pytest.approx(0.5)}
+    assert " tensor e5m2 " in bench.row_text(dict(e5m2, torch_ms=0.5), "speedup_vs_torch")
 
 
 def test_row_text_shows_the_triton_column():

@@ -1,15 +1,18 @@
-"""kernels.hopper_gemm.fp8_gemm: the warp-specialized GEMM on fp8 e4m3 with per-tensor and
-block (1 x 128 / 128 x 128) scales, against torch on the CPU at ragged shapes (M, N and K
-not multiples of the tile; both lowerings, the per-thread one executing the IR the cuda
-target prints); its sm_90a build through NVRTC (k32 e4m3 wgmma, TMA, the promotion's fma,
-no spills); and the errors of its entry point.
+"""kernels.hopper_gemm.fp8_gemm: the warp-specialized GEMM on fp8 (e4m3, e5m2 and a mixed
+pair) with per-tensor and block (1 x 128 / 128 x 128) scales, against torch on the CPU at
+ragged shapes (M, N and K not multiples of the tile; both lowerings, the per-thread one
+executing the IR the cuda target prints); ``scaled_mm`` on torch._scaled_mm's column-major
+B; its sm_90a build through NVRTC (k32 e4m3 / e5m2 wgmma, TMA, the promotion's fma, no
+spills); and the errors of its entry points.
 
-The tolerance: every product of two e4m3 values is exact in f32 (4 significant bits each)
+The tolerance: every product of two fp8 values is exact in f32 (4 significant bits at most
+each; their exponents, e5m2's down to 2**-16, stay far inside f32's)
 and the reference sums them exactly (float64; at these sizes every partial sum is exact),
 so the kernel differs only by rounding its f32 sums (and the scale products): each output
 is within ``(terms + 4) * 2**-24`` of the sum of its terms' magnitudes (the standard bound
 for a recursive f32 sum of ``terms`` values plus the scale multiplications and the
 promotion's fma), plus half a unit in the last place of C's dtype when C is 16-bit."""
+import importlib
 import inspect
 
 import pytest
@@ -18,17 +21,21 @@ from e2e_helpers import assert_guard_intact, guarded, wgmma_groups_in_flight
 from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 
 import tilejit as tj
-from tilejit.kernels import fp8_gemm
+from tilejit.kernels import fp8_gemm, scaled_mm
 from tilejit.kernels.hopper_gemm import fp8_gemm_config, hopper_gemm_kernel
 
-E4M3 = torch.float8_e4m3fn
+# the module itself (the package's attribute of its name is the hopper_gemm function)
+hopper_gemm_module = importlib.import_module("tilejit.kernels.hopper_gemm")
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+PTX_KIND = {E4M3: "e4m3", E5M2: "e5m2"}
 UNIT = {torch.float32: 0.0, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
-def _operands(m, n, k, seed):
+def _operands(m, n, k, seed, a_type=E4M3, b_type=E4M3):
     gen = torch.Generator().manual_seed(seed)
-    a = (torch.randn(m, k, generator=gen) * 3).to(E4M3)
-    b = (torch.randn(n, k, generator=gen) * 3).to(E4M3)
+    a = (torch.randn(m, k, generator=gen) * 3).to(a_type)
+    b = (torch.randn(n, k, generator=gen) * 3).to(b_type)
     return a, b, gen
 
 
@@ -69,12 +76,12 @@ def _assert_within_f32_rounding(out, a, b, scale_a, scale_b):
 SMALL = dict(block_m=64, block_n=32, stages=2)
 
 
-@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
-def test_per_tensor_scales_on_a_ragged_shape(out_dtype):
+@pytest.mark.parametrize("out_dtype, fp8_type", [(torch.bfloat16, E4M3), (torch.float32, E5M2)])
+def test_per_tensor_scales_on_a_ragged_shape(out_dtype, fp8_type):
     """M = 70, N = 40 (two tiles each, the second clipped) and K = 208 (the second K step's
     last 48 columns are TMA's zero fill); 0-d scales as torch._scaled_mm takes them; the
-    4 tiles over 3 persistent CTAs."""
-    a, b, _ = _operands(70, 40, 208, seed=0)
+    4 tiles over 3 persistent CTAs; both operands e4m3, or both e5m2."""
+    a, b, _ = _operands(70, 40, 208, seed=0, a_type=fp8_type, b_type=fp8_type)
     scale_a, scale_b = torch.tensor(0.375), torch.tensor(1.75)
     name = str(out_dtype).removeprefix("torch.")
     out, whole = guarded((70, 40), name, pad=8)      # rows of 48 elements: 16-byte multiples
@@ -107,8 +114,9 @@ def test_block_scales_with_two_consumer_warpgroups_and_a_wrapping_ring():
 
 def test_block_scales_in_2x1_clusters_walking_tiles():
     """B [N, K] split by rows between the pair (each CTA multicasts its 16 of BN = 32);
-    3 M tiles (odd) by 2 N tiles, 2 K steps, over one persistent cluster."""
-    a, b, gen = _operands(130, 40, 256, seed=5)
+    3 M tiles (odd) by 2 N tiles, 2 K steps, over one persistent cluster; a mixed pair,
+    e4m3 A by e5m2 B."""
+    a, b, gen = _operands(130, 40, 256, seed=5, b_type=E5M2)
     scale_a, scale_b = _block_scales(130, 40, 256, gen)
     out = fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.float32, sm_count=2, cluster_m=2,
                    **SMALL)
@@ -126,6 +134,26 @@ def test_block_scales_differ_per_k_block():
     first = (a.double()[:, :128] * scale_a.double()[:, :1]) @ b.double()[:, :128].T
     torch.testing.assert_close(out.double(), first * scale_b.double()[0, 0], rtol=1e-5,
                                atol=1e-4)
+
+
+def test_scaled_mm_takes_torchs_column_major_b_without_a_copy(monkeypatch):
+    """torch._scaled_mm's b [K, N] is column-major: scaled_mm hands fp8_gemm its transpose,
+    the [N, K] row-major view of b's own storage (no copy), and C is a @ b; e5m2 A by
+    e4m3 B, one ragged tile."""
+    a, b_nk, _ = _operands(50, 24, 96, seed=6, a_type=E5M2)
+    b = b_nk.T      # [K, N] with strides (1, K), as _scaled_mm wants it
+    given = []
+
+    def spy(a, b, *args, **options):
+        given.append((b.data_ptr(), b.stride()))
+        return fp8_gemm(a, b, *args, **options)
+
+    monkeypatch.setattr(hopper_gemm_module, "fp8_gemm", spy)
+    scale_a, scale_b = torch.tensor(0.5), torch.tensor(3.0)
+    out = scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.float32, **SMALL)
+    assert given == [(b.data_ptr(), (96, 1))]
+    assert out.shape == (50, 24)
+    _assert_within_f32_rounding(out, a, b_nk, scale_a, scale_b)
 
 
 @pytest.mark.parametrize("scaling, a_scale_reads", [("tensor", 0), ("block", 1)])
@@ -153,14 +181,18 @@ def test_the_dispatch_picks_tma_k32_wgmma_and_reads_the_scales(scaling, a_scale_
 
 @needs_nvrtc
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
-@pytest.mark.parametrize("scaling", ["tensor", "block"])
-def test_the_sm90a_build_holds_e4m3_wgmma_tma_and_the_scaling_without_spills(scaling):
-    compiled = _sm90a_build(scaling)
+@pytest.mark.parametrize("scaling, a_type, b_type", [
+    ("tensor", E4M3, E4M3), ("block", E4M3, E4M3),
+    ("tensor", E5M2, E4M3)])    # the kind spells A's type first, then B's
+def test_the_sm90a_build_holds_k32_wgmma_tma_and_the_scaling_without_spills(scaling, a_type,
+                                                                            b_type):
+    compiled = _sm90a_build(scaling, a_type, b_type)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     wgmma = [line for line in ptx if line.startswith("wgmma.mma_async")]
     # BK = 128 is four k32 steps, for each of the two consumers (twice per tensor: a
     # tile's first K step has its own site)
-    assert len(wgmma) == (8 if scaling == "block" else 16) and all(".m64n128k32.f32.e4m3.e4m3" in w for w in wgmma)
+    kind = f".m64n128k32.f32.{PTX_KIND[a_type]}.{PTX_KIND[b_type]}"
+    assert len(wgmma) == (8 if scaling == "block" else 16) and all(kind in w for w in wgmma)
     assert any(line.startswith("cp.async.bulk.tensor.2d.shared::cluster.global") and
                "mbarrier::complete_tx::bytes" in line for line in ptx)
     assert sum(line.startswith("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
@@ -187,9 +219,14 @@ def test_the_sm90a_build_holds_e4m3_wgmma_tma_and_the_scaling_without_spills(sca
 @needs_nvrtc
 @needs_nvdisasm
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
-def test_the_sm90a_sass_holds_qgmma_e4m3_and_utmaldg(tmp_path):
-    text = sass(_sm90a_build("block").asm["cubin"], tmp_path)
-    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in text and "UTMALDG" in text
+@pytest.mark.parametrize("scaling, a_type, b_type", [("block", E4M3, E4M3),
+                                                     ("tensor", E5M2, E4M3)])
+def test_the_sm90a_sass_holds_qgmma_of_the_operand_kinds_and_utmaldg(tmp_path, scaling,
+                                                                      a_type, b_type):
+    """The PTX test's builds (compiled once: the second build hits the kernel cache)."""
+    text = sass(_sm90a_build(scaling, a_type, b_type).asm["cubin"], tmp_path)
+    kind = f"{PTX_KIND[a_type]}.{PTX_KIND[b_type]}".upper()
+    assert f"QGMMA.64x128x32.F32.{kind}" in text and "UTMALDG" in text
 
 
 def _zeros(*shape, dtype=E4M3):
@@ -201,7 +238,8 @@ ONE = torch.tensor(1.0)
 
 @pytest.mark.parametrize("args, options, error, message", [
     ((_zeros(64, 64, dtype=torch.half), _zeros(64, 64), ONE, ONE), {}, TypeError,
-     r"two float8_e4m3fn matrices, got torch.float16 and torch.float8_e4m3fn"),
+     r"float8_e4m3fn or float8_e5m2 matrices \(in any mix\), got torch.float16 and "
+     r"torch.float8_e4m3fn"),
     ((_zeros(64, 64), _zeros(64, 32), ONE, ONE), {}, ValueError,
      r"B given as \[N, K\] \(wgmma reads fp8 K-major\), got \(64, 64\) and \(64, 32\)"),
     ((_zeros(64, 40), _zeros(32, 40), ONE, ONE), {}, ValueError,
@@ -226,6 +264,24 @@ def test_bad_arguments_are_explained(args, options, error, message):
         fp8_gemm(*args, **options)
 
 
+@pytest.mark.parametrize("entry, a, b, message", [
+    # the transpose of a row-major [K, N]: its K strided, a copy away from K-major
+    (fp8_gemm, _zeros(64, 64), _zeros(64, 32).T,
+     r"fp8_gemm reads b \(32, 64\) K-major \(wgmma's fp8 operands\), but its strides "
+     r"\(1, 32\) leave K \(dim 1\) strided: b.contiguous\(\) makes the K-major copy"),
+    (fp8_gemm, _zeros(64, 64).T, _zeros(32, 64), r"fp8_gemm reads a \(64, 64\) K-major"),
+    # torch._scaled_mm refuses a row-major b too; scaled_mm says which copy would do
+    (scaled_mm, _zeros(64, 64), _zeros(64, 32),
+     r"scaled_mm takes b \[K, N\] column-major \(K contiguous, as torch._scaled_mm does\): "
+     r"b \(64, 32\) has strides \(32, 1\); b.T.contiguous\(\).T makes the column-major"),
+    (scaled_mm, _zeros(64, 64), _zeros(32, 64),
+     r"scaled_mm multiplies a \[M, K\] by b \[K, N\], got \(64, 64\) and \(32, 64\)"),
+])
+def test_operand_layouts_that_need_a_copy_are_refused(entry, a, b, message):
+    with pytest.raises(ValueError, match=message):
+        entry(a, b, ONE, ONE)
+
+
 @pytest.mark.parametrize("change, message, check", [
     (dict(SCALING="blocks"), "SCALING is none, tensor or block", "static_assert(SCALING in"),
     (dict(BK=64), "block scales take BK = 128 .a K step is a scale block. and BN dividing 128",
@@ -247,18 +303,19 @@ def _kernel_line(text):
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
-def _sm90a_build(scaling):
+def _sm90a_build(scaling, a_type=E4M3, b_type=E4M3):
     m, n, k = 8192, 4096, 4096      # meta tensors and specs: nothing is allocated
     if scaling == "block":
         scale_shapes = ((m, k // 128), (n // 128, k // 128))
     else:
         scale_shapes = ((1,), (1,))
     meta = [torch.empty(shape, device="meta") for shape in scale_shapes]
-    _, options = fp8_gemm_config(torch.empty(m, k, dtype=E4M3, device="meta"),
-                                 torch.empty(n, k, dtype=E4M3, device="meta"), *meta)
+    _, options = fp8_gemm_config(torch.empty(m, k, dtype=a_type, device="meta"),
+                                 torch.empty(n, k, dtype=b_type, device="meta"), *meta)
     scales = [tj.TensorSpec(shape, tj.float32, device="cuda") for shape in scale_shapes]
+    dtypes = {E4M3: tj.float8_e4m3, E5M2: tj.float8_e5m2}
     specs = [tj.TensorSpec(shape, dt, device="cuda")
-             for shape, dt in (((m, k), tj.float8_e4m3), ((n, k), tj.float8_e4m3),
+             for shape, dt in (((m, k), dtypes[a_type]), ((n, k), dtypes[b_type]),
                                ((m, n), tj.bfloat16))]
     return hopper_gemm_kernel.compile(*specs, k, SA=scales[0], SB=scales[1], target="cuda",
                                       arch="sm_90a", **options)

@@ -1,5 +1,6 @@
 """A warp-specialized GEMM for Hopper (``sm_90a``): C = A @ B, A [M, K], B [K, N], bf16 /
-fp16 (``hopper_gemm``); the same kernel multiplies scaled fp8 e4m3 (``fp8_gemm``, below).
+fp16 (``hopper_gemm``); the same kernel multiplies scaled fp8, e4m3 or e5m2 (``fp8_gemm``,
+below; ``scaled_mm`` in torch._scaled_mm's orientation).
 
 The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
 
@@ -41,14 +42,18 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
 
 fp8 (``fp8_gemm``; constexpr options of the one kernel): wgmma reads fp8 operands K-major
 only, so B comes as [N, K] (``B_NK``: its ring holds [BN, BK] tiles, the gemm transposes
-it). ``SCALING`` says where the scales enter: "tensor" multiplies the accumulator once by
-``SA[0] * SB[0]`` before the epilogue; "block" (DeepSeek-V3's 1 x 128 scales of A, 128 x 128
-of B; BK = 128, so a K step is a scale block) runs each K step's wgmma into a fresh f32
-fragment ``part`` and promotes it, ``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc``
-(one fma a value), each consumer thread reading the scales of its own rows (those past M
-read as 0: the copy's bounds check). The tile's BN divides 128, so one B scale covers it.
-Each step's group retires at once there (the promotion reads its products; keeping one in
-flight would take a second ``part``, 64 more registers a thread than the consumer has).
+it), each operand e4m3 or e5m2 (the wgmma's kind follows the rings' dtypes).
+torch._scaled_mm's column-major B [K, N] is that [N, K] transposed: ``scaled_mm`` passes
+the view. ``SCALING`` says where the scales enter: "tensor" multiplies the accumulator
+once by ``SA[0] * SB[0]`` before the epilogue; "block" (DeepSeek-V3's 1 x 128 scales of
+A, 128 x 128 of B; BK = 128, so a K step is a scale block) runs each K step's wgmma into
+a fresh f32 fragment ``part`` and promotes it,
+``acc = part * (SA[row, k] * SB[n0 // SCALE_BLOCK, k]) + acc`` (one fma a value), each
+consumer thread reading the scales of its own rows (those past M read as 0: the copy's
+bounds check). The tile's BN divides 128, so one B scale covers it (BN = 256 would span
+two, and its ``part`` and ``acc`` would spill: see ``fp8_gemm``). Each step's group retires at once there (the promotion reads its products;
+keeping one in flight would take a second ``part``, 64 more registers a thread than the
+consumer has).
 
 It runs on the CPU from the same source (both CPU lowerings: the per-thread one executes the
 IR the cuda target prints, with the race detector).
@@ -72,7 +77,7 @@ from .hopper_gemm_launch import (SCALE_BLOCK, TILE_CONFIGS, consumers_of, fp8_ge
 __all__ = ["TILE_CONFIGS", "fp8_gemm", "fp8_gemm_config", "hopper_gemm",
            "hopper_gemm_autotuner", "hopper_gemm_config", "hopper_gemm_kernel", "k_bucket",
            "m_bucket", "n_bucket", "persistent_ctas", "register_split", "ring_layout",
-           "tuned_grid", "tuned_hopper_gemm"]
+           "scaled_mm", "tuned_grid", "tuned_hopper_gemm"]
 
 
 @tj.kernel
@@ -125,7 +130,8 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                     step = j * num_k + k
                     s = step % STAGES
                     tj.mbarrier_wait(empty[s], ((step // STAGES) % 2) ^ 1)
-                    tj.mbarrier_arrive_expect_tx(full[s], (BM * BK + BK * BN) * A.dtype.itemsize)
+                    tj.mbarrier_arrive_expect_tx(   # each tile in its own dtype
+                        full[s], BM * BK * A.dtype.itemsize + BK * BN * B.dtype.itemsize)
                     tj.copy_async(a_ring[s], A[m0:m0 + BM, k * BK:(k + 1) * BK],
                                   barrier=full[s], dispatch="tma")
                     if CLUSTER_M == 2:      # its half of B's tile, to both CTAs; the
@@ -308,16 +314,29 @@ hopper_gemm_autotuner = tuned_hopper_gemm()
 def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, block_m=128,
              block_n=128, block_k=128, stages=4, consumers=None, persistent=True,
              sm_count=None, cluster_m=1):
-    """C = (a * scale_a) @ (b * scale_b).T for float8_e4m3fn torch matrices a [M, K] and
-    b [N, K] (K contiguous: torch's ``_scaled_mm`` takes this b transposed, a column-major
-    [K, N]), f32 accumulation, C [M, N] of ``out_dtype`` (or ``out``'s dtype).
+    """C = (a * scale_a) @ (b * scale_b).T for fp8 torch matrices a [M, K] and b [N, K],
+    each float8_e4m3fn or float8_e5m2 (in any mix: wgmma's k32 kinds), f32 accumulation,
+    C [M, N] of ``out_dtype`` (or ``out``'s dtype).
+
+    Layouts: wgmma reads fp8 operands K-major, so both must have K contiguous (stride 1;
+    rows may be a wider tensor's, their stride a multiple of 16 bytes). torch._scaled_mm's
+    b, a column-major [K, N], is such a b transposed: pass ``b.T`` (a view, no copy), or
+    call ``scaled_mm``, which takes _scaled_mm's orientation. An operand whose K is strided
+    (e.g. the transpose of a row-major [K, N]) is refused with the copy it would need.
 
     The scales are float32: per tensor, one value each (0-d tensors), applied once to the
     accumulator; or per block (DeepSeek-V3), scale_a [M, ceil(K / 128)] one per row and
     128-wide K block, scale_b [ceil(N / 128), ceil(K / 128)] one per 128 x 128 block of b,
     applied to each K step's products (block_k = 128, block_n dividing 128). K must be a
     multiple of 16 (fp8 rows of whole 16 bytes) and C's rows whole 16-byte multiples;
-    ``persistent`` and ``sm_count`` as for ``hopper_gemm``."""
+    ``persistent`` and ``sm_count`` as for ``hopper_gemm``.
+
+    Left out: block scales with block_n = 256. A consumer's 64 x 256 accumulator and the
+    K step's products it promotes are 128 + 128 f32 registers a thread (128 + 64 if the
+    two n128 halves took turns in one ``part``), over the 168 a thread ptxas builds the
+    kernel at (384 threads share the SM's registers; setmaxnreg moves them at run time
+    only): it would spill, as single-CTA 128 x 256 bf16 tiles already do without a
+    ``part`` (``TILE_CONFIGS``)."""
     if out is None:
         out = torch.empty(a.shape[0], b.shape[0], dtype=out_dtype, device=a.device)
     grid, options = fp8_gemm_config(a, b, scale_a, scale_b, block_m=block_m, block_n=block_n,
@@ -329,3 +348,21 @@ def fp8_gemm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, *, bloc
         scale_a, scale_b = scale_a.reshape(1), scale_b.reshape(1)
     hopper_gemm_kernel[grid](a, b, out, a.shape[1], SA=scale_a, SB=scale_b, **options)
     return out
+
+
+def scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, out=None, **options):
+    """C = (a * scale_a) @ (b * scale_b) in torch._scaled_mm's orientation: b [K, N]
+    column-major (as _scaled_mm requires it on CUDA), which ``fp8_gemm`` runs as ``b.T``, the
+    [N, K] row-major view of the same memory: no copy. A row-major b (N contiguous) is
+    refused: its transpose is not K-major. Block scales as ``fp8_gemm`` takes them (scale_b
+    per 128 x 128 block of ``b.T``: [ceil(N / 128), ceil(K / 128)]); ``options`` are
+    ``fp8_gemm``'s tile and launch options."""
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"scaled_mm multiplies a [M, K] by b [K, N], got {tuple(a.shape)} "
+                         f"and {tuple(b.shape)}")
+    if b.shape[0] > 1 and b.stride(0) != 1:
+        raise ValueError(f"scaled_mm takes b [K, N] column-major (K contiguous, as "
+                         f"torch._scaled_mm does): b {tuple(b.shape)} has strides "
+                         f"{tuple(b.stride())}; b.T.contiguous().T makes the column-major "
+                         f"copy wgmma's K-major fp8 operands need")
+    return fp8_gemm(a, b.T, scale_a, scale_b, out_dtype, out, **options)

@@ -12,6 +12,7 @@ SM_REGISTERS, MAX_THREAD_REGS = 65536, 255      # Hopper: 64K 32-bit registers p
 WARPGROUP_THREADS = 128
 PRODUCER_REGS, CONSUMER_REGS = 40, 232           # setmaxnreg's limits (see register_split)
 SCALE_BLOCK = 128       # fp8 block scales (DeepSeek-V3): A's 1 x 128, B's 128 x 128
+FP8_TYPES = (torch.float8_e4m3fn, torch.float8_e5m2)    # wgmma's k32 kinds, mixed freely
 SHARED_BYTES = 227 * 1024   # a CTA's shared memory on sm_90
 # hopper_gemm's tile configs (hopper_gemm_config's options): the first runs when none is
 # given on the CPU; on a GPU the autotuner times them all per (M, N, K) bucket. Each
@@ -139,6 +140,16 @@ def launch_grid(m, n, block_m, block_n, cluster_m, ctas):
     return (units * cluster_m,)
 
 
+def _check_k_major(name, operand):
+    """wgmma reads fp8 operands K-major only and TMA copies rows of contiguous elements: an
+    operand [rows, K] whose K is strided (e.g. the transpose of a row-major [K, rows]) would
+    need a transposing copy, which fp8_gemm does not make behind the caller's back."""
+    if operand.shape[1] > 1 and operand.stride(1) != 1:
+        raise ValueError(f"fp8_gemm reads {name} {tuple(operand.shape)} K-major (wgmma's fp8 "
+                         f"operands), but its strides {tuple(operand.stride())} leave K (dim "
+                         f"1) strided: {name}.contiguous() makes the K-major copy it needs")
+
+
 def consumers_of(block_m, consumers):
     return consumers if consumers is not None else 2 if block_m >= 128 else 1
 
@@ -148,12 +159,14 @@ def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k
                     cluster_m=1):
     """The grid and the kernel's options for ``fp8_gemm``, the scaling mode among them
     ("tensor" when both scales hold one value, else "block")."""
-    if a.dtype != torch.float8_e4m3fn or b.dtype != a.dtype:
-        raise TypeError(f"fp8_gemm takes two float8_e4m3fn matrices, got {a.dtype} and "
-                        f"{b.dtype}")
+    if a.dtype not in FP8_TYPES or b.dtype not in FP8_TYPES:
+        raise TypeError(f"fp8_gemm takes float8_e4m3fn or float8_e5m2 matrices (in any mix), "
+                        f"got {a.dtype} and {b.dtype}")
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"fp8_gemm multiplies A [M, K] by B given as [N, K] (wgmma reads "
                          f"fp8 K-major), got {tuple(a.shape)} and {tuple(b.shape)}")
+    for name, operand in (("a", a), ("b", b)):
+        _check_k_major(name, operand)
     (m, k), n = a.shape, b.shape[0]
     _check_k(k)
     if k % 16:
@@ -179,6 +192,7 @@ def fp8_gemm_config(a, b, scale_a, scale_b, *, block_m=128, block_n=128, block_k
             raise ValueError(f"block scales need block_k = 128 (one scale per K step) and a "
                              f"block_n dividing 128 (one B scale per tile), got "
                              f"block_k={block_k}, block_n={block_n}")
+    # the rings sized and swizzled by a's dtype: either fp8 kind is a byte
     grid, options = tile_config(m, n, a.dtype, out_dtype, block_m, block_n, block_k,
                                  stages, consumers, b_nk=True, ctas=ctas,
                                  cluster_m=cluster_m)

@@ -3,7 +3,9 @@ kernel against torch (boxes in plain and swizzled shared layouts, ragged edges r
 zeros and never written), a warp-specialized ring; per thread (SIMT mode, the IR the
 cuda target prints: ``tma_load_at`` / ``tma_store_at``) a store lands only when
 ``tj.bulk_wait`` retires its group, so a kernel that forgets to wait loses it, and a
-tensor whose rows no tensor map describes is a LaunchError at the copy's line."""
+tensor whose rows no tensor map describes is a LaunchError at the copy's line; the race
+detector counts a store's reads of its shared tile as in flight until that bulk_wait
+(a tile handed back or rewritten before it is a race)."""
 import inspect
 
 import pytest
@@ -264,3 +266,31 @@ def test_a_staging_tile_never_handed_back_is_refused_at_compile_time():
             rf"race on shared buffer tile is read at line {_line_of('# store', restaged)} by "
             rf"tj.copy_async .* then written at line {_line_of('# stage', restaged)}")):
         _restage("never")
+
+
+@tj.kernel
+def rewritten_in_flight(x, out):
+    """Thread 0 stores a tile with TMA; the CTA rewrites it between barriers before thread 0's
+    bulk_wait, while the store may still read it."""
+    tile = tj.alloc_shared((8, 32), x.dtype)
+    tj.copy(tile, x[0:8, 0:32])
+    tj.fence_proxy_async()
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.copy_async(out[0:8, 0:32], tile, dispatch="tma")   # store
+    tj.sync()
+    tj.fill(tile, 0.0)                                          # rewrite
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.bulk_wait(0)
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_a_tile_rewritten_before_its_stores_bulk_wait_is_a_race_despite_barriers():
+    x, out = torch.arange(8 * 32.0).reshape(8, 32), torch.zeros(8, 32)
+    with pytest.raises(tj.LaunchError, match=(
+            rf"data race on shared buffer 'tile' element \[\d+, \d+\] in CTA 0: thread \d+ "
+            rf"wrote it at line {_line_of('# rewrite', rewritten_in_flight)} while the TMA "
+            rf"store that thread 0 issued at line {_line_of('# store', rewritten_in_flight)} "
+            r"could still read it \(.* before the tj.bulk_wait that retires its bulk group")):
+        rewritten_in_flight[(1,)](x, out, num_warps=2, simt=True)

@@ -3,8 +3,10 @@ wait=False)`` then ``tj.wgmma_wait(1)``, the consumer releasing the previous sta
 its group retired -- a warp-specialized TMA + wgmma GEMM written here, against torch at a
 ragged shape in both CPU lowerings; releasing the stage before the wait is a race the
 per-thread lowering reports (the multiply's shared reads complete at the wait that
-retires its group); reading the accumulator before the wait is a CompilationError at
-the read's line; the sm_90a build keeps one group in flight in the loop."""
+retires its group), and so is writing an operand between the issue and that wait,
+whatever barriers lie between; reading the accumulator before the wait is a
+CompilationError at the read's line; the sm_90a build keeps one group in flight in the
+loop."""
 import inspect
 import re
 
@@ -155,9 +157,9 @@ def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
 @tj.kernel
 def overwritten_operand(A, B, C, LA: tj.constexpr, LB: tj.constexpr,
                         WAIT_FIRST: tj.constexpr = False):
-    """C = A @ B by one wgmma left in flight, A's tile then zeroed by the warpgroup (the
-    barriers around it are auto_sync's): before the wait that retires the multiply, or
-    after it."""
+    """C = A @ B by one wgmma left in flight, A's tile then zeroed by the warpgroup between
+    barriers (auto_sync's before, tj.sync() after): before the wait that retires the
+    multiply, or after it."""
     a_s = tj.alloc_shared((64, 16), A.dtype, layout=LA)
     b_s = tj.alloc_shared((16, 32), B.dtype, layout=LB)
     tj.copy(a_s, A[0:64, 0:16])
@@ -168,6 +170,7 @@ def overwritten_operand(A, B, C, LA: tj.constexpr, LB: tj.constexpr,
         if WAIT_FIRST:
             tj.wgmma_wait(0)
         tj.fill(a_s, 0.0)                                   # overwrite
+        tj.sync()
         if not WAIT_FIRST:
             tj.wgmma_wait(0)
         tj.copy(C[0:64, 0:32], acc)
@@ -191,7 +194,7 @@ def test_an_operand_overwritten_after_the_wait_keeps_the_product(lowering):
 @pytest.mark.team_once_only("the race detector runs in the per-thread lowering")
 def test_an_operand_overwritten_before_the_wait_is_a_race_despite_barriers(lowering):
     """The CPU multiplies at the issue, so without the detector C would come out right;
-    the barriers auto_sync puts around the fill order it after the issue, not the wait."""
+    the barriers order the fill after the issue, and the wait after the fill."""
     with pytest.raises(tj.LaunchError, match=(
             rf"data race on shared buffer 'a_s' element \d+ \(storage offset\) in CTA 0: thread \d+ "
             rf"wrote it at line {line_of('# overwrite', overwritten_operand)} while the wgmma "

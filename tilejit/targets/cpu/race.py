@@ -462,6 +462,7 @@ def access_function(mc) -> ir.Function:
             for index, value in ((R_UNIT, me), (R_CLOCK, own), (R_SITE, site)):
                 b.store(value, field_ptr(index))
         with otherwise:
+            # a plain increment: the CTAs of a cluster (all that write here) share a thread
             count = b.gep(sync, [ir.Constant(I64, race.writes)], source_etype=I8)
             number = b.add(b.load(count, typ=I32), ir.Constant(I32, 1))
             b.store(number, count)

@@ -3,7 +3,11 @@ kernel against torch (boxes in plain and swizzled shared layouts, ragged edges r
 zeros and never written), a warp-specialized ring; per thread (SIMT mode, the IR the
 cuda target prints: ``tma_load_at`` / ``tma_store_at``) a store lands only when
 ``tj.bulk_wait`` retires its group, so a kernel that forgets to wait loses it, and a
-tensor whose rows no tensor map describes is a LaunchError at the copy's line."""
+tensor whose rows no tensor map describes is a LaunchError at the copy's line; the race
+detector counts a store's reads of its shared tile as in flight until that bulk_wait
+(a tile handed back or rewritten before it is a race)."""
+import inspect
+
 import pytest
 import torch
 from e2e_helpers import assert_guard_intact, guarded, make
@@ -192,3 +196,101 @@ def test_bulk_wait_needs_compile_time_arguments():
         with pytest.raises(tj.CompilationError, match=message) as info:
             kernel.compile(torch.zeros(8))
         assert info.value.line is not None and "bulk_wait" in str(info.value)
+
+
+@tj.kernel
+def restaged(x, out, TILES: tj.constexpr, HAND_BACK: tj.constexpr = "after"):
+    """out = x, 8 rows a tile: each tile staged by warp 1 into one shared tile and stored
+    by warp 0 with TMA, then handed back on ``stored`` (armed once up front, so that every
+    tile waits on it) -- hopper_gemm's epilogue, in which that wait sits under ``if j >
+    0`` and sync-hazards adds a barrier of its own. HAND_BACK "after" the store's
+    bulk_wait; "before" it: the store may still read the tile while the next one is
+    staged; "never" waited for: the stager does not wait on ``stored``."""
+    staged = tj.alloc_barriers(1)
+    stored = tj.alloc_barriers(1)
+    tile = tj.alloc_shared((8, 32), x.dtype)
+    if tj.thread_id() == 0:
+        tj.mbarrier_init(staged[0], 32)
+        tj.mbarrier_init(stored[0], 1)
+    tj.sync()
+    if tj.warp_id() == 1:
+        for j in range(TILES):
+            if HAND_BACK != "never":
+                tj.mbarrier_wait(stored[0], j % 2)
+            tj.copy(tile, x[j * 8:(j + 1) * 8, 0:32])              # stage
+            tj.fence_proxy_async()
+            tj.mbarrier_arrive(staged[0])
+    elif tj.elect_sync():
+        tj.mbarrier_arrive(stored[0])
+        for j in range(TILES):
+            tj.mbarrier_wait(staged[0], j % 2)
+            tj.copy_async(out[j * 8:(j + 1) * 8, 0:32], tile, dispatch="tma")   # store
+            if HAND_BACK == "before":
+                tj.mbarrier_arrive(stored[0])
+            tj.bulk_wait(0)
+            if HAND_BACK == "after":
+                tj.mbarrier_arrive(stored[0])
+
+
+def _restage(hand_back: str):
+    x, out = torch.arange(24 * 32.0).reshape(24, 32), torch.zeros(24, 32)
+    restaged[(1,)](x, out, TILES=3, HAND_BACK=hand_back, num_warps=2, simt=True)
+    return x, out
+
+
+def _line_of(text: str, kernel) -> int:
+    lines, first = inspect.getsourcelines(kernel.fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_a_tma_store_reads_its_tile_until_its_bulk_wait():
+    """A tile handed back before the store's bulk_wait is a race: the store's reads are
+    recorded at the bulk_wait, after the hand-back, which the next staging waited for.
+    (Recorded at the issue, before it, they were ordered: the race went unseen.)"""
+    x, out = _restage("after")
+    assert torch.equal(out, x)
+    store, stage = _line_of("# store", restaged), _line_of("# stage", restaged)
+    with pytest.raises(tj.LaunchError, match=(
+            rf"data race on shared buffer 'tile' element \[\d+, \d+\] in CTA 0: thread 0 "
+            rf"read it at line {store} and thread \d+ wrote it at line {stage} with no "
+            r"barrier between")):
+        _restage("before")
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_a_staging_tile_never_handed_back_is_refused_at_compile_time():
+    """Without the wait on ``stored`` the hazard is sync-hazards': the two warps sit in
+    divergent branches, where no barrier of its own fits."""
+    with pytest.raises(tj.CompilationError, match=(
+            rf"race on shared buffer tile is read at line {_line_of('# store', restaged)} by "
+            rf"tj.copy_async .* then written at line {_line_of('# stage', restaged)}")):
+        _restage("never")
+
+
+@tj.kernel
+def rewritten_in_flight(x, out):
+    """Thread 0 stores a tile with TMA; the CTA rewrites it between barriers before thread 0's
+    bulk_wait, while the store may still read it."""
+    tile = tj.alloc_shared((8, 32), x.dtype)
+    tj.copy(tile, x[0:8, 0:32])
+    tj.fence_proxy_async()
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.copy_async(out[0:8, 0:32], tile, dispatch="tma")   # store
+    tj.sync()
+    tj.fill(tile, 0.0)                                          # rewrite
+    tj.sync()
+    if tj.thread_id() == 0:
+        tj.bulk_wait(0)
+
+
+@pytest.mark.team_once_only("launches per thread itself (simt=True)")
+def test_a_tile_rewritten_before_its_stores_bulk_wait_is_a_race_despite_barriers():
+    x, out = torch.arange(8 * 32.0).reshape(8, 32), torch.zeros(8, 32)
+    with pytest.raises(tj.LaunchError, match=(
+            rf"data race on shared buffer 'tile' element \[\d+, \d+\] in CTA 0: thread \d+ "
+            rf"wrote it at line {_line_of('# rewrite', rewritten_in_flight)} while the TMA "
+            rf"store that thread 0 issued at line {_line_of('# store', rewritten_in_flight)} "
+            r"could still read it \(.* before the tj.bulk_wait that retires its bulk group")):
+        rewritten_in_flight[(1,)](x, out, num_warps=2, simt=True)

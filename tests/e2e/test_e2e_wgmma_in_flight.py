@@ -3,8 +3,10 @@ wait=False)`` then ``tj.wgmma_wait(1)``, the consumer releasing the previous sta
 its group retired -- a warp-specialized TMA + wgmma GEMM written here, against torch at a
 ragged shape in both CPU lowerings; releasing the stage before the wait is a race the
 per-thread lowering reports (the multiply's shared reads complete at the wait that
-retires its group); reading the accumulator before the wait is a CompilationError at
-the read's line; the sm_90a build keeps one group in flight in the loop."""
+retires its group), and so is writing an operand between the issue and that wait,
+whatever barriers lie between; reading the accumulator before the wait is a
+CompilationError at the read's line; the sm_90a build keeps one group in flight in the
+loop."""
 import inspect
 import re
 
@@ -79,8 +81,8 @@ def in_flight_gemm(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: tj.co
             tj.copy(C[m0:m0 + BM, n0:n0 + BN], acc)
 
 
-def line_of(text: str) -> int:
-    lines, first = inspect.getsourcelines(in_flight_gemm.fn)
+def line_of(text: str, kernel=in_flight_gemm) -> int:
+    lines, first = inspect.getsourcelines(kernel.fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
@@ -150,3 +152,52 @@ def test_the_sm90a_loop_waits_for_all_but_the_newest_group():
                      source)
     early = source.replace(wait[0], f"{wait[1]} *= 2.0f; {wait[0]}", 1)
     assert "C7517" in compile_cuda(early, "sm_90a").log
+
+
+@tj.kernel
+def overwritten_operand(A, B, C, LA: tj.constexpr, LB: tj.constexpr,
+                        WAIT_FIRST: tj.constexpr = False):
+    """C = A @ B by one wgmma left in flight, A's tile then zeroed by the warpgroup between
+    barriers (auto_sync's before, tj.sync() after): before the wait that retires the
+    multiply, or after it."""
+    a_s = tj.alloc_shared((64, 16), A.dtype, layout=LA)
+    b_s = tj.alloc_shared((16, 32), B.dtype, layout=LB)
+    tj.copy(a_s, A[0:64, 0:16])
+    tj.copy(b_s, B[0:16, 0:32])
+    with tj.warpgroup():
+        acc = tj.fragment((64, 32), tj.float32)
+        tj.gemm_async(acc, a_s, b_s, accum=False, dispatch="wgmma", wait=False)   # issue
+        if WAIT_FIRST:
+            tj.wgmma_wait(0)
+        tj.fill(a_s, 0.0)                                   # overwrite
+        tj.sync()
+        if not WAIT_FIRST:
+            tj.wgmma_wait(0)
+        tj.copy(C[0:64, 0:32], acc)
+
+
+def _overwrite(wait_first: bool, **options):
+    gen = torch.Generator().manual_seed(5)
+    a, b = torch.randn(64, 16, generator=gen).half(), torch.randn(16, 32, generator=gen).half()
+    c = torch.full((64, 32), -1.0)
+    overwritten_operand[(1,)](a, b, c, LA=smem_layout((64, 16), "float16", SwizzleMode.B32),
+                              LB=smem_layout((16, 32), "float16", SwizzleMode.B64),
+                              WAIT_FIRST=wait_first, num_warps=4, **options)
+    return a, b, c
+
+
+def test_an_operand_overwritten_after_the_wait_keeps_the_product(lowering):
+    a, b, c = _overwrite(wait_first=True)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.team_once_only("the race detector runs in the per-thread lowering")
+def test_an_operand_overwritten_before_the_wait_is_a_race_despite_barriers(lowering):
+    """The CPU multiplies at the issue, so without the detector C would come out right;
+    the barriers order the fill after the issue, and the wait after the fill."""
+    with pytest.raises(tj.LaunchError, match=(
+            rf"data race on shared buffer 'a_s' element \d+ \(storage offset\) in CTA 0: thread \d+ "
+            rf"wrote it at line {line_of('# overwrite', overwritten_operand)} while the wgmma "
+            rf"that thread \d+ issued at line {line_of('# issue', overwritten_operand)} could "
+            r"still read it \(.* before the tj.wgmma_wait that retires its group")):
+        _overwrite(wait_first=False, simt=True)

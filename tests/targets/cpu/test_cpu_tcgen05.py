@@ -84,6 +84,21 @@ def test_overwriting_an_operand_before_waiting_on_the_barrier_is_a_race():
         run(128, 16, 16, 32, 32, False, edit=overwrite)
 
 
+def test_the_issuing_thread_overwriting_an_operand_before_its_commit_is_a_race():
+    """Thread 0 zeroes A's first element (line 21) between its multiply and the commit that
+    completes it: one thread, no barrier to miss, but the tensor core may read either
+    value (the CPU, reading at the commit, would take the zero)."""
+    def overwrite(text):
+        commit = "    tcgen05_commit(%bar, %zero) loc(11:4)"
+        return text.replace(commit, "    %zh = const {value = 0.0} : f16 loc(21:4)\n"
+                                    "    store_at(%sa, %zh, %zero) loc(21:4)\n" + commit)
+    with pytest.raises(LaunchError, match=r"data race on shared buffer 'sa' element 0 .*: "
+                                          r"thread 0 wrote it at line 21 while the tcgen05 "
+                                          r"multiply that thread 0 issued at line 10 could "
+                                          r"still read it"):
+        run(128, 16, 16, 32, 32, False, edit=overwrite)
+
+
 def test_an_allocation_beyond_512_columns_is_a_run_time_error():
     """Two allocations of 512 columns: the second finds none free."""
     text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),

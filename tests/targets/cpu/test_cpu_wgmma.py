@@ -139,9 +139,9 @@ _OVERWRITE = ["  sync loc(10:4)", "  %zh = const {value = 0.0} : f16 loc(11:4)",
 
 def _overwritten_kernel(groups: int, overwrite_after: str, dtype: str = "f16") -> str:
     """Two k-steps (two multiplies) in one group or one group each, then the waits; after
-    the wait ``overwrite_after`` names ("commit": none yet) a barrier, and A's first 128
-    elements are overwritten by other threads than the ones still to retire multiplies
-    reading them."""
+    the wait ``overwrite_after`` names ("commit": none yet; "commit, fenced": none yet, and
+    a barrier after the stores too) a barrier, and each of A's first 128 elements is
+    overwritten by its thread."""
     text = wgmma_kernel(16, MatrixDescriptor(0, 128, 256), MatrixDescriptor(B_START, 128, 256),
                         a_elements=1024, b_elements=512, steps=((0, 0), (64, 256)),
                         dtype=dtype)
@@ -159,8 +159,10 @@ def _overwritten_kernel(groups: int, overwrite_after: str, dtype: str = "f16") -
             line = line.replace(f"({', '.join(['%da1', '%db1', values('m0_')])})",
                                 f"({', '.join(['%da1', '%db1', values('g')])})")
         if line.startswith(f"  {values('w')} = wgmma_wait_group"):
-            if overwrite_after == "commit":
+            if overwrite_after.startswith("commit"):
                 out += overwrite
+            if overwrite_after == "commit, fenced":
+                out.append(_OVERWRITE[0])
             if groups == 2:   # wait(1) retires the first group, wait(0) the second
                 out.append(line.replace(values("w"), values("v"), 1)
                            .replace("pending = 0", "pending = 1"))
@@ -188,14 +190,22 @@ def test_operands_overwritten_after_the_last_wait_do_not_race(groups, overwrite_
     _launch_overwritten(groups, overwrite_after)
 
 
+# the store (line 11) came after the multiply's issue (line 6), before its wait
+_WRITTEN_IN_FLIGHT = (r"data race on shared buffer 'sa' element \d+ .*: thread \d+ wrote it at "
+                      r"line 11 while the wgmma that thread \d+ issued at line 6 could still "
+                      r"read it")
+
+
 @pytest.mark.parametrize("groups, overwrite_after", [(1, "commit"), (2, "commit"),
-                                                     (2, "wait(1)")])
+                                                     (2, "wait(1)"), (1, "commit, fenced"),
+                                                     (2, "commit, fenced")])
 def test_operands_overwritten_before_the_wait_retiring_their_multiply_race(groups,
                                                                            overwrite_after):
     """Released before the wait: the tensor cores may still read A. With two groups,
-    wait(1) retires the first only: the second's reads are still to come."""
-    with pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'sa' .* between "
-                                             r"lines 6 and 11"):   # the multiply, the store
+    wait(1) retires the first only: the second's reads are still to come. Barriers on
+    both sides of the stores order them after the issue, not after the wait: still a
+    race, as is a thread's store to an element its own multiply reads."""
+    with pytest.raises(tj.LaunchError, match=_WRITTEN_IN_FLIGHT):
         _launch_overwritten(groups, overwrite_after)
 
 
@@ -203,8 +213,7 @@ def test_operands_overwritten_before_the_wait_retiring_their_multiply_race(group
 def test_fp8_operand_reads_complete_at_the_wait_too(overwrite_after):
     """An m64nNk32 fp8 multiply's queued reads (1-byte elements, 32 k's) are recorded at
     the wait that retires it: a store before then is a race, one after it is not."""
-    expected = (pytest.raises(tj.LaunchError, match=r"data race on shared buffer 'sa' .* "
-                                                    r"between lines 6 and 11")
+    expected = (pytest.raises(tj.LaunchError, match=_WRITTEN_IN_FLIGHT)
                 if overwrite_after == "commit" else contextlib.nullcontext())
     with expected:
         _launch_overwritten(1, overwrite_after, torch.float8_e4m3fn)

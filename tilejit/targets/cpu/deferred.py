@@ -17,6 +17,7 @@ from typing import Callable
 
 from llvmlite import ir
 
+from .frames import counted_loop
 from .types import I1, I32, I64, PTR, VOID
 
 __all__ = ["DeferredQueue"]
@@ -74,6 +75,20 @@ class DeferredQueue:
         b, state = em.b, self.unit_state(em)
         committed = self.field(b, state, self.committed)
         b.store(b.add(b.load(committed, typ=I32), ir.Constant(I32, 1)), committed)
+
+    def retiring(self, em, pending: int, body: Callable) -> None:
+        """Emit ``body(entry)`` (a pointer to it) for each entry a wait with ``pending``
+        groups left retires, in queue order (before :meth:`wait` lands them)."""
+        b, state = em.b, self.unit_state(em)
+        limit = b.sub(b.load(self.field(b, state, self.committed), typ=I32),
+                      ir.Constant(I32, pending))
+
+        def each(i):
+            group = b.load(self.field(b, state, self.entries, i, self.group), typ=I32)
+            with b.if_then(b.icmp_signed("<", group, limit)):
+                body(self.field(b, state, self.entries, i))
+        counted_loop(b, b.load(self.field(b, state, self.length), typ=I32), each,
+                     f"{self.name}.retire")
 
     def wait(self, em, pending: int) -> None:
         b, state = em.b, self.unit_state(em)

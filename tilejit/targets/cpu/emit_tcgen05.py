@@ -20,7 +20,9 @@ set once the CTA relinquished its permit.
   type, transposes) and both shared descriptors as the hardware does, reading A and B and
   writing D into tensor memory, each access recorded for the race detector as the issuing
   thread's -- then arrives once on the mbarrier. So a thread that reads the accumulator,
-  or overwrites an operand, without waiting on that barrier races with the multiply.
+  or overwrites an operand, without waiting on that barrier races with the multiply; so
+  does a write to an operand between the tcgen05_mma and its commit, barriers or not (the
+  entry keeps the CTA's count of writes at the issue, as wgmma's queue does).
   D's rows sit on lanes as the data path lays them out (PTX ISA 9.7.16.10.5,
   ``layout/hw_nvidia.tmem_datapath_layout``): M = 128 is layout D (row r on lane r), M =
   64 layout F (rows 16w..16w+15 on lanes 32w..32w+15).
@@ -56,11 +58,13 @@ COLUMN_BITS = (1 << TMEM_COLS // GRANULE) - 1
 QUEUE = 32                   # multiplies a thread may issue before it commits
 # A queued multiply: A's and B's descriptors, A's and B's buffers (race sites' bases), the
 # TMEM address, the instruction descriptor, whether it accumulates, its race sites for A,
-# B and D; a thread's queue: its length, then the entries.
-ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32])
-DESC_A, DESC_B, BASE_A, BASE_B, TADDR, IDESC, ACCUMULATE, SITE_A, SITE_B, SITE_D = range(10)
+# B and D, the CTA's count of writes at its issue (``race.writes_so_far``); a thread's
+# queue: its length, then the entries.
+ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32, I32])
+DESC_A, DESC_B, BASE_A, BASE_B, TADDR, IDESC, ACCUMULATE, SITE_A, SITE_B, SITE_D, ISSUED = \
+    range(11)
 STATE = ir.LiteralStructType([I32, ir.ArrayType(ENTRY, QUEUE)])
-ENTRY_BYTES = 48
+ENTRY_BYTES = 64                    # 4 x 8 bytes, then 7 x 4, padded to the i64s' 8
 STATE_BYTES = 8 + ENTRY_BYTES * QUEUE
 
 
@@ -200,7 +204,9 @@ def emit_tcgen05_mma(em, op):
               IDESC: ir.Constant(I32, instruction_descriptor(op.attrs).encode()),
               ACCUMULATE: ir.Constant(I32, int(op.attrs["accumulate"])),
               SITE_A: ir.Constant(I32, site_a), SITE_B: ir.Constant(I32, site_b),
-              SITE_D: ir.Constant(I32, site_d)}
+              SITE_D: ir.Constant(I32, site_d),
+              ISSUED: race.writes_so_far(em) if em.mc.race is not None
+              else ir.Constant(I32, race.NOT_IN_FLIGHT)}
     for index, value in values.items():
         b.store(value, _field(b, state, 1, length, index))
     b.store(b.add(length, ir.Constant(I32, 1)), _field(b, state, 0))
@@ -257,11 +263,15 @@ def _multiply_function(mc) -> ir.Function:
     lane0, column0 = bits(taddr, 16, 16), bits(taddr, 0, 16)
 
     def check(ptr, base, itemsize, site, kind):
+        """The access, for the race detector: the operands' reads were in flight since
+        the issue, D's write is the commit's."""
         if mc.race is None:
             return
+        since = field(ISSUED, I32) if kind == race.READ else \
+            ir.Constant(I32, race.NOT_IN_FLIGHT)
         failed = b.call(race.access_function(mc), [err, sync, data, clock, unit, ptr, base,
                                                    const(itemsize), site,
-                                                   ir.Constant(I32, kind)])
+                                                   ir.Constant(I32, kind), since])
         go_on = fn.append_basic_block("access.ok")
         b.cbranch(failed, raced, go_on)
         b.position_at_end(go_on)

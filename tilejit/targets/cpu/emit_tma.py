@@ -23,7 +23,11 @@ the CPU reorders.
 Each copy first checks what ``cuTensorMapEncodeTiled`` would refuse for the tensor at
 launch on a GPU -- a stride (but the innermost) of bytes not a multiple of 16 -- and fails
 with a LaunchError naming it (``abi.TENSOR_MAP``). The race
-detector records a load's shared writes and a store's shared reads when they are issued.
+detector records a load's shared writes when it is issued, and a store's shared reads
+both then and at the ``bulk_wait`` that retires it: they are in flight in between (the
+hardware reads the box any time before ``cp.async.bulk.wait_group.read``), so a write to
+the box made after the issue races with them, whatever barriers lie between
+(``race.access_function``'s ``since``), as one that the wait is not ordered before does.
 """
 from __future__ import annotations
 
@@ -46,13 +50,18 @@ QUEUE = 4                   # stores a unit keeps in flight
 ARGS = 3 * TMA_MAX_RANK     # a box's tensor: dims, strides (elements), coordinates
 DIMS, STRIDES, COORDS = 0, TMA_MAX_RANK, 2 * TMA_MAX_RANK
 BOX_FN = ir.FunctionType(VOID, [PTR, I64, PTR, PTR])   # shared, byte offset, tensor, args
-# A queued store: its box function, shared root, byte offset, tensor, args, group; a
-# unit's state: queue length, groups committed, the args of its loads, the queue.
-ENTRY = ir.LiteralStructType([PTR, PTR, I64, PTR, ir.ArrayType(I64, ARGS), I32])
-FN, SHARED, OFFSET, TENSOR, ARGV, GROUP = range(6)
+# the race detector's record of a store's box read (err, sync, data, clock, unit, shared,
+# byte offset, site, the CTA's count of writes at the issue): true on a race
+READS_FN = ir.FunctionType(I1, [PTR, PTR, PTR, PTR, I32, PTR, I64, I32, I32])
+# A queued store: its box function, shared root, byte offset, tensor, args, and for the
+# race detector its reads' function, race site and count of writes at the issue; its
+# group; a unit's state: queue length, groups committed, the args of its loads, the queue.
+ENTRY = ir.LiteralStructType([PTR, PTR, I64, PTR, ir.ArrayType(I64, ARGS), PTR, I32, I32,
+                              I32])
+FN, SHARED, OFFSET, TENSOR, ARGV, READS, SITE, ISSUED, GROUP = range(9)
 STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(I64, ARGS), ir.ArrayType(ENTRY, QUEUE)])
 LENGTH, COMMITTED, SCRATCH, ENTRIES = range(4)
-ENTRY_BYTES = 4 * 8 + ARGS * 8 + 8
+ENTRY_BYTES = 4 * 8 + ARGS * 8 + 8 + 16      # ..., the reads' function, 3 x 4 padded to 8
 STATE_BYTES = 8 + ARGS * 8 + ENTRY_BYTES * QUEUE
 
 
@@ -108,6 +117,34 @@ def _box_fn(mc, load: bool, box: tuple, swizzle: int, itemsize: int) -> ir.Funct
 
     counted_loop(b, ir.Constant(I64, math.prod(box)), element, "box")
     b.ret_void()
+    return fn
+
+
+def _reads_fn(mc, box: tuple, swizzle: int, itemsize: int) -> ir.Function:
+    """``tj.tma.reads...`` (``READS_FN``): check and record a retired store's reads of
+    its box, in flight since the CTA had made ``since`` writes."""
+    name = f"tj.tma.reads.{itemsize}.{swizzle}." + "x".join(map(str, box))
+    fn = mc.module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(mc.module, READS_FN, name)
+    fn.linkage = "internal"
+    err, sync, data, clock, unit, shared, offset, site, since = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    raced = fn.append_basic_block("raced")
+
+    def element(i):
+        ptr = b.gep(shared, [_shared_byte(b, offset, i, itemsize, swizzle)], source_etype=I8)
+        failed = b.call(race.access_function(mc),
+                        [err, sync, data, clock, unit, ptr, shared, ir.Constant(I64, itemsize),
+                         site, ir.Constant(I32, race.READ), since])
+        go_on = fn.append_basic_block("read.ok")
+        b.cbranch(failed, raced, go_on)
+        b.position_at_end(go_on)
+    counted_loop(b, ir.Constant(I64, math.prod(box)), element, "box")
+    b.ret(ir.Constant(I1, 0))
+    b.position_at_end(raced)
+    b.ret(ir.Constant(I1, 1))
     return fn
 
 
@@ -189,9 +226,14 @@ def emit_tma_store_at(em, op):
                    ir.Constant(I64, shared.dtype.itemsize))
     _race_box(em, op, shared, offset, box, swizzle, reads=True)
     state = STORES.unit_state(em)
-    fn = _box_fn(em.mc, False, box, swizzle, shared.dtype.itemsize)
-    index = STORES.enqueue(em, state, {FN: fn, SHARED: shared.ptr, OFFSET: offset,
-                                       TENSOR: tensor.ptr})
+    itemsize = shared.dtype.itemsize
+    fields = {FN: _box_fn(em.mc, False, box, swizzle, itemsize), SHARED: shared.ptr,
+              OFFSET: offset, TENSOR: tensor.ptr}
+    if em.mc.race is not None:
+        fields.update({READS: _reads_fn(em.mc, box, swizzle, itemsize),
+                       SITE: ir.Constant(I32, race.access_site(em, op, shared, race.READ)),
+                       ISSUED: race.writes_so_far(em)})
+    index = STORES.enqueue(em, state, fields)
     _write_args(em, STORES.field(b, state, ENTRIES, index, ARGV, 0), tensor, coords)
     return []
 
@@ -202,7 +244,18 @@ def emit_bulk_commit(em, op):
 
 
 def emit_bulk_wait(em, op):
-    STORES.wait(em, op.attrs["pending"])
+    """Record the retired stores' reads of their boxes (for the race detector), then land
+    them."""
+    pending, b = op.attrs["pending"], em.b
+    if em.mc.race is not None:
+        def reads(entry):
+            def field(index, typ):
+                return b.load(b.gep(entry, [ir.Constant(I32, 0), ir.Constant(I32, index)],
+                                    source_etype=ENTRY), typ=typ)
+            race.check_retired(em, field(READS, READS_FN.as_pointer()), field(SHARED, PTR),
+                               field(OFFSET, I64), field(SITE, I32), field(ISSUED, I32))
+        STORES.retiring(em, pending, reads)
+    STORES.wait(em, pending)
     return []
 
 

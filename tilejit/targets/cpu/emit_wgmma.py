@@ -29,12 +29,13 @@ closes the group and ``wgmma_wait_group {pending = N}`` records, for the race de
 the reads of the whole 64 x K block of A (none with A in registers) and K x N block of B
 of each multiply in the groups before the N most recent, then drops them. A kernel that
 lets another thread overwrite an operand (an mbarrier arrive, a barrier) before the wait
-that retires its multiply is a race there, as the hardware may still read it. (A full
-queue drops its multiplies without recording their reads: that can hide such a race, never
-invent one. So can a write that the multiplying thread itself is ordered after, by a
-barrier between the issue and the wait: the reads carry the wait's clock, not the
-issue's.) The values themselves are computed at the issue, a legal schedule; fence, commit
-and wait hand the accumulators on. That a wait is missing before a read of the
+that retires its multiply is a race there, as the hardware may still read it; so is any
+write to an operand made between the issue and that wait (the queued multiply keeps the
+CTA's count of writes at its issue: ``race.access_function``'s ``since``), by any thread,
+the multiplying one too, whatever barriers lie between: the values are computed at the
+issue, a legal schedule, so without that check such a kernel would come out right here
+and not on a GPU. (A full queue drops its multiplies without recording their reads: that
+can hide such a race, never invent one.) Fence, commit and wait hand the accumulators on. That a wait is missing before a read of the
 accumulators is the verifier's refusal and the ``wgmma-groups`` pass's, before any target.
 
 ``setmaxnreg`` is a no-op: a CPU thread's registers are the compiler's. Its checks (the
@@ -62,15 +63,16 @@ __all__ = ["HANDLERS", "descriptor_bits", "element_address", "operand_buffer"]
 
 QUEUE = 32                          # multiplies a unit keeps in flight (8 K steps of 4)
 # A queued multiply: its descriptors, A's and B's buffers, their race sites, N, whether A
-# and B are read MN-major, the operands' element size (both the same: 2, or 1 for fp8), its
-# group; a unit's queue: length, groups committed, entries.
-ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32, I32])
-DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, ITEMSIZE, GROUP = \
-    range(11)
+# and B are read MN-major, the operands' element size (both the same: 2, or 1 for fp8), the
+# CTA's count of writes at its issue (``race.writes_so_far``), its group; a unit's queue:
+# length, groups committed, entries.
+ENTRY = ir.LiteralStructType([I64, I64, PTR, PTR, I32, I32, I32, I32, I32, I32, I32, I32])
+DESC_A, DESC_B, BASE_A, BASE_B, SITE_A, SITE_B, N, TRANS_A, TRANS_B, ITEMSIZE, ISSUED, GROUP = \
+    range(12)
 STATE = ir.LiteralStructType([I32, I32, ir.ArrayType(ENTRY, QUEUE)])
 LENGTH, COMMITTED, ENTRIES = range(3)
 A_FROM_REGISTERS = 2                # TRANS_A of a multiply with A in registers: no A reads
-ENTRY_BYTES = 64                    # 4 x 8 bytes, then 7 x 4, padded to the i64s' 8
+ENTRY_BYTES = 64                    # 4 x 8 bytes, then 8 x 4
 STATE_BYTES = 8 + ENTRY_BYTES * QUEUE
 
 
@@ -275,13 +277,13 @@ def _queue_multiply(em, op, desc_a, desc_b) -> None:
         SITE_A: ir.Constant(I32, site_a), SITE_B: ir.Constant(I32, site_b),
         N: ir.Constant(I32, attrs["n"]), TRANS_A: ir.Constant(I32, trans_a),
         TRANS_B: ir.Constant(I32, int(attrs["trans_b"])),
-        ITEMSIZE: ir.Constant(I32, attrs["a_type"].itemsize)})
+        ITEMSIZE: ir.Constant(I32, attrs["a_type"].itemsize), ISSUED: race.writes_so_far(em)})
 
 
 def _reads_function(mc) -> ir.Function:
     """``i1 tj.wgmma.reads(err, sync, data, clock, unit, entry)``: record, for the race detector,
     the reads of the queued multiply ``entry``: A's 64 x K block and B's K x N (K of 32
-    bytes); true on a race (the error record filled)."""
+    bytes), in flight since its issue; true on a race (the error record filled)."""
     name = "tj.wgmma.reads"
     fn = mc.module.globals.get(name)
     if fn is not None:
@@ -296,7 +298,7 @@ def _reads_function(mc) -> ir.Function:
         return b.load(b.gep(entry, [ir.Constant(I32, 0), ir.Constant(I32, index)],
                             source_etype=ENTRY), typ=typ)
 
-    itemsize = b.zext(field(ITEMSIZE, I32), I64)
+    itemsize, since = b.zext(field(ITEMSIZE, I32), I64), field(ISSUED, I32)
     depth = b.udiv(ir.Constant(I64, WGMMA_K_BYTES), itemsize)
 
     def read_block(desc, base, site, trans, count):
@@ -311,7 +313,7 @@ def _reads_function(mc) -> ir.Function:
                 ptr = b.gep(data, [address], source_etype=ir.IntType(8))
                 failed = b.call(race.access_function(mc),
                                 [err, sync, data, clock, unit, ptr, base, itemsize,
-                                 site, ir.Constant(I32, race.READ)])
+                                 site, ir.Constant(I32, race.READ), since])
                 go_on = fn.append_basic_block("read.ok")
                 b.cbranch(failed, raced, go_on)
                 b.position_at_end(go_on)
@@ -339,22 +341,9 @@ def emit_wgmma_wait_group(em, op):
     """Record the reads of the multiplies the wait retires (the queue's prefix of groups
     before the ``pending`` most recent), then drop them."""
     if em.mc.race is not None:
-        b, state, pending = em.b, MULTIPLIES.unit_state(em), op.attrs["pending"]
-        limit = b.sub(b.load(MULTIPLIES.field(b, state, COMMITTED), typ=I32),
-                      ir.Constant(I32, pending))
-        frame = em.frame
-
-        def record(i):
-            group = b.load(MULTIPLIES.field(b, state, ENTRIES, i, GROUP), typ=I32)
-            with b.if_then(b.icmp_signed("<", group, limit)):
-                failed = b.call(_reads_function(em.mc),
-                                [frame.err, frame.sync, frame.data, race.own_clock(em),
-                                 race.unit_id(em), MULTIPLIES.field(b, state, ENTRIES, i)])
-                go_on = b.append_basic_block("wgmma.reads.ok")
-                b.cbranch(failed, frame.error_exit, go_on)
-                b.position_at_end(go_on)
-        counted_loop(b, b.load(MULTIPLIES.field(b, state, LENGTH), typ=I32), record,
-                     "wgmma.retire")
+        pending = op.attrs["pending"]
+        MULTIPLIES.retiring(em, pending,
+                            lambda entry: race.check_retired(em, _reads_function(em.mc), entry))
         MULTIPLIES.wait(em, pending)
     return list(em.operands(op))
 

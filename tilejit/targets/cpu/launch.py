@@ -357,6 +357,13 @@ def run_time_error(meta: dict, status: int, record: bytes) -> LaunchError:
 # ``race.PRIOR_*`` (in the record); the launcher does not import the emitters.
 _RACE_ACCESS = {0: "read", 1: "wrote", 2: "updated (atomically)"}
 _RACE_PRIOR = {1: "wrote", 2: "updated (atomically)", 3: "read"}
+_PRIOR_WRITE_IN_FLIGHT = 4   # race.PRIOR_WRITE_IN_FLIGHT
+# An asynchronous read a write raced with (by the op of its site): what issued it, and the
+# wait before which its operand must not be written.
+_IN_FLIGHT = {"wgmma_mma_async": ("wgmma", "the tj.wgmma_wait that retires its group"),
+              "wgmma_mma_async_reg_a": ("wgmma", "the tj.wgmma_wait that retires its group"),
+              "tcgen05_mma": ("tcgen05 multiply", "the wait on its tcgen05_commit's mbarrier"),
+              "tma_store_at": ("TMA store", "the tj.bulk_wait that retires its bulk group")}
 
 
 def _race_message(meta: dict, site: dict, fields) -> str:
@@ -380,12 +387,19 @@ def _race_message(meta: dict, site: dict, fields) -> str:
     fix = (f"between lines {lines[0]} and {lines[1]}" if len(lines) == 2
            else f"between two runs of line {lines[0]}")
     unit, barrier = fields[abi.ERR_UNIT], "tj.sync()"
-    # In a cluster the detector counts the threads of all its CTAs, those of rank 0 first.
+    head = (f"kernel {meta['name']!r}: data race on shared buffer {site['buffer']!r} {what} "
+            f"in CTA {fields[abi.ERR_CTA]}: ")
     per_cta, ctas = meta["units_per_cta"], meta.get("cluster_ctas", 1)
+    if prior == _PRIOR_WRITE_IN_FLIGHT:
+        issued, wait = _IN_FLIGHT.get(site["op"], (site["op"], "the wait that retires it"))
+        return (f"{head}{_thread(other, per_cta, ctas)} wrote it at {where} while the "
+                f"{issued} that {_thread(unit, per_cta, ctas)} issued at line {site['line']} could "
+                f"still read it (the write came after the {issued} was issued and before "
+                f"{wait}, so the hardware may read either value; write after that wait)")
+    # In a cluster the detector counts the threads of all its CTAs, those of rank 0 first.
     if ctas > 1 and other // per_cta != unit // per_cta:
         barrier = "tj.cluster_sync()"
-    return (f"kernel {meta['name']!r}: data race on shared buffer {site['buffer']!r} {what} "
-            f"in CTA {fields[abi.ERR_CTA]}: {_thread(other, per_cta, ctas)} "
+    return (f"{head}{_thread(other, per_cta, ctas)} "
             f"{_RACE_PRIOR.get(prior, '?')} it at {where} and {_thread(unit, per_cta, ctas)} "
             f"{_RACE_ACCESS.get(site['access'], '?')} it at line {site['line']} with no "
             f"barrier between (add {barrier}, or a barrier that orders these threads, {fix})")

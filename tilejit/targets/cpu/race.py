@@ -11,7 +11,8 @@ which ``run_ctas`` zeroes per CTA.
   which follows it in the data arena where the kernel has tcgen05 ops), the granule being the
   smallest element size of the kernel's shared buffers; an access keys on the granule of
   its first byte. The record holds the last write (unit + 1, its ``C_w[w]``, site index,
-  whether it was an atomic) and the last read (unit + 1, ``C_r[r]``, site). Only one read
+  whether it was an atomic, its number among the CTA's writes) and the last read (unit +
+  1, ``C_r[r]``, site). Only one read
   is kept (the latest): reads that run concurrently with each other can hide a race of
   the earlier one with a later write, never invent one. Mixed-size views of one buffer
   (none in the IR the passes make) key on different granules and are not compared.
@@ -22,6 +23,12 @@ which ``run_ctas`` zeroes per CTA.
   warp storing to one element from the same op do not race either: that is one warp
   store, of which one lane's value lands (PTX), as in ``if warp == 1: s[0] = v``. A race
   is a ``RACE`` error record: the other unit, its site, what it did, the element.
+- **Asynchronous reads** (a wgmma's operands, a TMA store's box) last from their issue to
+  the wait that retires them: the hardware may read any time in between. They are checked
+  and recorded at that wait, with its clock, and also race with any write made since the
+  issue -- by any unit, the issuing one too, barriers or not: a write the CTA made after
+  the issue (its number among the CTA's writes, counted in the sync arena, is above the
+  count at the issue) cannot be ordered before it, and the wait has not run yet.
 - **Off** for kernels whose shadow would pass ``SHADOW_LIMIT`` (2 MiB of f32 shared memory,
   ten times a GPU's): they run unchecked rather than fail to fit the CTA's memory.
 - **Synchronization** releases a clock into a barrier clock ``B = max(B, C_t)`` then
@@ -65,10 +72,12 @@ from .types import I1, I8, I32, I64, PTR, VOID
 from .units import THREAD
 
 READ, WRITE, ATOMIC = 0, 1, 2                      # what an access does
-PRIOR_WRITE, PRIOR_ATOMIC, PRIOR_READ = 1, 2, 3    # what the access it races with did
+# what the access it races with did (PRIOR_WRITE_IN_FLIGHT: a write while it was in flight)
+PRIOR_WRITE, PRIOR_ATOMIC, PRIOR_READ, PRIOR_WRITE_IN_FLIGHT = 1, 2, 3, 4
 # A shadow record: i32 fields.
-W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE = range(7)
+W_UNIT, W_CLOCK, W_SITE, W_ATOMIC, R_UNIT, R_CLOCK, R_SITE, W_NUMBER = range(8)
 RECORD_BYTES = 32
+NOT_IN_FLIGHT = -1   # ``since`` of a plain access: no write's number is above it (unsigned)
 SYNC_CLOCKS = "sync.race"   # ``ModuleContext.named_state`` key of the ``sync`` clocks
 CLUSTER_CLOCKS = "cluster.barrier.race"   # ... and of ``cluster_sync``'s
 SHADOW_LIMIT = 64 << 20   # bytes of shadow records: 2 MiB of f32 shared memory, 10x a GPU's
@@ -83,6 +92,7 @@ class RaceState:
     shared_bytes: int
     clocks: int                  # offset of the units' vector clocks
     shadow: int                  # offset of the shadow records
+    writes: int                  # offset of the count of the CTA's writes (an i32)
     flags: set = field(default_factory=set)     # root buffers threads spin on
     flag_clocks: dict = field(default_factory=dict)
 
@@ -109,7 +119,14 @@ def setup(mc) -> RaceState | None:
         return None   # far more shared memory than any GPU has: run unchecked
     clocks = mc.sync.reserve(units.count * threads * 4, 64, "the race detector's clocks")
     shadow = mc.sync.reserve(records * RECORD_BYTES, 64, "the race detector's shadow memory")
-    return RaceState(threads, granule, shared_bytes, clocks, shadow, spin_flags(kernel))
+    writes = mc.sync.reserve(4, 4, "the race detector's count of writes")
+    return RaceState(threads, granule, shared_bytes, clocks, shadow, writes, spin_flags(kernel))
+
+
+def writes_so_far(em) -> ir.Value:
+    """The count of the CTA's writes to shared memory so far: an asynchronous read issued
+    now races with every write numbered above it (``since`` of :func:`access_function`)."""
+    return em.b.load(em.byte_ptr(em.frame.sync, ir.Constant(I64, em.mc.race.writes)), typ=I32)
 
 
 # ----------------------------------------------------------------------------- clocks
@@ -286,11 +303,27 @@ def check_access(em, op, ref, ptr, reads: bool = False) -> None:
         if kind != READ:
             release(em, clock)
         return
+    record_access(em, ptr, ref.ptr, ref.dtype.itemsize, access_site(em, op, ref, kind), kind,
+                  ref.arenas)
+
+
+def access_site(em, op, ref, kind: int) -> int:
+    """The race site of ``op``'s accesses (``kind``) of shared ``ref``."""
     info = {"buffer": ref.name, "access": kind}
     if ref.reshaped is None and ref.addressing == Addressing.row_major(tuple(ref.shape)):
         info["shape"] = list(ref.shape)   # row-major: the launcher names indices
-    record_access(em, ptr, ref.ptr, ref.dtype.itemsize, em.mc.add_site("race", op, **info),
-                  kind, ref.arenas)
+    return em.mc.add_site("race", op, **info)
+
+
+def check_retired(em, fn, *args) -> None:
+    """Call ``fn(err, sync, data, clock, unit, *args)``, a function that checks and records
+    the reads of an asynchronous op the current unit retires (true on a race), leaving
+    through the frame's error exit on a race."""
+    frame, b = em.frame, em.b
+    failed = b.call(fn, [frame.err, frame.sync, frame.data, own_clock(em), unit_id(em), *args])
+    go_on = b.append_basic_block("retired.ok")
+    b.cbranch(failed, frame.error_exit, go_on)
+    b.position_at_end(go_on)
 
 
 def record_access(em, ptr, base, itemsize: int, site: int, kind: int, arenas=None) -> None:
@@ -304,7 +337,8 @@ def record_access(em, ptr, base, itemsize: int, site: int, kind: int, arenas=Non
     # record itself.
     failed = b.call(access_function(em.mc),
                     [frame.err, sync, data, own_clock(em), unit_id(em), ptr, base,
-                     ir.Constant(I64, itemsize), ir.Constant(I32, site), ir.Constant(I32, kind)])
+                     ir.Constant(I64, itemsize), ir.Constant(I32, site), ir.Constant(I32, kind),
+                     ir.Constant(I32, NOT_IN_FLIGHT)])
     go_on = b.append_basic_block("race.ok")
     b.cbranch(failed, frame.error_exit, go_on)
     b.position_at_end(go_on)
@@ -350,18 +384,20 @@ def _acquire_fn(mc) -> ir.Function:
 
 
 def access_function(mc) -> ir.Function:
-    """``i1 tj.race.access(err, sync, data, clock, unit, ptr, base, itemsize, site, kind)``:
-    check and record the access of the element at ``ptr`` (of the buffer at ``base``, in
-    the shared memory ``data`` whose shadow lies in ``sync``: the arenas of the CTA that
-    holds it) by ``unit`` (its entry in the clocks) whose clock is at ``clock``; on a race
-    fill the error record (``abi.RACE``: the other unit, its site, what it did, the element)
-    and return true (the access is then not recorded)."""
+    """``i1 tj.race.access(err, sync, data, clock, unit, ptr, base, itemsize, site, kind,
+    since)``: check and record the access of the element at ``ptr`` (of the buffer at
+    ``base``, in the shared memory ``data`` whose shadow lies in ``sync``: the arenas of the
+    CTA that holds it) by ``unit`` (its entry in the clocks) whose clock is at ``clock``; an
+    asynchronous read retired now, issued when the CTA had made ``since`` writes, also
+    races with any later write (``NOT_IN_FLIGHT`` for every other access); on a race fill
+    the error record (``abi.RACE``: the other unit, its site, what it did, the element) and
+    return true (the access is then not recorded)."""
     fn, b, new = _function(mc, "tj.race.access", I1,
-                           [PTR, PTR, PTR, PTR, I32, PTR, PTR, I64, I32, I32])
+                           [PTR, PTR, PTR, PTR, I32, PTR, PTR, I64, I32, I32, I32])
     if not new:
         return fn
     race = mc.race
-    err, sync, data, clock, unit, ptr, base, itemsize, site, kind = fn.args
+    err, sync, data, clock, unit, ptr, base, itemsize, site, kind, since = fn.args
     byte = b.sub(b.ptrtoint(ptr, I64), b.ptrtoint(data, I64))
     check = fn.append_basic_block("check")
     outside = fn.append_basic_block("outside")   # shared buffers the plan has not placed
@@ -413,6 +449,8 @@ def access_function(mc) -> ir.Function:
     exempt = b.or_(b.and_(is_atomic, was_atomic), warp_store)
     after_write = b.and_(unordered(writer, load(W_CLOCK)), b.not_(exempt))
     after_read = b.and_(b.not_(is_read), unordered(reader, load(R_CLOCK)))
+    with b.if_then(b.icmp_unsigned(">", load(W_NUMBER), since), likely=False):
+        report(writer, load(W_SITE), ir.Constant(I64, PRIOR_WRITE_IN_FLIGHT))
     with b.if_then(after_write, likely=False):
         prior = b.select(was_atomic, ir.Constant(I64, PRIOR_ATOMIC), ir.Constant(I64, PRIOR_WRITE))
         report(writer, load(W_SITE), prior)
@@ -424,8 +462,12 @@ def access_function(mc) -> ir.Function:
             for index, value in ((R_UNIT, me), (R_CLOCK, own), (R_SITE, site)):
                 b.store(value, field_ptr(index))
         with otherwise:
+            # a plain increment: the CTAs of a cluster (all that write here) share a thread
+            count = b.gep(sync, [ir.Constant(I64, race.writes)], source_etype=I8)
+            number = b.add(b.load(count, typ=I32), ir.Constant(I32, 1))
+            b.store(number, count)
             for index, value in ((W_UNIT, me), (W_CLOCK, own), (W_SITE, site),
-                                 (W_ATOMIC, b.zext(is_atomic, I32))):
+                                 (W_ATOMIC, b.zext(is_atomic, I32)), (W_NUMBER, number)):
                 b.store(value, field_ptr(index))
     b.ret(ir.Constant(I1, 0))
     return fn

@@ -178,6 +178,8 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dtype
     assert ptx.count("cp.async.bulk.wait_group 0;") == 2
     assert ptx.count("fence.proxy.async.shared::cta;") == 2
     assert any(line.startswith("mbarrier.try_wait") for line in ptx)
+    # the staging tile is handed back by the `stored` mbarrier alone: no CTA barrier
+    assert not [line for line in ptx if line.startswith(("bar.sync", "barrier.sync"))]
     assert any(line.startswith("wgmma.fence") for line in ptx)
     # each consumer keeps its K step's group in flight while it waits for the next stage
     assert ptx.count("wgmma.wait_group.sync.aligned 1;") == 2

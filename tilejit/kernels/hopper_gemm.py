@@ -26,7 +26,8 @@ The schedule, all of it explicit in the kernel (issue 14, "Kernels"):
   (``fence_proxy_async``) and arrives on ``staged[c]``; an elected thread of the
   consumer's first warp waits there, stores the tile with a TMA ``copy_async`` (the box
   clipped at C's edges by the hardware), waits for its bulk group and arrives on
-  ``stored[c]``, which the consumer waits for before it stages its next tile.
+  ``stored[c]``, which the consumer waits for before it stages its next tile (phase 0 is
+  completed at init, so the wait is on every path and no barrier is added for it).
 - persistent tiles: each CTA walks the tiles ``cta, cta + grid, ...`` (M fastest; a grid
   of one CTA a tile walks one each), its ring steps ``j * num_k + k`` and their phases
   running on across its tiles; ``persistent_ctas`` sizes the grid to the SMs.
@@ -107,6 +108,7 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
         for c in tj.static_range(CONSUMERS):
             tj.mbarrier_init(staged[c], 128)             # a consumer's threads staged C
             tj.mbarrier_init(stored[c], 1)               # its TMA store read the tile
+            tj.mbarrier_arrive(stored[c])   # phase 0 done: the first tile stages at once
     tj.cluster_sync()   # every CTA's barriers exist before another's copies reach them
     # the cluster's units of CLUSTER_M tiles along M (the last may reach past M: TMA reads
     # zeros there and its store writes nothing): u = cluster, cluster + clusters, ..., M
@@ -215,8 +217,10 @@ def hopper_gemm_kernel(A, B, C, K, STAGES: tj.constexpr, BM: tj.constexpr, BN: t
                                 tj.mbarrier_arrive(tj.remote(empty, 1 - rank)[done])
                         if SCALING == "tensor":
                             tj.mul(acc, acc, SA[0] * SB[0])
-                        if j > 0:               # the previous tile's store has read c_tile
-                            tj.mbarrier_wait(stored[c], (j - 1) % 2)
+                        # the previous tile's store has read c_tile (tile 0: the arrive
+                        # at init). A wait on every path: the sync-hazards pass credits it,
+                        # and adds no warpgroup barrier of its own
+                        tj.mbarrier_wait(stored[c], j % 2)
                         tj.copy(c_tile, acc)
                         tj.fence_proxy_async()  # the tile's writes, before TMA reads it
                         tj.mbarrier_arrive(staged[c])

@@ -6,6 +6,7 @@ one executes the IR the cuda target prints, with the race detector); its sm_90a 
 through NVRTC for head dims 64 and 128 (the PTX instructions that matter, no spills); and
 the errors of its Python entry point."""
 import math
+import re
 
 import pytest
 import torch
@@ -97,6 +98,12 @@ def test_the_dispatch_picks_tma_wgmma_and_register_reductions(lowering):
         assert compiled.metadata["backend"]["race_check"]    # the CPU runs the race detector
         reduces = [r for r in compiled.dispatch_log if r.primitive == "reduce"]
         assert [r.rule for r in reduces] == ["shuffle", "shuffle"]
+        # O += P V reads P from registers: the cast to f16 packs each thread's own values
+        # (the accumulator's layout is wgmma's A layout), no value moves between threads
+        s_gemm, pv_gemm = [r for r in compiled.dispatch_log if r.primitive == "gemm_async"]
+        assert s_gemm.note.startswith("A K-major") and pv_gemm.note.startswith("A from registers")
+        (cast,) = [r for r in compiled.dispatch_log if r.line == pv_gemm.line and r is not pv_gemm]
+        assert (cast.primitive, cast.rule) == ("pointwise", "packed")
 
 
 @pytest.mark.parametrize("args, options, error, message", [
@@ -139,18 +146,25 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
     # the softmax in registers: exp2, row reductions by shuffles within a row's 4 lanes
     assert any(line.startswith("ex2.approx.f32") for line in ptx)
     assert any(line.startswith("shfl.sync.bfly.b32") for line in ptx)
-    # P (64 values a thread) and O (D / 2) reach their shared tiles in pairs of 16-bit
-    # values, two consumers' worth, fenced for the asynchronous proxy. NVVM splits some
-    # pairs of the D = 128 build into two st.shared.u16, which ptxas joins again (the SASS
-    # test below finds no 16-bit STS).
+    # O += P V takes P from registers (four 32-bit registers of two 16-bit values each per
+    # k-step in place of A's descriptor); S = Q K^T reads Q and K by descriptors
+    from_registers = [line for line in ptx if line.startswith("wgmma.mma_async")
+                      and ", {%r" in line]
+    assert [line.split()[0] for line in from_registers] == [shape(dim)] * 16
+    # no P tile: shared memory holds Q, the K and V rings and 6 KiB of barriers and the
+    # mask's index vectors (P through shared memory added 128 x 128 x 2 bytes), and only O
+    # (D / 2 16-bit values a thread, in pairs, two consumers' worth) is staged there, fenced
+    # for the asynchronous proxy. NVVM splits some pairs of the D = 128 build into two
+    # st.shared.u16, which ptxas joins again (the SASS test below finds no 16-bit STS).
+    meta = compiled.metadata
+    assert meta["shared_bytes"] == (128 * dim + 2 * 2 * 128 * dim) * 2 + 6144
     staging = [line.split()[0] for line in ptx if line.startswith("st.shared.")
                and ".u16" in line.split()[0]]
-    assert sum(2 if op == "st.shared.v2.u16" else 1 for op in staging) == 2 * (64 + dim // 2)
-    assert dim == 128 or staging == ["st.shared.v2.u16"] * (64 + dim // 2)
-    assert ptx.count("fence.proxy.async.shared::cta;") == 4   # P, then O, per consumer
+    assert sum(2 if op == "st.shared.v2.u16" else 1 for op in staging) == 2 * (dim // 2)
+    assert dim == 128 or staging == ["st.shared.v2.u16"] * (dim // 2)
+    assert ptx.count("fence.proxy.async.shared::cta;") == 2   # O, per consumer
     assert ptx.count("setmaxnreg.dec.sync.aligned.u32 40;") == 1
     assert ptx.count("setmaxnreg.inc.sync.aligned.u32 232;") == 2
-    meta = compiled.metadata
     assert meta["spill_bytes"] == 0 and meta["stack_frame_bytes"] == 0
     assert meta["registers"] == 168
     assert [(t["param"], t["box"], t["swizzle"]) for t in meta["tensor_maps"]] == [
@@ -163,9 +177,14 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     text = sass(_sm90a_build(128, True).asm["cubin"], tmp_path)
-    assert "HGMMA.64x128x16.F32.BF16" in text
+    hgmma = [line for line in text.splitlines() if "HGMMA.64x128x16.F32.BF16" in line]
+    # per consumer 8 k-steps of S = Q K^T (D, A's descriptor first) and 8 of O += P V (128
+    # keys, A in registers before B's descriptor)
+    from_registers = [line for line in hgmma
+                      if re.search(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[", line)]
+    assert len(hgmma) == 32 and len(from_registers) == 16
     assert "UTMALDG.3D" in text and "UTMASTG.3D" in text
-    assert "STS.U16" not in text    # P and O staged 32 bits at a time
+    assert "STS.U16" not in text    # O staged 32 bits at a time
 
 
 def _sm90a_build(dim, causal):

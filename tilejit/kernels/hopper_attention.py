@@ -13,11 +13,13 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); in an
   edge block (one reaching past S, or, causal, past a row's query) keys ``>= S`` -- and,
   causal, keys after the query -- set to -inf by a mask built from ``tj.arange`` (the
-  other blocks skip it: a run-time branch, uniform over the warpgroup); the online softmax in registers on the f32 accumulator fragment (row max
-  and row sum reductions of the fragment, O rescaled when the max grows); P cast to the
-  inputs' dtype and written to a swizzled shared tile, **P goes through shared memory**
-  (the A operand of the second wgmma; wgmma with A from registers is not used here);
-  O += P V by wgmma (V stored [keys, D]: B MN-major); then the consumer releases the stage.
+  other blocks skip it: a run-time branch, uniform over the warpgroup); the online
+  softmax in registers on the f32 accumulator fragment (row max and row sum reductions of
+  the fragment, O rescaled when the max grows); P cast to the inputs' dtype **in
+  registers**: the accumulator's layout is wgmma's A register layout, so the cast packs
+  each thread's own values and O += P V by wgmma takes P as its register A operand (V
+  stored [keys, D]: B MN-major) -- no P tile, no shared store, fence or read of P (the
+  sm_90a build: no spills at D = 64 and 128); then the consumer releases the stage.
   Finally O / l, cast, staged in the consumer's rows of the Q tile (its own rows, read by
   nobody else any more) and stored by TMA, which clips the rows past S.
 - Causal: the key loop stops at the CTA's diagonal block (a run-time trip count per query
@@ -29,10 +31,9 @@ block's rows past S read zeros and are not stored (the tensor maps end at S, not
 next head's rows). It runs on the CPU from the same source (both CPU lowerings: the
 per-thread one executes the IR the cuda target prints, with the race detector).
 
-Left out: wgmma with P in registers (the A-from-registers form), intra-warpgroup overlap of
-softmax with the next block's QK^T (wgmma groups in flight: the DSL has no
-``tj.wgmma_wait(n)``), ping-pong scheduling of two consumers, the backward pass, and
-sequence lengths that differ between queries and keys.
+Left out: intra-warpgroup overlap of the softmax with the next block's QK^T (wgmma groups
+in flight), ping-pong scheduling of two consumers, the backward pass, and sequence lengths
+that differ between queries and keys.
 """
 import math
 
@@ -49,7 +50,7 @@ LOG2E = 1.4426950408889634
 def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                             BM: tj.constexpr, BN: tj.constexpr, D: tj.constexpr,
                             STAGES: tj.constexpr, CONSUMERS: tj.constexpr, LQ: tj.constexpr,
-                            LKV: tj.constexpr, LP: tj.constexpr, PRODUCER_REGS: tj.constexpr,
+                            LKV: tj.constexpr, PRODUCER_REGS: tj.constexpr,
                             CONSUMER_REGS: tj.constexpr):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
@@ -88,10 +89,8 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                               dispatch="tma")
     else:
         rows = BM // CONSUMERS
-        p_tile = tj.alloc_shared((BM, BN), Q.dtype, layout=LP)    # a slice per consumer
         for c in tj.static_range(CONSUMERS):    # c known at compile time: constant rows
             q_rows = q_tile[c * rows:(c + 1) * rows, :]
-            p_rows = p_tile[c * rows:(c + 1) * rows, :]
             if tj.warpgroup_id() == c + 1:
                 with tj.warpgroup():
                     tj.setmaxnreg(CONSUMER_REGS, "inc")
@@ -123,9 +122,7 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                         row_sum = row_sum * grow + tj.sum(p, axis=1, keep_dims=True)
                         row_max = new_max
                         tj.copy(acc, acc * grow)
-                        tj.copy(p_rows, p)
-                        tj.fence_proxy_async()   # P's writes, before wgmma reads them
-                        tj.gemm_async(acc, p_rows, v_ring[s], dispatch="wgmma")
+                        tj.gemm_async(acc, tj.cast(p, Q.dtype), v_ring[s], dispatch="wgmma")
                         tj.mbarrier_arrive(empty[s])
                     tj.copy(acc, acc / row_sum)     # in place: the staging copy below
                     tj.copy(q_rows, acc)            # stores pairs (copy -> vec)
@@ -163,7 +160,6 @@ def hopper_attention_config(q, k, v, *, causal=False, scale=None, block_m=128, b
     options = dict(CAUSAL=causal, BM=block_m, BN=block_n, D=dim, STAGES=stages,
                    CONSUMERS=consumers, LQ=ring_layout(None, block_m, dim, q.dtype),
                    LKV=ring_layout(stages, block_n, dim, q.dtype),
-                   LP=ring_layout(None, block_m, block_n, q.dtype),
                    PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs,
                    num_warps=4 * (1 + consumers))
     return grid, (seq, scale * LOG2E), options

@@ -8,8 +8,11 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   ``j`` into stage ``j % STAGES`` of two shared rings (``ring_layout``, the swizzle wgmma
   reads), waiting ``empty[s]`` and arming ``full[s]`` with both tiles' bytes. Keys and
   queries past S read as the hardware's out-of-bounds zeros.
-- warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block:
-  S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major); the
+- warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block
+  j: S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major),
+  issued one block ahead: block j + 1's multiply is left in flight (``wait=False``, into
+  a second score fragment) while block j's softmax runs, the intra-warpgroup overlap of
+  FlashAttention-3 (block 0's is issued and waited for in the first iteration); the
   scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); in an
   edge block (one reaching past S, or, causal, past a row's query) keys ``>= S`` -- and,
   causal, keys after the query -- set to -inf by a mask built from ``tj.arange`` (the
@@ -18,8 +21,12 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   the fragment, O rescaled when the max grows); P cast to the inputs' dtype **in
   registers**: the accumulator's layout is wgmma's A register layout, so the cast packs
   each thread's own values and O += P V by wgmma takes P as its register A operand (V
-  stored [keys, D]: B MN-major) -- no P tile, no shared store, fence or read of P (the
-  sm_90a build: no spills at D = 64 and 128); then the consumer releases the stage.
+  stored [keys, D]: B MN-major) -- no P tile, no shared store, fence or read of P. One
+  ``tj.wgmma_wait(0)`` then retires O += P V and block j + 1's scores (which move into
+  block j's fragment), and the consumer releases stage j. The ring needs two stages:
+  block j + 1's K is read while stage j is held. The sm_90a build holds both score
+  fragments, P and O without spills at D = 64 and 128 (the consumers' code reaches R228
+  and R229 of the 232 registers ``setmaxnreg`` gives them).
   Finally O / l, cast, staged in the consumer's rows of the Q tile (its own rows, read by
   nobody else any more) and stored by TMA, which clips the rows past S.
 - Causal: the key loop stops at the CTA's diagonal block (a run-time trip count per query
@@ -31,9 +38,11 @@ block's rows past S read zeros and are not stored (the tensor maps end at S, not
 next head's rows). It runs on the CPU from the same source (both CPU lowerings: the
 per-thread one executes the IR the cuda target prints, with the race detector).
 
-Left out: intra-warpgroup overlap of the softmax with the next block's QK^T (wgmma groups
-in flight), ping-pong scheduling of two consumers, the backward pass, and sequence lengths
-that differ between queries and keys.
+Left out: FlashAttention-3's second overlap (O += P V of block j left in flight over block
+j + 1's softmax: O's rescale would then wait for it, and the D = 128 build has no
+registers to spare for it), ping-pong scheduling of two consumers (named barriers taking
+turns between the consumers' softmax and their wgmma), the backward pass, and sequence
+lengths that differ between queries and keys.
 """
 import math
 
@@ -100,12 +109,21 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                     acc = tj.fragment((rows, D), tj.float32)
                     tj.fill(acc, 0.0)
                     tj.mbarrier_wait(q_full[0], 0)
+                    scores = tj.fragment((rows, BN), tj.float32)      # block j's
+                    following = tj.fragment((rows, BN), tj.float32)   # block j + 1's
                     for j in range(num_n):
                         s = j % STAGES
+                        # block j's K and V: past block 0 it returns at once (K was
+                        # waited for in iteration j - 1), and orders V's read on every path
                         tj.mbarrier_wait(full[s], (j // STAGES) % 2)
-                        scores = tj.fragment((rows, BN), tj.float32)
-                        tj.gemm_async(scores, q_rows, k_ring[s], transpose_b=True,
-                                      accum=False, dispatch="wgmma")
+                        if j == 0:    # the other blocks' scores come with the block before
+                            tj.gemm_async(scores, q_rows, k_ring[0], transpose_b=True,
+                                          accum=False, dispatch="wgmma")
+                        if j + 1 < num_n:   # in flight on the tensor cores over the softmax
+                            t = (j + 1) % STAGES
+                            tj.mbarrier_wait(full[t], ((j + 1) // STAGES) % 2)
+                            tj.gemm_async(following, q_rows, k_ring[t], transpose_b=True,
+                                          accum=False, dispatch="wgmma", wait=False)
                         tj.copy(scores, scores * scale_log2)
                         edge = (j + 1) * BN > seq          # keys past S in this block
                         if CAUSAL:                         # keys after a row's query
@@ -122,8 +140,11 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                         row_sum = row_sum * grow + tj.sum(p, axis=1, keep_dims=True)
                         row_max = new_max
                         tj.copy(acc, acc * grow)
-                        tj.gemm_async(acc, tj.cast(p, Q.dtype), v_ring[s], dispatch="wgmma")
+                        tj.gemm_async(acc, tj.cast(p, Q.dtype), v_ring[s], dispatch="wgmma",
+                                      wait=False)
+                        tj.wgmma_wait(0)    # O += P V and block j + 1's scores retired
                         tj.mbarrier_arrive(empty[s])
+                        tj.copy(scores, following)
                     tj.copy(acc, acc / row_sum)     # in place: the staging copy below
                     tj.copy(q_rows, acc)            # stores pairs (copy -> vec)
                     tj.fence_proxy_async()      # the tile's writes, before TMA reads it
@@ -149,6 +170,9 @@ def hopper_attention_config(q, k, v, *, causal=False, scale=None, block_m=128, b
     batch, heads, seq, dim = q.shape
     if dim not in HEAD_DIMS:
         raise ValueError(f"hopper_attention supports head dims {HEAD_DIMS}, got D = {dim}")
+    if stages < 2:
+        raise ValueError(f"stages={stages}: the K and V ring needs 2 stages at least (block "
+                         "j + 1's scores are computed while block j's stage is in use)")
     if consumers is None:
         consumers = 2 if block_m >= 128 else 1
     if block_m != 64 * consumers:

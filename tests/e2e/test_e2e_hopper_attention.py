@@ -15,6 +15,7 @@ from support.gpu import needs_nvdisasm, needs_nvrtc, sass
 import tilejit as tj
 from tilejit.kernels import hopper_attention
 from tilejit.kernels.hopper_attention import hopper_attention_config, hopper_attention_kernel
+from tilejit.targets.cuda.nvrtc import compile_cuda
 
 # small blocks keep the CPU runs short: one consumer warpgroup of 64 query rows, 64 keys
 SMALL = dict(block_m=64, block_n=64, stages=2)
@@ -190,7 +191,11 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
 @needs_nvdisasm
 @pytest.mark.team_once_only("compiles for the cuda target; the CPU lowering plays no part")
 def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
-    text = sass(_sm90a_build(128, True).asm["cubin"], tmp_path)
+    compiled = _sm90a_build(128, True)
+    # ptxas keeps the groups in flight as written: no wait it had to inject (C7517), no
+    # multiplies serialized (C7515) over the register A or the scores issued ahead
+    assert "wgmma" not in compile_cuda(compiled.asm["cuda"], "sm_90a").log
+    text = sass(compiled.asm["cubin"], tmp_path)
     hgmma = [line for line in text.splitlines() if "HGMMA.64x128x16.F32.BF16" in line]
     # per consumer twice 8 k-steps of S = Q K^T (D, A's descriptor first: block 0 and
     # block j + 1) and 8 of O += P V (128 keys, A in registers before B's descriptor)

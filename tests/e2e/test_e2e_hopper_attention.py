@@ -92,7 +92,7 @@ def test_the_dispatch_picks_tma_wgmma_and_register_reductions(lowering):
     compiled = hopper_attention_kernel.compile(flat, flat, flat, flat, *scalars, **options)
     rules = [(r.primitive, r.rule) for r in compiled.dispatch_log]
     assert rules.count(("copy_async", "tma")) == 4    # Q, K, V loads; O's store
-    # S = Q K^T of block 0 and, issued ahead, of block j + 1; O += P V
+    # S = Q K^T; O += P V of block j - 1 (in the loop) and of the last block
     assert rules.count(("gemm_async", "wgmma")) == 3
     assert grid == (1, 1) and options["num_warps"] == 8
     assert scalars == (64, pytest.approx(math.log2(math.e) / 8))
@@ -102,10 +102,10 @@ def test_the_dispatch_picks_tma_wgmma_and_register_reductions(lowering):
         assert [r.rule for r in reduces] == ["shuffle", "shuffle"]
         # O += P V reads P from registers: the cast to f16 packs each thread's own values
         # (the accumulator's layout is wgmma's A layout), no value moves between threads
-        *s_gemms, pv_gemm = [r for r in compiled.dispatch_log if r.primitive == "gemm_async"]
-        assert all(r.note.startswith("A K-major") for r in s_gemms)
-        assert pv_gemm.note.startswith("A from registers")
-        (cast,) = [r for r in compiled.dispatch_log if r.line == pv_gemm.line and r is not pv_gemm]
+        s_gemm, *pv_gemms = [r for r in compiled.dispatch_log if r.primitive == "gemm_async"]
+        assert s_gemm.note.startswith("A K-major")
+        assert all(r.note.startswith("A from registers") for r in pv_gemms)
+        (cast,) = [r for r in compiled.dispatch_log if r.line == _kernel_line("tj.copy(p, ")]
         assert (cast.primitive, cast.rule) == ("pointwise", "packed")
 
 
@@ -121,7 +121,7 @@ def test_the_dispatch_picks_tma_wgmma_and_register_reductions(lowering):
     (_qkv((8, 64), torch.half), {}, ValueError, r"one shape \[B, H, S, D\], got \(8, 64\)"),
     (_qkv((1, 1, 8, 96), torch.half), {}, ValueError, r"head dims \(64, 128\), got D = 96"),
     (_qkv((1, 1, 8, 64), torch.half), dict(stages=1), ValueError,
-     r"stages=1: the K and V ring needs 2 stages at least"),
+     r"stages=1: the K and V ring needs 2 stages at least \(block j.s scores"),
     (_qkv((1, 1, 8, 64), torch.half), dict(block_m=96), ValueError,
      r"block_m=96 must give each of the 1 consumer warpgroup\(s\) 64 query rows"),
     (_qkv((1, 1, 8, 64), torch.half), dict(block_m=192, consumers=3), ValueError,
@@ -139,20 +139,23 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
     compiled = _sm90a_build(dim, causal)
     ptx = [line.strip() for line in compiled.asm["ptx"].splitlines()]
     wgmma = [line.split()[0] for line in ptx if line.startswith("wgmma.mma_async")]
-    # per consumer: S = Q K^T (n = 128 keys, K = D) in D / 16 steps, written twice (block
-    # 0's, and block j + 1's issued ahead), O += P V (n = D, K = 128 keys) in 128 / 16 steps
+    # per consumer: S = Q K^T (n = 128 keys, K = D) in D / 16 steps; O += P V (n = D, K =
+    # 128 keys) in 128 / 16 steps, written twice (block j - 1's in the loop, the last after)
     shape = "wgmma.mma_async.sync.aligned.m64n{}k16.f32.bf16.bf16".format
-    assert sorted(wgmma) == sorted([shape(128)] * (4 * dim // 16) + [shape(dim)] * 16)
-    # the overlap: per consumer, of its three groups (block 0's scores, block j + 1's, O +=
-    # P V) one is still in flight over the softmax's exp2s; each wait retires all (pending 0)
-    commits = [i for i, line in enumerate(ptx) if line.startswith("wgmma.commit_group")]
-    waits = [i for i, line in enumerate(ptx) if line.startswith("wgmma.wait_group")]
-    assert len(commits) == 6 and all(ptx[i] == "wgmma.wait_group.sync.aligned 0;"
-                                     for i in waits)
-    exp2_in_flight = [sum(ptx[i].startswith("ex2.approx.f32") for i in
-                          range(commit, min(w for w in waits if w > commit)))
-                      for commit in commits]
-    assert [count > 0 for count in exp2_in_flight] == [False, True, False] * 2
+    assert sorted(wgmma) == sorted([shape(128)] * (2 * dim // 16) + [shape(dim)] * 32)
+    # the overlap, per consumer: block j's scores, then block j - 1's O += P V committed;
+    # wait_group 1 retires the scores only (wait_group 0 in block 0, nothing else in
+    # flight), the softmax's exp2s run with O += P V in flight, a wait_group 0 retires it
+    # before O is rescaled; after the loop the last block's O += P V, waited for
+    events = [line.split()[0] if line.startswith("wgmma.commit_group")
+              else line.split()[-1] if line.startswith("wgmma.wait_group") else "exp2"
+              for line in ptx if line.startswith(("wgmma.commit_group", "wgmma.wait_group",
+                                                  "ex2.approx.f32"))]
+    events = [e for i, e in enumerate(events) if e != "exp2" or events[i - 1] != "exp2"]
+    assert events == ["wgmma.commit_group.sync.aligned;"] * 2 + [
+        "1;", "0;", "exp2", "0;", "wgmma.commit_group.sync.aligned;", "0;"] + \
+        ["wgmma.commit_group.sync.aligned;"] * 2 + [
+        "1;", "0;", "exp2", "0;", "wgmma.commit_group.sync.aligned;", "0;"]
     assert any(line.startswith("cp.async.bulk.tensor.3d.shared::cluster.global") and
                "mbarrier::complete_tx::bytes" in line for line in ptx)
     assert sum(line.startswith("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group")
@@ -165,7 +168,7 @@ def test_the_sm90a_build_holds_tma_wgmma_and_mbarrier_waits_without_spills(dim, 
     # k-step in place of A's descriptor); S = Q K^T reads Q and K by descriptors
     from_registers = [line for line in ptx if line.startswith("wgmma.mma_async")
                       and ", {%r" in line]
-    assert [line.split()[0] for line in from_registers] == [shape(dim)] * 16
+    assert [line.split()[0] for line in from_registers] == [shape(dim)] * 32
     # no P tile: shared memory holds Q, the K and V rings and 6 KiB of barriers and the
     # mask's index vectors (P through shared memory added 128 x 128 x 2 bytes), and only O
     # (D / 2 16-bit values a thread, in pairs, two consumers' worth) is staged there, fenced
@@ -197,13 +200,19 @@ def test_the_sm90a_sass_holds_hgmma_utmaldg_and_utmastg(tmp_path):
     assert "wgmma" not in compile_cuda(compiled.asm["cuda"], "sm_90a").log
     text = sass(compiled.asm["cubin"], tmp_path)
     hgmma = [line for line in text.splitlines() if "HGMMA.64x128x16.F32.BF16" in line]
-    # per consumer twice 8 k-steps of S = Q K^T (D, A's descriptor first: block 0 and
-    # block j + 1) and 8 of O += P V (128 keys, A in registers before B's descriptor)
+    # per consumer 8 k-steps of S = Q K^T (D, A's descriptor first) and twice 8 of O += P V
+    # (128 keys, A in registers before B's descriptor: in the loop and after it)
     from_registers = [line for line in hgmma
                       if re.search(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[", line)]
-    assert len(hgmma) == 48 and len(from_registers) == 16
+    assert len(hgmma) == 48 and len(from_registers) == 32
     assert "UTMALDG.3D" in text and "UTMASTG.3D" in text
     assert "STS.U16" not in text    # O staged 32 bits at a time
+
+
+def _kernel_line(text):
+    """The line of hopper_attention_kernel's source file that starts with ``text``."""
+    lines = open(hopper_attention_kernel.fn.__code__.co_filename).read().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.strip().startswith(text))
 
 
 def _sm90a_build(dim, causal):

@@ -9,24 +9,24 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   reads), waiting ``empty[s]`` and arming ``full[s]`` with both tiles' bytes. Keys and
   queries past S read as the hardware's out-of-bounds zeros.
 - warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block
-  j: S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major),
-  issued one block ahead: block j + 1's multiply is left in flight (``wait=False``, into
-  a second score fragment) while block j's softmax runs, the intra-warpgroup overlap of
-  FlashAttention-3 (block 0's is issued and waited for in the first iteration); the
-  scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); in an
-  edge block (one reaching past S, or, causal, past a row's query) keys ``>= S`` -- and,
-  causal, keys after the query -- set to -inf by a mask built from ``tj.arange`` (the
-  other blocks skip it: a run-time branch, uniform over the warpgroup); the online
-  softmax in registers on the f32 accumulator fragment (row max and row sum reductions of
-  the fragment, O rescaled when the max grows); P cast to the inputs' dtype **in
-  registers**: the accumulator's layout is wgmma's A register layout, so the cast packs
-  each thread's own values and O += P V by wgmma takes P as its register A operand (V
-  stored [keys, D]: B MN-major) -- no P tile, no shared store, fence or read of P. One
-  ``tj.wgmma_wait(0)`` then retires O += P V and block j + 1's scores (which move into
-  block j's fragment), and the consumer releases stage j. The ring needs two stages:
-  block j + 1's K is read while stage j is held. The sm_90a build holds both score
-  fragments, P and O without spills at D = 64 and 128 (the consumers' code reaches R228
-  and R229 of the 232 registers ``setmaxnreg`` gives them).
+  j: S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major) and
+  block j - 1's O += P V committed behind it, both left in flight (``wait=False``);
+  ``tj.wgmma_wait(1)`` retires the scores alone, so block j's softmax runs while the
+  tensor cores multiply block j - 1's P V (FlashAttention-3's intra-warpgroup overlap;
+  the ring needs two stages: block j's K is read while block j - 1's stage is held).
+  The softmax: the scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's
+  exponential); in an edge block (one reaching past S, or, causal, past a row's query)
+  keys ``>= S`` -- and, causal, keys after the query -- set to -inf by a mask built from
+  ``tj.arange`` (the other blocks skip it: a run-time branch, uniform over the
+  warpgroup); the online softmax in registers on the f32 accumulator fragment (row max and
+  row sum reductions of the fragment, P = exp2 in place). Then ``tj.wgmma_wait(0)``
+  retires block j - 1's O += P V (its stage is released), O is rescaled when the max
+  grew, and P is cast to the inputs' dtype **in registers**: the accumulator's layout is
+  wgmma's A register layout, so the cast packs each thread's own values into the fragment
+  ``p`` that O += P V reads as its register A operand (V stored [keys, D]: B MN-major) --
+  no P tile, no shared store, fence or read of P. After the loop, the last block's
+  O += P V. The sm_90a build needs no spills at D = 64 and 128 (the consumers' code
+  reaches R180 and R222 of the 232 registers ``setmaxnreg`` gives them).
   Finally O / l, cast, staged in the consumer's rows of the Q tile (its own rows, read by
   nobody else any more) and stored by TMA, which clips the rows past S.
 - Causal: the key loop stops at the CTA's diagonal block (a run-time trip count per query
@@ -38,10 +38,8 @@ block's rows past S read zeros and are not stored (the tensor maps end at S, not
 next head's rows). It runs on the CPU from the same source (both CPU lowerings: the
 per-thread one executes the IR the cuda target prints, with the race detector).
 
-Left out: FlashAttention-3's second overlap (O += P V of block j left in flight over block
-j + 1's softmax: O's rescale would then wait for it, and the D = 128 build has no
-registers to spare for it), ping-pong scheduling of two consumers (named barriers taking
-turns between the consumers' softmax and their wgmma), the backward pass, and sequence
+Left out: ping-pong scheduling of two consumers (barriers taking turns so that one
+warpgroup's softmax runs while the other's wgmmas issue), the backward pass, and sequence
 lengths that differ between queries and keys.
 """
 import math
@@ -109,21 +107,19 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                     acc = tj.fragment((rows, D), tj.float32)
                     tj.fill(acc, 0.0)
                     tj.mbarrier_wait(q_full[0], 0)
-                    scores = tj.fragment((rows, BN), tj.float32)      # block j's
-                    following = tj.fragment((rows, BN), tj.float32)   # block j + 1's
+                    scores = tj.fragment((rows, BN), tj.float32)
+                    p = tj.fragment((rows, BN), Q.dtype)    # block j - 1's: wgmma's A
                     for j in range(num_n):
                         s = j % STAGES
-                        # block j's K and V: past block 0 it returns at once (K was
-                        # waited for in iteration j - 1), and orders V's read on every path
                         tj.mbarrier_wait(full[s], (j // STAGES) % 2)
-                        if j == 0:    # the other blocks' scores come with the block before
-                            tj.gemm_async(scores, q_rows, k_ring[0], transpose_b=True,
-                                          accum=False, dispatch="wgmma")
-                        if j + 1 < num_n:   # in flight on the tensor cores over the softmax
-                            t = (j + 1) % STAGES
-                            tj.mbarrier_wait(full[t], ((j + 1) // STAGES) % 2)
-                            tj.gemm_async(following, q_rows, k_ring[t], transpose_b=True,
-                                          accum=False, dispatch="wgmma", wait=False)
+                        tj.gemm_async(scores, q_rows, k_ring[s], transpose_b=True,
+                                      accum=False, dispatch="wgmma", wait=False)
+                        if j > 0:   # block j - 1's O += P V, in flight over the softmax
+                            tj.gemm_async(acc, p, v_ring[(j - 1) % STAGES], dispatch="wgmma",
+                                          wait=False)
+                            tj.wgmma_wait(1)    # the scores retired (the older group)
+                        else:
+                            tj.wgmma_wait(0)
                         tj.copy(scores, scores * scale_log2)
                         edge = (j + 1) * BN > seq          # keys past S in this block
                         if CAUSAL:                         # keys after a row's query
@@ -135,16 +131,20 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                                 keep = keep & (query[:, None] >= key[None, :])
                             tj.copy(scores, tj.where(keep, scores, float("-inf")))
                         new_max = tj.maximum(row_max, tj.max(scores, axis=1, keep_dims=True))
-                        p = tj.exp2(scores - new_max)
+                        tj.copy(scores, tj.exp2(scores - new_max))     # P in f32
                         grow = tj.exp2(row_max - new_max)
-                        row_sum = row_sum * grow + tj.sum(p, axis=1, keep_dims=True)
+                        row_sum = row_sum * grow + tj.sum(scores, axis=1, keep_dims=True)
                         row_max = new_max
+                        tj.wgmma_wait(0)    # block j - 1's O += P V: O, P and its stage free
+                        if j > 0:
+                            tj.mbarrier_arrive(empty[(j - 1) % STAGES])
                         tj.copy(acc, acc * grow)
-                        tj.gemm_async(acc, tj.cast(p, Q.dtype), v_ring[s], dispatch="wgmma",
-                                      wait=False)
-                        tj.wgmma_wait(0)    # O += P V and block j + 1's scores retired
-                        tj.mbarrier_arrive(empty[s])
-                        tj.copy(scores, following)
+                        tj.copy(p, tj.cast(scores, Q.dtype))
+                    last = (num_n - 1) % STAGES
+                    # returns at once (waited for in the loop): orders V's read on every path
+                    tj.mbarrier_wait(full[last], ((num_n - 1) // STAGES) % 2)
+                    tj.gemm_async(acc, p, v_ring[last], dispatch="wgmma")
+                    tj.mbarrier_arrive(empty[last])
                     tj.copy(acc, acc / row_sum)     # in place: the staging copy below
                     tj.copy(q_rows, acc)            # stores pairs (copy -> vec)
                     tj.fence_proxy_async()      # the tile's writes, before TMA reads it
@@ -172,7 +172,7 @@ def hopper_attention_config(q, k, v, *, causal=False, scale=None, block_m=128, b
         raise ValueError(f"hopper_attention supports head dims {HEAD_DIMS}, got D = {dim}")
     if stages < 2:
         raise ValueError(f"stages={stages}: the K and V ring needs 2 stages at least (block "
-                         "j + 1's scores are computed while block j's stage is in use)")
+                         "j's scores are computed while block j - 1's stage is in use)")
     if consumers is None:
         consumers = 2 if block_m >= 128 else 1
     if block_m != 64 * consumers:

@@ -119,7 +119,7 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                                           wait=False)
                             tj.wgmma_wait(1)    # the scores retired (the older group)
                         else:
-                            tj.wgmma_wait(0)
+                            tj.wgmma_wait(0)    # block 0: the scores are the only group
                         tj.copy(scores, scores * scale_log2)
                         edge = (j + 1) * BN > seq          # keys past S in this block
                         if CAUSAL:                         # keys after a row's query

@@ -8,16 +8,25 @@ One CTA computes ``BM`` query rows of one (batch, head); the schedule is explici
   ``j`` into stage ``j % STAGES`` of two shared rings (``ring_layout``, the swizzle wgmma
   reads), waiting ``empty[s]`` and arming ``full[s]`` with both tiles' bytes. Keys and
   queries past S read as the hardware's out-of-bounds zeros.
-- warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block:
-  S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major); the
-  scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's exponential); in an
-  edge block (one reaching past S, or, causal, past a row's query) keys ``>= S`` -- and,
-  causal, keys after the query -- set to -inf by a mask built from ``tj.arange`` (the
-  other blocks skip it: a run-time branch, uniform over the warpgroup); the online softmax in registers on the f32 accumulator fragment (row max
-  and row sum reductions of the fragment, O rescaled when the max grows); P cast to the
-  inputs' dtype and written to a swizzled shared tile, **P goes through shared memory**
-  (the A operand of the second wgmma; wgmma with A from registers is not used here);
-  O += P V by wgmma (V stored [keys, D]: B MN-major); then the consumer releases the stage.
+- warpgroups 1 .. CONSUMERS (``setmaxnreg`` inc) own 64 query rows each. Per key block
+  j: S = Q K^T by wgmma from shared memory (K stored [keys, D]: the B operand K-major) and
+  block j - 1's O += P V committed behind it, both left in flight (``wait=False``);
+  ``tj.wgmma_wait(1)`` retires the scores alone, so block j's softmax runs while the
+  tensor cores multiply block j - 1's P V (FlashAttention-3's intra-warpgroup overlap;
+  the ring needs two stages: block j's K is read while block j - 1's stage is held).
+  The softmax: the scores scaled by ``scale * log2(e)`` (so ``exp2`` is the softmax's
+  exponential); in an edge block (one reaching past S, or, causal, past a row's query)
+  keys ``>= S`` -- and, causal, keys after the query -- set to -inf by a mask built from
+  ``tj.arange`` (the other blocks skip it: a run-time branch, uniform over the
+  warpgroup); the online softmax in registers on the f32 accumulator fragment (row max and
+  row sum reductions of the fragment, P = exp2 in place). Then ``tj.wgmma_wait(0)``
+  retires block j - 1's O += P V (its stage is released), O is rescaled when the max
+  grew, and P is cast to the inputs' dtype **in registers**: the accumulator's layout is
+  wgmma's A register layout, so the cast packs each thread's own values into the fragment
+  ``p`` that O += P V reads as its register A operand (V stored [keys, D]: B MN-major) --
+  no P tile, no shared store, fence or read of P. After the loop, the last block's
+  O += P V. The sm_90a build needs no spills at D = 64 and 128 (the consumers' code
+  reaches R180 and R222 of the 232 registers ``setmaxnreg`` gives them).
   Finally O / l, cast, staged in the consumer's rows of the Q tile (its own rows, read by
   nobody else any more) and stored by TMA, which clips the rows past S.
 - Causal: the key loop stops at the CTA's diagonal block (a run-time trip count per query
@@ -29,10 +38,9 @@ block's rows past S read zeros and are not stored (the tensor maps end at S, not
 next head's rows). It runs on the CPU from the same source (both CPU lowerings: the
 per-thread one executes the IR the cuda target prints, with the race detector).
 
-Left out: wgmma with P in registers (the A-from-registers form), intra-warpgroup overlap of
-softmax with the next block's QK^T (wgmma groups in flight: the DSL has no
-``tj.wgmma_wait(n)``), ping-pong scheduling of two consumers, the backward pass, and
-sequence lengths that differ between queries and keys.
+Left out: ping-pong scheduling of two consumers (barriers taking turns so that one
+warpgroup's softmax runs while the other's wgmmas issue), the backward pass, and sequence
+lengths that differ between queries and keys.
 """
 import math
 
@@ -49,7 +57,7 @@ LOG2E = 1.4426950408889634
 def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                             BM: tj.constexpr, BN: tj.constexpr, D: tj.constexpr,
                             STAGES: tj.constexpr, CONSUMERS: tj.constexpr, LQ: tj.constexpr,
-                            LKV: tj.constexpr, LP: tj.constexpr, PRODUCER_REGS: tj.constexpr,
+                            LKV: tj.constexpr, PRODUCER_REGS: tj.constexpr,
                             CONSUMER_REGS: tj.constexpr):
     full = tj.alloc_barriers(STAGES)
     empty = tj.alloc_barriers(STAGES)
@@ -88,10 +96,8 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                               dispatch="tma")
     else:
         rows = BM // CONSUMERS
-        p_tile = tj.alloc_shared((BM, BN), Q.dtype, layout=LP)    # a slice per consumer
         for c in tj.static_range(CONSUMERS):    # c known at compile time: constant rows
             q_rows = q_tile[c * rows:(c + 1) * rows, :]
-            p_rows = p_tile[c * rows:(c + 1) * rows, :]
             if tj.warpgroup_id() == c + 1:
                 with tj.warpgroup():
                     tj.setmaxnreg(CONSUMER_REGS, "inc")
@@ -101,12 +107,19 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                     acc = tj.fragment((rows, D), tj.float32)
                     tj.fill(acc, 0.0)
                     tj.mbarrier_wait(q_full[0], 0)
+                    scores = tj.fragment((rows, BN), tj.float32)
+                    p = tj.fragment((rows, BN), Q.dtype)    # block j - 1's: wgmma's A
                     for j in range(num_n):
                         s = j % STAGES
                         tj.mbarrier_wait(full[s], (j // STAGES) % 2)
-                        scores = tj.fragment((rows, BN), tj.float32)
                         tj.gemm_async(scores, q_rows, k_ring[s], transpose_b=True,
-                                      accum=False, dispatch="wgmma")
+                                      accum=False, dispatch="wgmma", wait=False)
+                        if j > 0:   # block j - 1's O += P V, in flight over the softmax
+                            tj.gemm_async(acc, p, v_ring[(j - 1) % STAGES], dispatch="wgmma",
+                                          wait=False)
+                            tj.wgmma_wait(1)    # the scores retired (the older group)
+                        else:
+                            tj.wgmma_wait(0)    # block 0: the scores are the only group
                         tj.copy(scores, scores * scale_log2)
                         edge = (j + 1) * BN > seq          # keys past S in this block
                         if CAUSAL:                         # keys after a row's query
@@ -118,15 +131,20 @@ def hopper_attention_kernel(Q, K, V, O, seq, scale_log2, CAUSAL: tj.constexpr,
                                 keep = keep & (query[:, None] >= key[None, :])
                             tj.copy(scores, tj.where(keep, scores, float("-inf")))
                         new_max = tj.maximum(row_max, tj.max(scores, axis=1, keep_dims=True))
-                        p = tj.exp2(scores - new_max)
+                        tj.copy(scores, tj.exp2(scores - new_max))     # P in f32
                         grow = tj.exp2(row_max - new_max)
-                        row_sum = row_sum * grow + tj.sum(p, axis=1, keep_dims=True)
+                        row_sum = row_sum * grow + tj.sum(scores, axis=1, keep_dims=True)
                         row_max = new_max
+                        tj.wgmma_wait(0)    # block j - 1's O += P V: O, P and its stage free
+                        if j > 0:
+                            tj.mbarrier_arrive(empty[(j - 1) % STAGES])
                         tj.copy(acc, acc * grow)
-                        tj.copy(p_rows, p)
-                        tj.fence_proxy_async()   # P's writes, before wgmma reads them
-                        tj.gemm_async(acc, p_rows, v_ring[s], dispatch="wgmma")
-                        tj.mbarrier_arrive(empty[s])
+                        tj.copy(p, tj.cast(scores, Q.dtype))
+                    last = (num_n - 1) % STAGES
+                    # returns at once (waited for in the loop): orders V's read on every path
+                    tj.mbarrier_wait(full[last], ((num_n - 1) // STAGES) % 2)
+                    tj.gemm_async(acc, p, v_ring[last], dispatch="wgmma")
+                    tj.mbarrier_arrive(empty[last])
                     tj.copy(acc, acc / row_sum)     # in place: the staging copy below
                     tj.copy(q_rows, acc)            # stores pairs (copy -> vec)
                     tj.fence_proxy_async()      # the tile's writes, before TMA reads it
@@ -152,6 +170,9 @@ def hopper_attention_config(q, k, v, *, causal=False, scale=None, block_m=128, b
     batch, heads, seq, dim = q.shape
     if dim not in HEAD_DIMS:
         raise ValueError(f"hopper_attention supports head dims {HEAD_DIMS}, got D = {dim}")
+    if stages < 2:
+        raise ValueError(f"stages={stages}: the K and V ring needs 2 stages at least (block "
+                         "j's scores are computed while block j - 1's stage is in use)")
     if consumers is None:
         consumers = 2 if block_m >= 128 else 1
     if block_m != 64 * consumers:
@@ -163,7 +184,6 @@ def hopper_attention_config(q, k, v, *, causal=False, scale=None, block_m=128, b
     options = dict(CAUSAL=causal, BM=block_m, BN=block_n, D=dim, STAGES=stages,
                    CONSUMERS=consumers, LQ=ring_layout(None, block_m, dim, q.dtype),
                    LKV=ring_layout(stages, block_n, dim, q.dtype),
-                   LP=ring_layout(None, block_m, block_n, q.dtype),
                    PRODUCER_REGS=producer_regs, CONSUMER_REGS=consumer_regs,
                    num_warps=4 * (1 + consumers))
     return grid, (seq, scale * LOG2E), options

@@ -44,6 +44,8 @@ kernel that breaks them fails on the CPU as it would for the GPU.
 """
 from __future__ import annotations
 
+import functools
+
 from llvmlite import ir
 
 from tilejit.errors import CompilationError
@@ -196,11 +198,7 @@ def emit_wgmma_mma_async_reg_a(em, op):
     _require_whole_warpgroup(em)
     b, attrs = em.b, op.attrs
     depth, rows = wgmma_k(attrs["a_type"]), WGMMA_M // WARPS_PER_WARPGROUP
-    layout = wgmma_a_register_layout((WGMMA_M, depth))
-    places = [None] * (LANES_PER_WARP * WGMMA_A_VALUES)
-    for flat in range(rows * depth):   # warp 0's rows (row * K + k): the same in every warp
-        place = layout.apply(flat)
-        places[place["laneid"] * WGMMA_A_VALUES + place["m"]] = flat
+    places = _a_register_places(depth)
     table = constant_table(em.mc, "tj.wgmma.reg_a.places", places)
     b_desc, *values = em.operands(op)
     a_values, acc = values[:WGMMA_A_VALUES], values[WGMMA_A_VALUES:]
@@ -220,17 +218,38 @@ def emit_wgmma_mma_async_reg_a(em, op):
                      lambda row: b.urem(row, ir.Constant(I64, rows)))
 
 
+@functools.cache
+def _a_register_places(depth: int) -> tuple[int, ...]:
+    """Per lane, per A value (lane * 8 + i): its place row * K + k in warp 0's 16 x K
+    block of A (the same in every warp), by ``wgmma_a_register_layout``; computed once per
+    K, not per multiply."""
+    layout = wgmma_a_register_layout((WGMMA_M, depth))
+    places = [None] * (LANES_PER_WARP * WGMMA_A_VALUES)
+    for flat in range(WGMMA_M // WARPS_PER_WARPGROUP * depth):
+        place = layout.apply(flat)
+        places[place["laneid"] * WGMMA_A_VALUES + place["m"]] = flat
+    return tuple(places)
+
+
+@functools.cache
+def _accumulator_places(n: int) -> tuple[int, ...]:
+    """Per thread of the warpgroup, per accumulator (thread * N / 2 + i): its row * N +
+    column in wgmma's D layout; computed once per N, not per multiply (64 N layout
+    lookups each)."""
+    layout = wgmma_acc_layout(n, warp_axis="tid_in_wg")
+    places = [None] * (WGMMA_M * n)
+    for flat in range(WGMMA_M * n):
+        place = layout.apply(flat)
+        places[place["tid_in_wg"] * (n // 2) + place["m"]] = flat
+    return tuple(places)
+
+
 def _multiply(em, op, dot, a_source, desc_b, acc, a_row):
     """The thread's new accumulators: each ``dot(data, a_source, desc_b, a_row(row), col,
     D[row, col] or 0)``, row and column from one constant table of wgmma's D layout."""
     b, units, attrs = em.b, em.mc.units, op.attrs
     n = attrs["n"]
-    layout = wgmma_acc_layout(n, warp_axis="tid_in_wg")
-    places = [None] * (WGMMA_M * n)
-    for flat in range(WGMMA_M * n):   # per thread, per accumulator: its row * n + column
-        place = layout.apply(flat)
-        places[place["tid_in_wg"] * (n // 2) + place["m"]] = flat
-    table = constant_table(em.mc, f"tj.wgmma.m64n{n}.places", places)
+    table = constant_table(em.mc, f"tj.wgmma.m64n{n}.places", _accumulator_places(n))
     thread = b.and_(units.thread_index(b, "thread_id", em.frame.unit),
                     ir.Constant(I32, LANES_PER_WARP * WARPS_PER_WARPGROUP - 1))
     first = b.mul(thread, ir.Constant(I32, n // 2))

@@ -133,7 +133,7 @@ def _inputs(p, rng):
 
 
 def _expected(p, x, y, gm, gn):
-    h, w = p["h"], p["w"]
+    h = p["h"]
     if p["primitive"] == "copy":
         return x
     if p["primitive"] == "pointwise":

@@ -924,6 +924,42 @@ def test_a_shared_source_laid_out_over_threads_is_read_by_any_thread(arch, fresh
     assert permute.rule == "scalar" and "tj_smem" in compiled.asm["cuda"]
 
 
+# Copies on lanes 7 apart overlap the base's lanes (0, 2, 4, 6 and 8 + those): no owner per
+# element, so no Owned split of the copy; the row sums are owned by warp 0's threads.
+NO_OWNER_PER_ELEMENT = TileLayout.parse("(2,1,1,4):(2@P,1@warpid,8@laneid,2@laneid) "
+                                        "+ R[2:7@laneid]")
+
+
+@tj.kernel
+def _row_sums_of_a_shared_tile_without_owners(x, out):
+    t = tj.alloc_shared((2, 4), tj.float32, layout=NO_OWNER_PER_ELEMENT)
+    sums = tj.alloc_shared((2,), tj.float32, layout=TileLayout.parse("(2,1):(1@P,1@warpid)"))
+    tj.copy(t, x[0:2, 0:4])
+    tj.reduce(sums, t, "sum", 1)
+    tj.copy(out[0:2, 0], sums)
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_shared_tile_without_owners_splits_cyclically(arch, fresh_cache):
+    """Shared memory is stored over its thread axes: a copy into a tile whose layout
+    names no owner per element splits cyclically over the CTA, and the reduce's owners
+    read elements other threads wrote (after the barrier the hazard pass puts there)."""
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    out = torch.zeros(2, 1)
+    _row_sums_of_a_shared_tile_without_owners[(1,)](x, out, simt=True)
+    assert torch.equal(out[:, 0], x.sum(1))
+    compiled = _row_sums_of_a_shared_tile_without_owners.compile(_spec(2, 4), _spec(2, 1),
+                                                                 target="cuda", arch=arch)
+    copy_in, reduce, _ = compiled.dispatch_log
+    assert copy_in.distribution == "cyclic over 128 threads"
+    assert reduce.distribution.startswith("owned by the threads of dst's layout")
+    ptx = compiled.asm["ptx"]
+    assert "st.shared.f32" in ptx and "bar.sync" in ptx and "ld.shared.f32" in ptx
+    assert ".local" not in ptx and compiled.metadata["spill_bytes"] == 0
+
+
 @needs_nvrtc
 @needs_address_lowering
 @pytest.mark.parametrize("arch", ARCHS)

@@ -133,7 +133,7 @@ def _inputs(p, rng):
 
 
 def _expected(p, x, y, gm, gn):
-    h, w = p["h"], p["w"]
+    h = p["h"]
     if p["primitive"] == "copy":
         return x
     if p["primitive"] == "pointwise":
@@ -183,6 +183,9 @@ REPORTED = [
     ("fragment", "(8,2,4,2):(4@laneid,1@warpid,1@laneid,1@m)", (8, 16)),
     ("fragment", "(16,32):(40,1@m)", (16, 32)),
     ("shared", "(4,128,8,128):(1024@F,1@F,128@F,1@P)", (512, 1024)),
+    # copies overlapping the lanes of the base: no owner per element, so per thread a
+    # cyclic split (shared memory is reachable from every thread)
+    ("shared", "(2,1,1,4):(2@P,1@warpid,8@laneid,2@laneid) + R[2:7@laneid]", (2, 4)),
 ]
 
 

@@ -924,6 +924,73 @@ def test_a_shared_source_laid_out_over_threads_is_read_by_any_thread(arch, fresh
     assert permute.rule == "scalar" and "tj_smem" in compiled.asm["cuda"]
 
 
+# Copies on lanes 7 apart overlap the base's lanes (0, 2, 4, 6 and 8 + those): no owner per
+# element, so no Owned split of the copy; the row sums are owned by warp 0's threads.
+NO_OWNER_PER_ELEMENT = TileLayout.parse("(2,1,1,4):(2@P,1@warpid,8@laneid,2@laneid) "
+                                        "+ R[2:7@laneid]")
+
+
+@tj.kernel
+def _row_sums_of_a_shared_tile_without_owners(x, out):
+    t = tj.alloc_shared((2, 4), tj.float32, layout=NO_OWNER_PER_ELEMENT)
+    sums = tj.alloc_shared((2,), tj.float32, layout=TileLayout.parse("(2,1):(1@P,1@warpid)"))
+    tj.copy(t, x[0:2, 0:4])
+    tj.reduce(sums, t, "sum", 1)
+    tj.copy(out[0:2, 0], sums)
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_shared_tile_without_owners_splits_cyclically(arch, fresh_cache):
+    """Shared memory is stored over its thread axes: a copy into a tile whose layout
+    names no owner per element splits cyclically over the CTA, and the reduce's owners
+    read elements other threads wrote (after the barrier the hazard pass puts there)."""
+    x = torch.arange(8, dtype=torch.float32).reshape(2, 4)
+    out = torch.zeros(2, 1)
+    _row_sums_of_a_shared_tile_without_owners[(1,)](x, out, simt=True)
+    assert torch.equal(out[:, 0], x.sum(1))
+    compiled = _row_sums_of_a_shared_tile_without_owners.compile(_spec(2, 4), _spec(2, 1),
+                                                                 target="cuda", arch=arch)
+    copy_in, reduce, _ = compiled.dispatch_log
+    assert copy_in.distribution == "cyclic over 128 threads"
+    assert reduce.distribution.startswith("owned by the threads of dst's layout")
+    ptx = compiled.asm["ptx"]
+    assert "st.shared.f32" in ptx and "bar.sync" in ptx and "ld.shared.f32" in ptx
+    assert ".local" not in ptx and compiled.metadata["spill_bytes"] == 0
+
+
+@tj.kernel
+def _gemm_of_shared_operands_over_threads(a, b, out):
+    ta = tj.alloc_shared((4, 6), tj.float32, layout=TileLayout.parse("(4,6):(1@warpid,1@m)"))
+    tb = tj.alloc_shared((6, 8), tj.float32, layout=TileLayout.parse("(6,8):(1@m,1@laneid)"))
+    c = tj.fragment((4, 8), tj.float32, layout=TileLayout.parse("(4,8):(8@laneid,1@laneid)"))
+    tj.copy(ta, a[0:4, 0:6])
+    tj.copy(tb, b[0:6, 0:8])
+    tj.fill(c, 0.5)
+    tj.gemm(c, ta, tb)
+    tj.copy(out[0:4, 0:8], c)
+
+
+@needs_nvrtc
+@needs_address_lowering
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fma_gemm_reads_shared_operands_laid_out_over_threads(arch, fresh_cache):
+    """C's owners read rows of A and columns of B that the layouts put on other warps and
+    lanes: in shared memory (stored over those axes) they reach them."""
+    a, b = torch.arange(24.0).reshape(4, 6) / 8, torch.arange(48.0).reshape(6, 8) / 16 - 1
+    out = torch.zeros(4, 8)
+    _gemm_of_shared_operands_over_threads[(1,)](a, b, out, simt=True)
+    torch.testing.assert_close(out, a @ b + 0.5)
+    compiled = _gemm_of_shared_operands_over_threads.compile(
+        _spec(4, 6), _spec(6, 8), _spec(4, 8), target="cuda", arch=arch)
+    (gemm,) = [r for r in compiled.dispatch_log if r.primitive == "gemm"]
+    assert gemm.rule == "fma" and gemm.distribution.startswith("owned by the threads of C's")
+    ptx = compiled.asm["ptx"]
+    assert re.search(r"\bld\.shared(\.v\d)?\.f32", ptx) and re.search(r"\bfma\.rn\.f32\b", ptx)
+    assert ".local" not in ptx and compiled.metadata["spill_bytes"] == 0
+
+
 @needs_nvrtc
 @needs_address_lowering
 @pytest.mark.parametrize("arch", ARCHS)

@@ -280,7 +280,10 @@ class Owned(Distribution):
         """Why a thread would touch an element of ``operand`` it holds no copy of, if it
         would: ``accessed(p)`` lists the operand indices used at driver element ``p``
         (answered in closed form when it only passes ``p``'s indices along, see
-        :func:`misread`)."""
+        :func:`misread`). Never for shared memory: it is stored over its thread axes, so
+        every thread reaches every element."""
+        if operand.role is MemScope.SHARED:
+            return None
         if not isinstance(operand.layout, TileLayout):
             return f"{operand.name} is distributed over threads with a non-affine layout"
         found = misread(self.driver.layout, self.driver.shape, operand.layout, operand.shape,
@@ -425,17 +428,24 @@ def choose(call: PrimitiveCall, drivers: Sequence[Operand]):
     if call.context.distribution == TEAM_ONCE:
         return Uniform()
     lead = next((o for o in drivers if o.thread_axes), None)
+    owned = None
     if lead is not None:
         owned = Owned.analyze(call, lead)
         if isinstance(owned, Owned):   # copies held apart only in each thread's registers
             owned.one_copy = lead is not call.operands[0] \
                 or lead.role not in (MemScope.FRAGMENT, MemScope.LOCAL)
-        return owned
+            return owned
+        if lead.role is not MemScope.SHARED:
+            return owned
     # Registers laid out over threads are read and written by their holders alone; shared
-    # memory laid out over threads is stored over those axes, so any thread reaches it.
+    # memory laid out over threads is stored over those axes, so any thread reaches it:
+    # a shared driver whose layout names no owner per element (iters or copies that
+    # overlap on an axis, lanes and tid_in_wg together, a one-thread team) splits
+    # cyclically like an unplaced tile.
     spread = [o.name for o in call.tiles if o.thread_axes and o.role is not MemScope.SHARED]
     if spread:
-        return Decline(f"{', '.join(spread)} is distributed over threads but does not "
+        return Decline(*(owned.reasons if owned else ()),
+                       f"{', '.join(spread)} is distributed over threads but does not "
                        "span the iteration space, so no thread owns a whole instance")
     size = call.scope.team_size
     if size == 1:   # one thread of the team is active (a thread team, an elected lane)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 
+from ...ir.types import MemScope
 from ..dispatch.call import PrimitiveCall
 from ..dispatch.registry import Decline, Plan, Rule, register
 from ..distribution import Owned, choose
@@ -50,7 +51,9 @@ def check(call: PrimitiveCall) -> Plan | Decline:
         return dist
     m, n, _ = _mnk(call)
     if isinstance(dist, Owned):
-        spread = [o.name for o in (call["A"], call["B"]) if o.thread_axes]
+        # registers only: shared memory is stored over its thread axes, any thread reads it
+        spread = [o.name for o in (call["A"], call["B"])
+                  if o.thread_axes and o.role is not MemScope.SHARED]
         if spread:
             reasons.append(f"{' and '.join(spread)} distributed over threads: a thread needs "
                            "whole rows of A and columns of B; stage them through shared memory")

@@ -44,7 +44,7 @@ def _below(bound: int) -> int:
     return (1 << bound.bit_length()) - 1
 
 
-def _binary_mask(op: str, lhs: Value, rhs: Value, a: int | None, b: int | None) -> int | None:
+def _binary_mask(op: str, rhs: Value, a: int | None, b: int | None) -> int | None:
     """The mask of ``lhs op rhs`` from the operands' masks ``a`` and ``b``."""
     if op == "and":   # a non-negative operand bounds the result alone
         known = [m for m in (a, b) if m is not None]
@@ -60,10 +60,8 @@ def _binary_mask(op: str, lhs: Value, rhs: Value, a: int | None, b: int | None) 
         return a | b
     if op == "add":
         return a | b if not a & b else _below(a + b)
-    if op == "mul":   # by 2**k: a shift
-        lhs_shift = power_of_two(lhs)
-        return a << shift if shift is not None else b << lhs_shift if lhs_shift is not None \
-            else _below(a * b)
+    if op == "mul":   # by 2**k (the rules' constants are on the right): a shift
+        return a << shift if shift is not None else _below(a * b)
     if op == "floordiv" and divisor is not None and divisor > 0:
         return a >> shift if shift is not None else _below(a // divisor)
     if op in ("shr", "shl") and divisor is not None:   # a count: b is that constant
@@ -99,7 +97,7 @@ class KnownBits:
             found = self.mask(owner.operands[0])
         elif owner.name == "binary":
             lhs, rhs = owner.operands
-            found = _binary_mask(owner.attrs["op"], lhs, rhs, self.mask(lhs), self.mask(rhs))
+            found = _binary_mask(owner.attrs["op"], rhs, self.mask(lhs), self.mask(rhs))
         else:
             found = None
         # a mask past the type's non-negative range may have wrapped or read as negative

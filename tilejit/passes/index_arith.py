@@ -60,7 +60,7 @@ class IrArith:
         return self.op("binary", (self.value(x), self.value(y)), op=op)
 
     def add(self, x, y):
-        x, y = (constant_of(v) if constant_of(v) is not None else v for v in (x, y))
+        x, y = _folded(x), _folded(y)
         if x == 0 and isinstance(x, int):
             return y
         if y == 0 and isinstance(y, int):
@@ -128,3 +128,9 @@ def _plus_constant(value: Value) -> tuple[Value, int] | None:
         if constant is not None:
             return term, constant
     return None
+
+
+def _folded(x):
+    """``x`` as an int where it is a constant."""
+    constant = constant_of(x)
+    return x if constant is None else constant

@@ -25,12 +25,15 @@ _THREAD_MASKS = {"lane_id": LANES_PER_WARP - 1, "warp_id_in_wg": WARPS_PER_WARPG
 
 
 def constant_of(x) -> int | None:
-    """The integer ``x`` is (a Python int, or the result of an integer ``const``)."""
-    if isinstance(x, Value):
-        owner = x.owner
-        x = owner.attrs["value"] if isinstance(owner, Operation) and owner.name == "const" \
-            else None
-    return x if isinstance(x, int) and not isinstance(x, bool) else None
+    """The integer ``x`` is (a Python int, or the result of an integer ``const``); asked of
+    every operand the index arithmetic sees, so it tests types exactly (bool is no int)."""
+    if type(x) is int:
+        return x
+    owner = getattr(x, "owner", None)
+    if type(owner) is Operation and owner.name == "const":
+        value = owner.attrs["value"]
+        return value if type(value) is int else None
+    return None
 
 
 def power_of_two(x) -> int | None:

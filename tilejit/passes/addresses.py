@@ -22,10 +22,12 @@ the data of a kernel argument, or an ``alloc``'s storage) at an element offset c
 ``binary`` ops: ``sum(index * stride)`` for a tensor (strides the signature fixed are
 constants, the others ``buffer_stride``), the layout's storage offset for an on-chip
 buffer (``ir.addressing``: row-major without a layout; split iters, offsets and swizzles
-with one), region starts added, layout-less views re-split row-major. Each access is
-preceded by a ``bounds_check`` of its indices against the shape of the buffer under its
-regions, as the CPU checks logical accesses (a vector access, ``load_vec``/``store_vec``,
-of its run's first and last elements); targets print it where their options ask.
+with one), region starts added, layout-less views re-split row-major; ``index_arith``
+folds what is known at compile time (a fragment's register part: ``known_bits``). Each
+access is preceded by a ``bounds_check`` of its indices against the shape of the buffer
+under its regions, as the CPU checks logical accesses (a vector access,
+``load_vec``/``store_vec``, of its run's first and last elements); targets print it where
+their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
 elements or more, which only a CPU's private arrays may). Shared memory is stored over
 every axis its layout reaches, thread axes too, on every target; private memory laid out

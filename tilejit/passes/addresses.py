@@ -48,7 +48,7 @@ from ..ir.ops_native import (ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS
                              stored_values)
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, storage_elements
-from ..ir.types import MemScope, TeamKind, i32, i64
+from ..ir.types import MemScope, ScalarType, TeamKind, i32, i64
 from ..layout import TileLayout
 from .dispatch import PER_THREAD
 from .dispatch.registry import context_for
@@ -242,18 +242,21 @@ def _flat_place(arith: IrArith, op: Operation, buf: Value, index_operands: list,
 class _IndexMath:
     """The pass's index arithmetic: a memo per block being built (the accesses of one loop
     body share their index math) and one ``KnownBits`` for the kernel (every access asks
-    of the same thread coordinates)."""
+    of the same thread coordinates), each buffer's index type worked out once."""
 
     def __init__(self):
         self.memos: dict[int, dict] = {}
         self.bits = KnownBits()
+        self.types: dict[Value, ScalarType] = {}   # buffer -> the type of its offsets
 
     def memo(self, b: Builder) -> dict:
         return self.memos.setdefault(id(b.block), {})
 
     def arith(self, b: Builder, buf: Value) -> IrArith:
         """The arithmetic of ``buf``'s offsets (``_index_type``) at ``b``."""
-        return IrArith(b, _index_type(buf), self.memo(b), self.bits)
+        if buf not in self.types:
+            self.types[buf] = _index_type(buf)
+        return IrArith(b, self.types[buf], self.memo(b), self.bits)
 
 
 def _lower_access(op: Operation, ctx: RewriteContext, index_math: _IndexMath):

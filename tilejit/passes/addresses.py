@@ -22,10 +22,12 @@ the data of a kernel argument, or an ``alloc``'s storage) at an element offset c
 ``binary`` ops: ``sum(index * stride)`` for a tensor (strides the signature fixed are
 constants, the others ``buffer_stride``), the layout's storage offset for an on-chip
 buffer (``ir.addressing``: row-major without a layout; split iters, offsets and swizzles
-with one), region starts added, layout-less views re-split row-major. Each access is
-preceded by a ``bounds_check`` of its indices against the shape of the buffer under its
-regions, as the CPU checks logical accesses (a vector access, ``load_vec``/``store_vec``,
-of its run's first and last elements); targets print it where their options ask.
+with one), region starts added, layout-less views re-split row-major; ``index_arith``
+folds what is known at compile time (a fragment's register part: ``known_bits``). Each
+access is preceded by a ``bounds_check`` of its indices against the shape of the buffer
+under its regions, as the CPU checks logical accesses (a vector access,
+``load_vec``/``store_vec``, of its run's first and last elements); targets print it where
+their options ask.
 Tensors are addressed in i64, on-chip buffers in i32 (unless their storage holds 2**31
 elements or more, which only a CPU's private arrays may). Shared memory is stored over
 every axis its layout reaches, thread axes too, on every target; private memory laid out
@@ -46,11 +48,13 @@ from ..ir.ops_native import (ACCESS_OPS, FIRST_INDEX, FLAT_ACCESS, VECTOR_ACCESS
                              stored_values)
 from ..ir.rewrite import RewriteContext, Rewriter, retyped_from_yield
 from ..ir.storage import held_per_thread, on_threads, storage_elements
-from ..ir.types import MemScope, TeamKind, i32, i64
+from ..ir.types import MemScope, ScalarType, TeamKind, i32, i64
 from ..layout import TileLayout
 from .dispatch import PER_THREAD
 from .dispatch.registry import context_for
 from .effects import root_buffer
+from .index_arith import IrArith
+from .known_bits import KnownBits
 from .ownership import colliding_elements, unflatten
 
 __all__ = ["IrArith", "buffer_addressing", "lower_addresses", "place_fragments"]
@@ -110,82 +114,6 @@ def _check_private_places(alloc: Operation) -> None:
 
 
 # ----------------------------------------------------------------------- lower-addresses
-class IrArith:
-    """``ir.addressing.Arith`` building ``binary`` ops of one integer type; Python ints are
-    constants, folded until an op needs them. ``memo`` (one per block being built) reuses
-    an op the block already has: the accesses of one loop body share their index math."""
-
-    def __init__(self, builder: Builder, type, memo: dict | None = None):
-        self.b, self.type = builder, type
-        self.memo = {} if memo is None else memo
-
-    def op(self, name: str, operands: tuple, **attrs) -> Value:
-        """The result of ``name(operands) {attrs}``, built once per block."""
-        key = (name, tuple(id(v) for v in operands), tuple(sorted(attrs.items())))
-        if key not in self.memo:
-            self.memo[key] = self.b.create(name, operands, attrs).result
-        return self.memo[key]
-
-    def value(self, x) -> Value:
-        if not isinstance(x, int):
-            return x
-        key = ("const", x, self.type)
-        if key not in self.memo:
-            self.memo[key] = self.b.const(x, self.type)
-        return self.memo[key]
-
-    def index(self, value: Value):
-        """An index value in this arithmetic's type (a constant folds)."""
-        owner = value.owner
-        if getattr(owner, "name", None) == "const":
-            return owner.attrs["value"]
-        return value if value.type == self.type else self.op("cast", (value,), to=self.type)
-
-    @staticmethod
-    def const(value: int) -> int:
-        return value
-
-    def _binary(self, op: str, x, y, fold):
-        if isinstance(x, int) and isinstance(y, int):
-            return fold(x, y)
-        return self.op("binary", (self.value(x), self.value(y)), op=op)
-
-    def add(self, x, y):
-        if x == 0 and isinstance(x, int):
-            return y
-        if y == 0 and isinstance(y, int):
-            return x
-        return self._binary("add", x, y, int.__add__)
-
-    def mul(self, x, y):
-        for a, b in ((x, y), (y, x)):
-            if isinstance(a, int) and a in (0, 1):
-                return 0 if a == 0 else b
-        return self._binary("mul", x, y, int.__mul__)
-
-    def udiv(self, x, y):
-        return x if y == 1 and isinstance(y, int) else self._binary("floordiv", x, y,
-                                                                    int.__floordiv__)
-
-    def urem(self, x, y):
-        return 0 if y == 1 and isinstance(y, int) else self._binary("mod", x, y, int.__mod__)
-
-    def and_(self, x, y):
-        return self._binary("and", x, y, int.__and__)
-
-    def or_(self, x, y):
-        return self._binary("or", x, y, int.__or__)
-
-    def xor(self, x, y):
-        return self._binary("xor", x, y, int.__xor__)
-
-    def shl(self, x, y):
-        return self._binary("shl", x, y, int.__lshift__)
-
-    def lshr(self, x, y):
-        return self._binary("shr", x, y, int.__rshift__)
-
-
 def _owner_name(value: Value) -> str | None:
     return getattr(value.owner, "name", None)
 
@@ -311,12 +239,32 @@ def _flat_place(arith: IrArith, op: Operation, buf: Value, index_operands: list,
     return root, arith.value(offset)
 
 
-def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+class _IndexMath:
+    """The pass's index arithmetic: a memo per block being built (the accesses of one loop
+    body share their index math) and one ``KnownBits`` for the kernel (every access asks
+    of the same thread coordinates), each buffer's index type worked out once."""
+
+    def __init__(self):
+        self.memos: dict[int, dict] = {}
+        self.bits = KnownBits()
+        self.types: dict[Value, ScalarType] = {}   # buffer -> the type of its offsets
+
+    def memo(self, b: Builder) -> dict:
+        return self.memos.setdefault(id(b.block), {})
+
+    def arith(self, b: Builder, buf: Value) -> IrArith:
+        """The arithmetic of ``buf``'s offsets (``_index_type``) at ``b``."""
+        if buf not in self.types:
+            self.types[buf] = _index_type(buf)
+        return IrArith(b, self.types[buf], self.memo(b), self.bits)
+
+
+def _lower_access(op: Operation, ctx: RewriteContext, index_math: _IndexMath):
     values, index_operands, count = _access_parts(op)
     b = ctx.builder
-    memo = memos.setdefault(id(b.block), {})
+    memo = index_math.memo(b)
     known = set(memo)
-    arith = IrArith(b, _index_type(op.operands[0]), memo)
+    arith = index_math.arith(b, op.operands[0])
     found = _flat_place(arith, op, op.operands[0], index_operands, count)
     if found is None:   # the rewriter drops what was built: so must the memo
         for key in set(memo) - known:
@@ -334,15 +282,14 @@ def _lower_access(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
     return new
 
 
-def _lower_cp_async(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+def _lower_cp_async(op: Operation, ctx: RewriteContext, index_math: _IndexMath):
     """``cp_async`` -> ``cp_async_at``: the chunk's dst run is checked whole, its source at
     its first element (the rule issues a chunk only where that one lies inside the tensor,
     and reads no further than the tensor's end)."""
     dst, src, src_bytes, *indices = op.operands
     b, rank = ctx.builder, dst.type.rank
-    memo = memos.setdefault(id(b.block), {})
     count = op.attrs["bytes"] // dst.type.dtype.itemsize
-    places = [_flat_place(IrArith(b, _index_type(buf), memo), op, buf, index_operands, n)
+    places = [_flat_place(index_math.arith(b, buf), op, buf, index_operands, n)
               for buf, index_operands, n in ((dst, indices[:rank], count),
                                              (src, indices[rank:], 1))]
     if None in places:
@@ -353,7 +300,7 @@ def _lower_cp_async(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
                     dict(op.attrs))
 
 
-def _lower_tma(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
+def _lower_tma(op: Operation, ctx: RewriteContext, index_math: _IndexMath):
     """``tma_load`` / ``tma_store`` -> ``tma_load_at`` / ``tma_store_at``: the shared box's
     root and element offset (its first element checked), the tensor's root and the box's
     coordinates in it (a dim a region drops is a box dim of 1)."""
@@ -366,9 +313,8 @@ def _lower_tma(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
     shared_indices, tensor_indices = (dst_indices, src_indices) if load else \
         (src_indices, dst_indices)
     b = ctx.builder
-    memo = memos.setdefault(id(b.block), {})
-    place = _flat_place(IrArith(b, _index_type(shared), memo), op, shared, shared_indices, 1)
-    arith = IrArith(b, _index_type(tensor), memo)
+    place = _flat_place(index_math.arith(b, shared), op, shared, shared_indices, 1)
+    arith = index_math.arith(b, tensor)
     root, coords = _under_regions(arith, tensor, tensor_indices)
     if place is None or _owner_name(root) is not None:
         raise CompilationError(f"{op.name} reached lower-addresses on a buffer it cannot address "
@@ -387,14 +333,14 @@ def _lower_tma(op: Operation, ctx: RewriteContext, memos: dict[int, dict]):
 def lower_addresses(kernel: KernelIR) -> KernelIR:
     if not _per_thread(kernel):
         return kernel
-    memos: dict[int, dict] = {}   # block being built -> its IrArith memo
+    index_math = _IndexMath()
 
     def lower(op, ctx):
-        return _lower_access(op, ctx, memos)
+        return _lower_access(op, ctx, index_math)
     def lower_cp_async(op, ctx):
-        return _lower_cp_async(op, ctx, memos)
+        return _lower_cp_async(op, ctx, index_math)
     def lower_tma(op, ctx):
-        return _lower_tma(op, ctx, memos)
+        return _lower_tma(op, ctx, index_math)
     # One sweep: the flat accesses it makes are no candidates.
     return Rewriter([(name, lower) for name in ACCESS_OPS + VECTOR_ACCESS_OPS]
                     + [("cp_async", lower_cp_async), ("tma_load", lower_tma),

@@ -106,6 +106,7 @@ class CudaPrinter:
     lines: list[str] = field(default_factory=list)
     names: dict[Value, str] = field(default_factory=dict)
     taken: set[str] = field(default_factory=set)
+    suffixes: dict[str, int] = field(default_factory=dict)   # base -> last suffix taken
     depth: int = 1
     counter: int = 0
     line_no: int | None = None
@@ -133,10 +134,14 @@ class CudaPrinter:
         if not base or base[0].isdigit() or base.startswith(("tj_", "__")) or base == "_":
             self.counter += 1
             base = f"v{self.counter}" if not base or base.isdigit() else f"v{base}"
-        name, n = base, 0
+        # names are never freed: the suffixes a base has tried stay taken, and the search
+        # resumes after them (a kernel's thousands of ``acc`` locals cost no quadratic scan)
+        n = self.suffixes.get(base, 0)
+        name = f"{base}_{n}" if n else base
         while name in self.taken:
             n += 1
             name = f"{base}_{n}"
+        self.suffixes[base] = n
         self.taken.add(name)
         return name
 

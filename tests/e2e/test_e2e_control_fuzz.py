@@ -143,14 +143,14 @@ def run(body: str, folder, n, m, step) -> None:
     assert out.tolist() == expected, body
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(body=blocks(), n=st.integers(0, 6), m=st.integers(-2, 5), step=st.sampled_from([1, 2, -1]))
 def test_programs_match_python(tmp_path, body, n, m, step):
     run(body, tmp_path, n, m, step)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(body=blocks(extra=TILE_STATEMENTS), n=st.integers(0, 6), m=st.integers(-2, 5),
        step=st.sampled_from([1, 2, -1]))
@@ -230,7 +230,7 @@ def reference(n, m, step):
 """
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(program=phases(), n=st.integers(0, 4), m=st.integers(-2, 5),
        step=st.sampled_from([1, 2, -1]))

@@ -181,7 +181,7 @@ def kernel_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz_kernels")
 
 
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+@settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(p=programs(), seed=st.integers(0, 2**16))
 def test_random_kernels_match_numpy(kernel_dir, p, seed):

@@ -119,7 +119,7 @@ def kernels(draw):
     return PRELUDE + "def kernel(x, y, n, v, B: tj.constexpr = 16):\n" + draw(blocks())
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(source=kernels(), num_warps=st.sampled_from([4, 8]))
 def test_random_kernels_compile_or_raise_a_tilejit_error(source, num_warps):
@@ -193,7 +193,7 @@ def scalar_blocks(draw, names=(), depth=0, in_loop=False, indent="    "):
 SCALAR_HEADER = "def kernel(x, n, v, B: tj.constexpr = 16):\n    a = 0\n    b = 1.0\n    c = n\n"
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, database=None,
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(body=scalar_blocks(), num_warps=st.sampled_from([4, 8]))
 def test_well_formed_scalar_programs_always_compile(body, num_warps):

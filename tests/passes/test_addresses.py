@@ -164,6 +164,19 @@ def test_on_chip_offsets_are_the_layouts_memory_coordinates(shaped, data):
             assert got == expected, (i, j)
 
 
+def nested_strides(draw, extents, axes) -> list[int]:
+    """Strides nesting each axis's iters in a random order, with gaps of 2 between some of
+    ``m``'s (memory): thread axes stay dense, each thread one element of them."""
+    strides = [0] * len(extents)
+    for axis in set(axes):
+        step = 1
+        for i in draw(st.permutations([i for i, a in enumerate(axes) if a == axis])):
+            step *= draw(st.sampled_from([1, 2])) if axis == "m" else 1
+            strides[i] = step
+            step *= extents[i]
+    return strides
+
+
 @st.composite
 def thread_layouts(draw):
     """(shape, layout) of a tile laid out over lanes, warps, threads of a warpgroup and
@@ -176,13 +189,7 @@ def thread_layouts(draw):
         extents += [outer, n // outer]
     axes = [draw(st.sampled_from(["m", "m", "laneid", "warpid", "tid_in_wg"]))
             for _ in extents]
-    strides = [0] * len(extents)
-    for axis in set(axes):
-        step = 1
-        for i in draw(st.permutations([i for i, a in enumerate(axes) if a == axis])):
-            step *= draw(st.sampled_from([1, 2])) if axis == "m" else 1
-            strides[i] = step
-            step *= extents[i]
+    strides = nested_strides(draw, extents, axes)
     shard = [Iter(e, s, Axis(a)) for e, s, a in zip(extents, strides, axes)]
     replica = [Iter(2, 16, Axis("laneid"))] if draw(st.booleans()) else []
     offset = {"m": draw(st.integers(0, 3))}

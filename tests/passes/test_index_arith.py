@@ -9,7 +9,7 @@ import math
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from test_addresses import _kernel, evaluate
+from test_addresses import _kernel, evaluate, nested_strides
 
 from tilejit.ir.addressing import Addressing, ArrayArith, Storage
 from tilejit.ir.types import i32, i64
@@ -68,13 +68,7 @@ def fragment_layouts(draw):
     axes = [draw(st.sampled_from(["m", "laneid", warp_axis])) for _ in flat]
     reach = {a: math.prod(e for e, x in zip(flat, axes) if x == a) for a in set(axes)}
     assume(reach.get("laneid", 1) <= 32 and reach.get(warp_axis, 1) <= 4)
-    strides = [0] * len(flat)
-    for axis in set(axes):
-        step = 1
-        for i in draw(st.permutations([i for i, a in enumerate(axes) if a == axis])):
-            step *= draw(st.sampled_from([1, 2])) if axis == "m" else 1
-            strides[i] = step
-            step *= flat[i]
+    strides = nested_strides(draw, flat, axes)
     shard = [Iter(e, s, Axis(a)) for e, s, a in zip(flat, strides, axes)]
     shape = tuple(math.prod(dim) for dim in extents)
     return shape, TileLayout.from_iters(shard)

@@ -44,7 +44,9 @@ def layouts(draw, shape, scope):
     axes = ["m"] if swizzled else ["m"] * 3 + THREAD_AXES + TRAINIUM_AXES
     chosen = [draw(st.sampled_from(axes)) for _ in extents]
     strides = [0] * len(extents)
-    for axis in set(chosen):          # per axis: a random nesting order, gaps, signs
+    # per axis (first-appearance order: a set's would follow the process's string-hash
+    # seed, and the draws with it): a random nesting order, gaps, signs
+    for axis in dict.fromkeys(chosen):
         members = [i for i, a in enumerate(chosen) if a == axis]
         order = draw(st.permutations(members))
         step = 1

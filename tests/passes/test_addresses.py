@@ -168,7 +168,8 @@ def nested_strides(draw, extents, axes) -> list[int]:
     """Strides nesting each axis's iters in a random order, with gaps of 2 between some of
     ``m``'s (memory): thread axes stay dense, each thread one element of them."""
     strides = [0] * len(extents)
-    for axis in set(axes):
+    for axis in dict.fromkeys(axes):   # first-appearance order: a set's would follow
+        # the process's string-hash seed, and the draws with it
         step = 1
         for i in draw(st.permutations([i for i, a in enumerate(axes) if a == axis])):
             step *= draw(st.sampled_from([1, 2])) if axis == "m" else 1

@@ -102,6 +102,25 @@ print(f"{n - f - e - k} passed, {f} failed, {e} errors, {k} skipped")
 EOF
 }
 
+benchmark() {  # benchmark CHECK LOG SECONDS SCRIPT ARGS...: run a benchmark with OUT=$LOGS,
+  # its output teed to $LOGS/LOG; sets bench_status to its exit status
+  local check="$1" log="$2" seconds="$3"
+  shift 3
+  echo "== $check =="
+  OUT="$LOGS" timeout "$seconds" "$PY" "$@" 2>&1 | tee "$LOGS/$log"
+  bench_status=${PIPESTATUS[0]}
+}
+
+benchmark_row() {  # benchmark_row CHECK LOG SECONDS PASSED WRONG: the row for bench_status
+  # (0: PASSED; 1, the benchmark's "a result disagreed": WRONG; 124: timed out)
+  case "$bench_status" in
+    0) row "$1" PASS "$4" ;;
+    1) row "$1" FAIL "$5 ($2)" ;;
+    124) row "$1" FAIL "timed out after $3 s ($2)" ;;
+    *) row "$1" FAIL "exit status $bench_status ($2)" ;;
+  esac
+}
+
 # --- 1. smoke --------------------------------------------------------------------------------
 echo "== scripts/gpu_smoke.py =="
 timeout "${GPU_CHECK_SMOKE_TIMEOUT:-45}" "$PY" scripts/gpu_smoke.py 2>&1 | tee "$LOGS/gpu_smoke.log"
@@ -187,46 +206,29 @@ case "$launch_rc" in
 esac
 
 # --- 3c. the bf16 GEMM against cuBLAS and Triton ------------------------------------------------
-echo "== benchmarks/bench_hopper_gemm.py =="
 GEMM_TIMEOUT="${GPU_CHECK_GEMM_TIMEOUT:-60}"
-OUT="$LOGS" timeout "$GEMM_TIMEOUT" "$PY" benchmarks/bench_hopper_gemm.py --repeat 10 2>&1 |
-  tee "$LOGS/gpu_gemm.log"
-gemm_rc=${PIPESTATUS[0]}
+benchmark "bench_hopper_gemm.py" gpu_gemm.log "$GEMM_TIMEOUT" benchmarks/bench_hopper_gemm.py \
+  --repeat 10
 gemm_means="$(grep -o 'geomeans: .*;' "$LOGS/gpu_gemm.log" | tail -1)"
-case "$gemm_rc" in
-  0) row "bench_hopper_gemm.py" PASS "${gemm_means:-no geomeans} (bench_hopper_gemm.json)" ;;
-  1) row "bench_hopper_gemm.py" FAIL "wrong results on some shapes (gpu_gemm.log)" ;;
-  124) row "bench_hopper_gemm.py" FAIL "timed out after $GEMM_TIMEOUT s; the rows measured are in bench_hopper_gemm.json" ;;
-  *) row "bench_hopper_gemm.py" FAIL "exit status $gemm_rc (gpu_gemm.log)" ;;
-esac
+benchmark_row "bench_hopper_gemm.py" gpu_gemm.log "$GEMM_TIMEOUT" \
+  "${gemm_means:-no geomeans} (bench_hopper_gemm.json)" "wrong results on some shapes"
 
 # --- 3d. the fp8 GEMM against torch._scaled_mm ------------------------------------------------
-echo "== benchmarks/bench_hopper_gemm.py --fp8 =="
 FP8_TIMEOUT="${GPU_CHECK_FP8_TIMEOUT:-50}"
-OUT="$LOGS" timeout "$FP8_TIMEOUT" "$PY" benchmarks/bench_hopper_gemm.py --fp8 --repeat 10 2>&1 |
-  tee "$LOGS/gpu_fp8.log"
-fp8_rc=${PIPESTATUS[0]}
+benchmark "bench_hopper_gemm.py --fp8" gpu_fp8.log "$FP8_TIMEOUT" benchmarks/bench_hopper_gemm.py \
+  --fp8 --repeat 10
 fp8_means="$(grep -o 'geomeans: .*;' "$LOGS/gpu_fp8.log" | tail -1)"
-case "$fp8_rc" in
-  0) row "bench_hopper_gemm.py --fp8" PASS "${fp8_means:-no geomeans} (bench_fp8_gemm.json)" ;;
-  1) row "bench_hopper_gemm.py --fp8" FAIL "wrong results on some shapes (gpu_fp8.log)" ;;
-  124) row "bench_hopper_gemm.py --fp8" FAIL "timed out after $FP8_TIMEOUT s; the rows measured are in bench_fp8_gemm.json" ;;
-  *) row "bench_hopper_gemm.py --fp8" FAIL "exit status $fp8_rc (gpu_fp8.log)" ;;
-esac
+benchmark_row "bench_hopper_gemm.py --fp8" gpu_fp8.log "$FP8_TIMEOUT" \
+  "${fp8_means:-no geomeans} (bench_fp8_gemm.json)" "wrong results on some shapes"
 
 # --- 3e. attention forward against sdpa ----------------------------------------------------------
-echo "== benchmarks/bench_hopper_attention.py =="
 # The benchmark's own speed-up table stays in its log; the row gives the worst case.
-OUT="$LOGS" timeout "${GPU_CHECK_ATTENTION_TIMEOUT:-60}" "$PY" benchmarks/bench_hopper_attention.py \
-  2>&1 | tee "$LOGS/gpu_attention.log"
-attention_rc=${PIPESTATUS[0]}
+ATTENTION_TIMEOUT="${GPU_CHECK_ATTENTION_TIMEOUT:-60}"
+benchmark "bench_hopper_attention.py" gpu_attention.log "$ATTENTION_TIMEOUT" \
+  benchmarks/bench_hopper_attention.py
 attention_worst="$(grep -oE '[0-9.]+x$' "$LOGS/gpu_attention.log" | sort -n | head -1)"
-case "$attention_rc" in
-  0) row "bench_hopper_attention.py" PASS "slowest case ${attention_worst:-?} of sdpa's flash backend (gpu_attention.log)" ;;
-  1) row "bench_hopper_attention.py" FAIL "a case disagreed with sdpa (gpu_attention.log)" ;;
-  124) row "bench_hopper_attention.py" FAIL "timed out after ${GPU_CHECK_ATTENTION_TIMEOUT:-60} s (gpu_attention.log)" ;;
-  *) row "bench_hopper_attention.py" FAIL "exit status $attention_rc (gpu_attention.log)" ;;
-esac
+benchmark_row "bench_hopper_attention.py" gpu_attention.log "$ATTENTION_TIMEOUT" \
+  "slowest case ${attention_worst:-?} of sdpa's flash backend" "a case disagreed with sdpa"
 
 # --- 4. the CUDA tutorial, its launch cells included ------------------------------------------
 echo "== tutorials/06-cuda.ipynb =="

@@ -99,44 +99,25 @@ def test_the_issuing_thread_overwriting_an_operand_before_its_commit_is_a_race()
         run(128, 16, 16, 32, 32, False, edit=overwrite)
 
 
-def test_an_allocation_beyond_512_columns_is_a_run_time_error():
-    """Two allocations of 512 columns: the second finds none free."""
+RELINQUISH = "    tcgen05_relinquish_alloc_permit loc(5:4)"
+DEALLOC = "    tcgen05_dealloc(%taddr) {cols = 32} loc(17:4)"
+
+
+@pytest.mark.parametrize("cols, at, edit, message", [
+    # two allocations of 512 columns: the second finds none free
+    (512, (5, 8), (RELINQUISH, "    tcgen05_alloc(%slot) {cols = 32} loc(5:8)\n" + RELINQUISH),
+     "tcgen05_alloc of 32 columns finds no free run: 512 of the 512 tensor-memory columns"),
+    (32, (6, 8), (RELINQUISH, RELINQUISH + "\n    tcgen05_alloc(%slot) {cols = 32} loc(6:8)"),
+     "tcgen05_alloc of 32 columns after the CTA relinquished its allocation permit"),
+    (32, (18, 4), (DEALLOC, DEALLOC + "\n    tcgen05_dealloc(%taddr) {cols = 32} loc(18:4)"),
+     "tcgen05_dealloc of 32 columns at column 0: they are not allocated"),
+])
+def test_tensor_memory_misuse_is_a_run_time_error_at_its_line(cols, at, edit, message):
     text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),
-                          MatrixDescriptor(B_START, 128, 256, version=1), cols=512)
-    text = text.replace("    tcgen05_relinquish_alloc_permit loc(5:4)",
-                        "    tcgen05_alloc(%slot) {cols = 32} loc(5:8)\n"
-                        "    tcgen05_relinquish_alloc_permit loc(5:4)")
-    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
-    with pytest.raises(LaunchError, match="tcgen05_alloc of 32 columns finds no free run: "
-                                          "512 of the 512 tensor-memory columns") as info:
+                          MatrixDescriptor(B_START, 128, 256, version=1), cols=cols)
+    assert edit[0] in text
+    module = cpu.load(cpu.compile(verify(parse_kernel(text.replace(*edit)))))
+    with pytest.raises(LaunchError, match=message) as info:
         module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
                              torch.zeros(128 * 16)])
-    assert (info.value.line, info.value.col) == (5, 8)
-
-
-def test_an_allocation_after_the_permit_is_relinquished_is_a_run_time_error():
-    text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),
-                          MatrixDescriptor(B_START, 128, 256, version=1))
-    text = text.replace("    tcgen05_relinquish_alloc_permit loc(5:4)",
-                        "    tcgen05_relinquish_alloc_permit loc(5:4)\n"
-                        "    tcgen05_alloc(%slot) {cols = 32} loc(6:8)")
-    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
-    with pytest.raises(LaunchError, match=r"tcgen05_alloc of 32 columns after the CTA "
-                                          r"relinquished its allocation permit") as info:
-        module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
-                             torch.zeros(128 * 16)])
-    assert (info.value.line, info.value.col) == (6, 8)
-
-
-def test_freeing_columns_not_allocated_is_a_run_time_error():
-    text = tcgen05_kernel(16, MatrixDescriptor(0, 128, 256, version=1),
-                          MatrixDescriptor(B_START, 128, 256, version=1))
-    text = text.replace("    tcgen05_dealloc(%taddr) {cols = 32} loc(17:4)",
-                        "    tcgen05_dealloc(%taddr) {cols = 32} loc(17:4)\n"
-                        "    tcgen05_dealloc(%taddr) {cols = 32} loc(18:4)")
-    module = cpu.load(cpu.compile(verify(parse_kernel(text))))
-    with pytest.raises(LaunchError, match=r"tcgen05_dealloc of 32 columns at column 0: they "
-                                          r"are not allocated") as info:
-        module.launch((1,), [torch.zeros(4096).half(), torch.zeros(4096).half(),
-                             torch.zeros(128 * 16)])
-    assert info.value.line == 18
+    assert (info.value.line, info.value.col) == at
